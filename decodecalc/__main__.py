@@ -1,0 +1,3 @@
+from decodecalc.cli import main
+
+main()

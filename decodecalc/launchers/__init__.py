@@ -1,0 +1,1 @@
+"""One module per modeled upstream launcher. Each returns a :class:`LaunchPlan`."""

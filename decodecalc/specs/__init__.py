@@ -1,0 +1,1 @@
+"""Static descriptions of models and GPUs (data, loaded lazily)."""
