@@ -1,0 +1,606 @@
+"""Find and import the real upstream decode-attention launchers.
+
+Sources can come from
+
+1. a user path: a source checkout (``<repo>/vllm/...``, ``<repo>/python/sglang/...``),
+   an unpacked wheel directory, or the package directory itself;
+2. an installed ``vllm`` / ``sglang`` package (found with ``importlib.util.find_spec``,
+   which does not import it);
+3. the default ``./upstream/<name>-<version>`` written by ``tools/fetch_upstream.sh``
+   (looked up in the current directory, then next to this repository).
+
+The kernel modules are imported *from file*, never through ``import vllm`` or
+``import sglang`` (those packages pull in most of the engine).  Their few
+package-level imports are answered by small shim modules that are put into
+``sys.modules`` only while the upstream file executes, then removed again:
+
+* vLLM: ``vllm.envs`` (the real ``vllm/envs.py`` from the same tree when present:
+  it imports only the standard library), ``vllm.logger.init_logger``,
+  ``vllm.platforms.current_platform`` (fp8 dtype, compute-capability queries),
+  ``vllm.triton_utils`` (the real ``triton`` / ``triton.language``),
+  ``vllm.v1.kv_cache_interface.KVQuantMode`` (the enum's class body, executed from the
+  upstream file) and ``vllm.v1.attention.ops.triton_attention_helpers`` (the real file).
+* SGLang: ``sglang.srt.utils`` (``is_hip`` and friends: False; ``get_device_core_count``),
+  ``sglang.srt.environ.envs`` (defaults), ``sglang.kernels.ops.attention.score_mod``
+  (the real file).
+
+vLLM reads ``VLLM_BATCH_INVARIANT`` once, when ``triton_unified_attention`` is
+imported (``is_batch_invariant = envs.VLLM_BATCH_INVARIANT``), so
+:func:`load_vllm` imports one module instance per setting, with the variable set
+while the module executes.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import enum
+import importlib.util
+import logging
+import os
+import re
+import sys
+import types
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decodecalc.errors import ConfigError, DecodecalcError
+
+__all__ = [
+    "EXPECTED_VERSIONS",
+    "UpstreamSource",
+    "UpstreamVersionWarning",
+    "VllmKernels",
+    "SglangKernels",
+    "locate",
+    "load_vllm",
+    "load_sglang",
+    "require_torch_triton",
+]
+
+EXPECTED_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+
+# Files each loader needs, relative to the directory that holds the package folder.
+REQUIRED_FILES: dict[str, tuple[str, ...]] = {
+    "vllm": (
+        "vllm/v1/attention/ops/triton_unified_attention.py",
+        "vllm/v1/attention/ops/triton_attention_helpers.py",
+        "vllm/v1/kv_cache_interface.py",
+    ),
+    "sglang": (
+        "sglang/kernels/ops/attention/decode_attention.py",
+        "sglang/kernels/ops/attention/metadata.py",
+        "sglang/kernels/ops/attention/score_mod.py",
+    ),
+}
+VERSION_FILES = {"vllm": ("vllm/_version.py",), "sglang": ("sglang/_version.py", "sglang/version.py")}
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class UpstreamVersionWarning(UserWarning):
+    """The upstream sources are not the version the recordings and models were made for."""
+
+
+def require_torch_triton() -> None:
+    """Raise a :class:`DecodecalcError` with the install hint when torch or triton is missing."""
+    from decodecalc.verify import missing_requirements
+
+    missing = missing_requirements()
+    if missing:
+        raise DecodecalcError(
+            f"{' and '.join(missing)} not installed; the verify machinery needs torch and triton: "
+            "pip install 'decodecalc[verify]' (on a CPU-only machine install torch==2.13.0 first)"
+        )
+
+
+@dataclass(frozen=True)
+class UpstreamSource:
+    """Where one upstream package's sources are, and which version they are."""
+
+    name: str  # "vllm" or "sglang"
+    root: Path  # directory that contains the package folder ``<name>/``
+    version: str  # "unknown" when no version file could be read
+    origin: str  # "path", "installed" or "default"
+
+    def file(self, rel: str) -> Path:
+        return self.root / rel
+
+    @property
+    def expected(self) -> bool:
+        return self.version == EXPECTED_VERSIONS[self.name]
+
+
+def _read_version(name: str, root: Path) -> str:
+    for rel in VERSION_FILES[name]:
+        path = root / rel
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        m = re.search(r"^__version__\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['\"]([^'\"]+)['\"]", text, re.M)
+        if m:
+            return m.group(1)
+    try:  # installed package: its distribution metadata
+        import importlib.metadata
+
+        dist_root = importlib.util.find_spec(name)
+        if dist_root is not None and dist_root.submodule_search_locations:
+            if Path(next(iter(dist_root.submodule_search_locations))).parent == root:
+                return importlib.metadata.version(name)
+    except Exception:
+        pass
+    return "unknown"
+
+
+def _candidate_roots(name: str, path: Path) -> list[Path]:
+    cands = [path, path / "python"]  # checkout root; SGLang keeps its package under python/
+    if path.name == name:  # the package folder itself (…/site-packages/vllm)
+        cands.insert(0, path.parent)
+    if path.name == "python" and (path / name).is_dir():
+        cands.insert(0, path)
+    return cands
+
+
+def _missing(name: str, root: Path) -> list[str]:
+    return [rel for rel in REQUIRED_FILES[name] if not (root / rel).is_file()]
+
+
+def _check_version(src: UpstreamSource) -> UpstreamSource:
+    expected = EXPECTED_VERSIONS[src.name]
+    if src.version != expected:
+        warnings.warn(
+            f"{src.name} sources at {src.root} are version {src.version}, not {expected}: "
+            f"launch rules may differ from the recorded {src.name}-{expected} behaviour",
+            UpstreamVersionWarning,
+            stacklevel=3,
+        )
+    return src
+
+
+def locate(name: str, path: str | os.PathLike[str] | None = None) -> UpstreamSource:
+    """Find the sources of ``name`` (``"vllm"`` or ``"sglang"``).
+
+    With ``path``: that directory (checkout, unpacked wheel, package folder), or a
+    :class:`ConfigError` naming the first expected file that is missing.  Without it:
+    an installed package, then ``./upstream/<name>-<expected version>``.
+    """
+    if name not in REQUIRED_FILES:
+        raise ConfigError(f"unknown upstream package {name!r}; expected 'vllm' or 'sglang'")
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise ConfigError(f"{name} source path {p} does not exist")
+        cands = _candidate_roots(name, p)
+        for root in cands:
+            if not _missing(name, root):
+                return _check_version(UpstreamSource(name, root.resolve(), _read_version(name, root), "path"))
+        # Name the missing file relative to the most plausible root.
+        best = min(cands, key=lambda r: len(_missing(name, r)))
+        first = _missing(name, best)[0]
+        raise ConfigError(f"{name} sources at {p} are incomplete: missing {best / first}")
+
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(next(iter(spec.submodule_search_locations))).parent
+        if not _missing(name, root):
+            return _check_version(UpstreamSource(name, root.resolve(), _read_version(name, root), "installed"))
+
+    expected = EXPECTED_VERSIONS[name]
+    tried = []
+    for base in (Path.cwd(), _REPO_ROOT):
+        root = base / "upstream" / f"{name}-{expected}"
+        tried.append(str(root))
+        if not _missing(name, root):
+            return _check_version(UpstreamSource(name, root.resolve(), _read_version(name, root), "default"))
+    raise ConfigError(
+        f"no {name} sources found (no installed package; tried {', '.join(tried)}); "
+        f"run tools/fetch_upstream.sh or pass the path of a {name} checkout or unpacked wheel"
+    )
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _package(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # a package, but nothing is importable from it except what we inject
+    return mod
+
+
+def _link_parents(mods: dict[str, types.ModuleType]) -> None:
+    """Make ``a.b.c`` reachable as an attribute of ``a.b`` (needed for ``import a.b as x``)."""
+    for full, mod in mods.items():
+        if "." in full:
+            parent, child = full.rsplit(".", 1)
+            if parent in mods:
+                setattr(mods[parent], child, mod)
+
+
+@contextlib.contextmanager
+def _injected(mods: dict[str, types.ModuleType], env: dict[str, str] | None = None) -> Iterator[None]:
+    saved_mods = {k: sys.modules.get(k) for k in mods}
+    saved_env = {k: os.environ.get(k) for k in (env or {})}
+    sys.modules.update(mods)
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for k in list(mods):  # includes modules added to ``mods`` while inside
+            v = saved_mods.get(k)
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_COUNTER = [0]
+
+
+def _exec_file(private_name: str, path: Path) -> types.ModuleType:
+    """Execute ``path`` as a module registered under a private, unique name."""
+    spec = importlib.util.spec_from_file_location(private_name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover
+        raise ConfigError(f"cannot load {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[private_name] = mod  # dataclasses / typing look the module up here
+    try:
+        spec.loader.exec_module(mod)
+    except Exception:
+        sys.modules.pop(private_name, None)
+        raise
+    return mod
+
+
+def _private(prefix: str, stem: str) -> str:
+    _COUNTER[0] += 1
+    return f"decodecalc._upstream.{prefix}_{_COUNTER[0]}.{stem}"
+
+
+class _Platform:
+    """Stand-in for ``vllm.platforms.current_platform`` (CUDA, a chosen compute capability)."""
+
+    def __init__(self, capability: tuple[int, int] = (9, 0)) -> None:
+        self.capability = capability
+
+    def fp8_dtype(self) -> Any:
+        import torch
+
+        return torch.float8_e4m3fn
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def is_rocm(self) -> bool:
+        return False
+
+    def is_xpu(self) -> bool:
+        return False
+
+    def is_cpu(self) -> bool:
+        return False
+
+    def get_device_capability(self, device_id: int = 0) -> Any:
+        return types.SimpleNamespace(major=self.capability[0], minor=self.capability[1])
+
+    def is_device_capability(self, capability: Any, device_id: int = 0) -> bool:
+        if isinstance(capability, int):
+            return self.capability[0] * 10 + self.capability[1] == capability
+        return tuple(capability) == self.capability
+
+    def is_device_capability_family(self, capability: int, device_id: int = 0) -> bool:
+        # vllm/platforms/interface.py: to_int() // 10 == capability // 10
+        return (self.capability[0] * 10 + self.capability[1]) // 10 == capability // 10
+
+    def has_device_capability(self, capability: Any, device_id: int = 0) -> bool:
+        if isinstance(capability, int):
+            return self.capability[0] * 10 + self.capability[1] >= capability
+        return self.capability >= tuple(capability)
+
+
+class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger, {})
+        self._seen: set[tuple[str, str]] = set()
+
+    def _once(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("scope", None)
+        key = (str(level), msg)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.log(level, msg, *args, **kwargs)
+
+    def debug_once(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._once(logging.DEBUG, msg, *args, **kwargs)
+
+    def info_once(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._once(logging.INFO, msg, *args, **kwargs)
+
+    def warning_once(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._once(logging.WARNING, msg, *args, **kwargs)
+
+
+def _kv_quant_mode_module(path: Path) -> types.ModuleType:
+    """``vllm.v1.kv_cache_interface`` with only ``KVQuantMode``, its class body run from ``path``.
+
+    The real module imports much of vLLM; the enum itself needs only ``enum``.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    cls = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KVQuantMode"),
+        None,
+    )
+    if cls is None:
+        raise ConfigError(f"{path} defines no KVQuantMode enum")
+    mod = types.ModuleType("vllm.v1.kv_cache_interface")
+    mod.__dict__.update({"IntEnum": enum.IntEnum, "Enum": enum.Enum, "__name__": mod.__name__})
+    code = compile(ast.Module(body=[cls], type_ignores=[]), str(path), "exec")
+    exec(code, mod.__dict__)  # noqa: S102 - upstream enum definition, see docstring
+    return mod
+
+
+def _vllm_envs_module(root: Path) -> types.ModuleType:
+    real = root / "vllm" / "envs.py"
+    if real.is_file():
+        try:
+            return _exec_file(_private("vllm", "envs"), real)
+        except Exception:  # pragma: no cover - fall back to a shim
+            pass
+    mod = types.ModuleType("vllm.envs")
+
+    def __getattr__(name: str) -> Any:  # same parse as vllm/envs.py for the flags used here
+        if name == "VLLM_BATCH_INVARIANT":
+            return bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0")))
+        raise AttributeError(name)
+
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    return mod
+
+
+def _want_interpreter(interpret: bool | None) -> bool:
+    if interpret is not None:
+        return interpret
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return True
+    try:
+        import torch
+
+        return not torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        return True
+
+
+@dataclass
+class VllmKernels:
+    """The loaded vLLM 0.33 unified-attention module and what it was loaded with."""
+
+    source: UpstreamSource
+    module: types.ModuleType  # triton_unified_attention
+    helpers: types.ModuleType
+    platform: _Platform
+    batch_invariant: bool
+    interpret: bool
+
+    @property
+    def unified_attention(self) -> Any:
+        return self.module.unified_attention
+
+    @property
+    def KVQuantMode(self) -> Any:  # noqa: N802 - upstream name
+        return self.module.KVQuantMode
+
+    @property
+    def max_3d_query_len(self) -> int | None:
+        return getattr(self.module, "MAX_3D_QUERY_LEN", None)
+
+
+@dataclass
+class SglangKernels:
+    """The loaded SGLang decode-attention and metadata modules."""
+
+    source: UpstreamSource
+    decode: types.ModuleType  # decode_attention
+    metadata: types.ModuleType  # get_num_kv_splits_triton
+    interpret: bool
+
+    @property
+    def decode_attention_fwd(self) -> Any:
+        return self.decode.decode_attention_fwd
+
+    @property
+    def get_num_kv_splits_triton(self) -> Any:
+        return self.metadata.get_num_kv_splits_triton
+
+
+_CACHE: dict[tuple[Any, ...], Any] = {}
+
+
+def _interpret_env(interpret: bool) -> dict[str, str]:
+    # triton.jit decides at decoration time whether it builds an InterpretedFunction.
+    return {"TRITON_INTERPRET": "1" if interpret else "0"}
+
+
+def _prepare_triton(interpret: bool) -> None:
+    """Make sure ``triton`` is (or gets) imported in the wanted mode.
+
+    Under the interpreter, Triton's own library functions (``tl.max``, ``tl.cdiv``...)
+    must also be interpreted, and ``triton.jit`` decides that when ``triton.language``
+    is imported: so ``TRITON_INTERPRET=1`` must be set before the first ``import triton``.
+    """
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import triton.language as tl
+
+    lib_fn = getattr(tl, "max", None)
+    interpreted = type(lib_fn).__name__ == "InterpretedFunction"
+    if interpret and lib_fn is not None and not interpreted:
+        raise DecodecalcError(
+            "triton was imported before TRITON_INTERPRET=1 was set; the interpreter needs it set "
+            "before the first 'import triton' (export TRITON_INTERPRET=1, or load the upstream "
+            "kernels before anything imports triton)"
+        )
+
+
+def load_vllm(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    batch_invariant: bool = False,
+    capability: tuple[int, int] = (9, 0),
+    interpret: bool | None = None,
+    source: UpstreamSource | None = None,
+) -> VllmKernels:
+    """Import vLLM's ``triton_unified_attention`` from file (see module docstring).
+
+    ``capability`` is what the platform shim reports (vLLM reads it for the SM100
+    large-head tuning); ``batch_invariant`` sets ``VLLM_BATCH_INVARIANT`` while the
+    module is imported, which is when vLLM reads it.
+    """
+    require_torch_triton()
+    src = source or locate("vllm", path)
+    interp = _want_interpreter(interpret)
+    key = ("vllm", str(src.root), batch_invariant, capability, interp)
+    if key in _CACHE:
+        return _CACHE[key]
+    _prepare_triton(interp)
+
+    import triton
+    import triton.language as tl
+
+    platform = _Platform(capability)
+    envs = _vllm_envs_module(src.root)
+    logger_mod = types.ModuleType("vllm.logger")
+    logger_mod.init_logger = lambda name: _OnceLogger(logging.getLogger(name))  # type: ignore[attr-defined]
+    platforms_mod = types.ModuleType("vllm.platforms")
+    platforms_mod.current_platform = platform  # type: ignore[attr-defined]
+    tu = types.ModuleType("vllm.triton_utils")
+    tu.triton, tu.tl = triton, tl  # type: ignore[attr-defined]
+    tu.HAS_TRITON = True  # type: ignore[attr-defined]
+    kvi = _kv_quant_mode_module(src.file("vllm/v1/kv_cache_interface.py"))
+
+    mods: dict[str, types.ModuleType] = {
+        "vllm": _package("vllm"),
+        "vllm.envs": envs,
+        "vllm.logger": logger_mod,
+        "vllm.platforms": platforms_mod,
+        "vllm.triton_utils": tu,
+        "vllm.v1": _package("vllm.v1"),
+        "vllm.v1.kv_cache_interface": kvi,
+        "vllm.v1.attention": _package("vllm.v1.attention"),
+        "vllm.v1.attention.ops": _package("vllm.v1.attention.ops"),
+    }
+    env = _interpret_env(interp) | {"VLLM_BATCH_INVARIANT": "1" if batch_invariant else "0"}
+    prefix = f"vllm_{src.version.replace('.', '_')}"
+    with _injected(mods, env):
+        helpers = _exec_file(
+            _private(prefix, "triton_attention_helpers"),
+            src.file("vllm/v1/attention/ops/triton_attention_helpers.py"),
+        )
+        mods["vllm.v1.attention.ops.triton_attention_helpers"] = helpers
+        sys.modules["vllm.v1.attention.ops.triton_attention_helpers"] = helpers
+        _link_parents(mods)
+        module = _exec_file(
+            _private(prefix, "triton_unified_attention"),
+            src.file("vllm/v1/attention/ops/triton_unified_attention.py"),
+        )
+    got = getattr(module, "is_batch_invariant", None)
+    if got is not None and bool(got) != batch_invariant:  # pragma: no cover - defensive
+        raise DecodecalcError(f"vLLM read VLLM_BATCH_INVARIANT={got}, expected {batch_invariant}")
+    kernels = VllmKernels(src, module, helpers, platform, batch_invariant, interp)
+    _CACHE[key] = kernels
+    return kernels
+
+
+class _EnvFlag:
+    def __init__(self, name: str, default: Any) -> None:
+        self.name, self.default = name, default
+
+    def get(self) -> Any:
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return self.default
+        if isinstance(self.default, bool):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(self.default, float):
+            return float(raw)
+        if isinstance(self.default, int):
+            return int(raw)
+        return raw
+
+
+class _SglangEnvs:
+    _DEFAULTS = {
+        "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS": False,
+        "SGLANG_MLA_DECODE_TUNE": False,
+        "SGLANG_FORCE_LEAN_GRID_CU_MULT": 1.0,
+    }
+
+    def __getattr__(self, name: str) -> _EnvFlag:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _EnvFlag(name, self._DEFAULTS.get(name))
+
+
+def _device_core_count(device_id: int = 0) -> int:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(device_id).multi_processor_count)
+    except Exception:  # pragma: no cover
+        pass
+    return 0
+
+
+def load_sglang(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    interpret: bool | None = None,
+    source: UpstreamSource | None = None,
+) -> SglangKernels:
+    """Import SGLang's ``decode_attention`` and ``metadata`` modules from file (CUDA view: not HIP)."""
+    require_torch_triton()
+    src = source or locate("sglang", path)
+    interp = _want_interpreter(interpret)
+    key = ("sglang", str(src.root), interp)
+    if key in _CACHE:
+        return _CACHE[key]
+    _prepare_triton(interp)
+
+    utils = types.ModuleType("sglang.srt.utils")
+    utils.is_hip = lambda: False  # type: ignore[attr-defined]
+    utils.is_gfx95_supported = lambda: False  # type: ignore[attr-defined]
+    utils.is_gfx1250_supported = lambda: False  # type: ignore[attr-defined]
+    utils.get_device_core_count = _device_core_count  # type: ignore[attr-defined]
+    environ = types.ModuleType("sglang.srt.environ")
+    environ.envs = _SglangEnvs()  # type: ignore[attr-defined]
+    mods: dict[str, types.ModuleType] = {
+        "sglang": _package("sglang"),
+        "sglang.srt": _package("sglang.srt"),
+        "sglang.srt.utils": utils,
+        "sglang.srt.environ": environ,
+        "sglang.kernels": _package("sglang.kernels"),
+        "sglang.kernels.ops": _package("sglang.kernels.ops"),
+        "sglang.kernels.ops.attention": _package("sglang.kernels.ops.attention"),
+    }
+    prefix = f"sglang_{src.version.replace('.', '_')}"
+    with _injected(mods, _interpret_env(interp)):
+        score_mod = _exec_file(_private(prefix, "score_mod"), src.file("sglang/kernels/ops/attention/score_mod.py"))
+        mods["sglang.kernels.ops.attention.score_mod"] = score_mod
+        sys.modules["sglang.kernels.ops.attention.score_mod"] = score_mod
+        _link_parents(mods)
+        metadata = _exec_file(_private(prefix, "metadata"), src.file("sglang/kernels/ops/attention/metadata.py"))
+        decode = _exec_file(_private(prefix, "decode_attention"), src.file("sglang/kernels/ops/attention/decode_attention.py"))
+    kernels = SglangKernels(src, decode, metadata, interp)
+    _CACHE[key] = kernels
+    return kernels
+
+
+def seq_lens_tuple(values: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
