@@ -34,6 +34,9 @@ import yaml
 from decodecalc.errors import ConfigError, UnknownNameError
 
 DTYPES = ("float32", "bfloat16", "float16", "fp8")
+_OPTIONAL_INTS = (
+    "v_head_dim", "sliding_window", "sliding_window_pattern", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,9 +59,16 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         where = f"model {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"{where}: field 'name' must be a non-empty string")
         for field_name in ("num_layers", "num_attention_heads", "num_key_value_heads", "head_dim"):
             value = getattr(self, field_name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{where}: field {field_name!r} must be a positive integer, got {value!r}")
+        # optional shape fields reach the same arithmetic, so they get the same check when set
+        for field_name in _OPTIONAL_INTS:
+            value = getattr(self, field_name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ConfigError(f"{where}: field {field_name!r} must be a positive integer, got {value!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(
@@ -78,6 +88,9 @@ class ModelConfig:
 
     @property
     def group_size(self) -> int:
+        """Query heads per KV head. MLA decode shares one latent head among all query heads."""
+        if self.is_mla:
+            return self.num_attention_heads
         return self.num_attention_heads // self.num_key_value_heads
 
     @property
