@@ -1,0 +1,42 @@
+"""Writing results: JSON to stdout or to a file, atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from decodecalc.errors import ConfigError
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, tuple):
+        return list(o)
+    if isinstance(o, float) and o != o:
+        return None
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=_default)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and os.replace: never half-written."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise ConfigError(f"cannot write {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

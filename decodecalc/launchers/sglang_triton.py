@@ -1,0 +1,263 @@
+"""SGLang's Triton decode attention: per-sequence num_kv_splits, stage-1 and stage-2 grids.
+
+Mirrors SGLang v0.5.23 (wheel source):
+- ``get_num_kv_splits_triton``      python/sglang/kernels/ops/attention/metadata.py L8-60
+- ``TritonAttnBackend.get_num_kv_splits``  python/sglang/srt/layers/attention/triton_backend.py L431-480
+  (static / deterministic branches L447-462), max_kv_splits and split tile size L328-372
+- ``_decode_att_m_fwd`` (MHA) L430-515, ``_decode_grouped_att_m_fwd`` L796-915, split length
+  (``kv_len_per_split``) L308-318 / L632-649, ``_decode_softmax_reducev_fwd`` grid L1048,
+  ``_MIN_BLOCK_KV = 32`` L46, ``_GROUPED_BLOCK_H = 16`` L58
+  (all in python/sglang/kernels/ops/attention/decode_attention.py)
+- defaults: ``--triton-attention-num-kv-splits`` 8 (srt/arg_groups/fields/exec_.py L413-416), 16 on HIP
+  (srt/arg_groups/platform_hook.py L52-56); deterministic split tile 256 (triton_backend.py L356-367)
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+from decodecalc.derived import Explain, cdiv, next_power_of_2
+from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.workload import Workload
+
+VERSION = "0.5.23"
+_METADATA = "python/sglang/kernels/ops/attention/metadata.py"
+_DECODE = "python/sglang/kernels/ops/attention/decode_attention.py"
+_BACKEND = "python/sglang/srt/layers/attention/triton_backend.py"
+
+_MIN_BLOCK_KV = 32  # decode_attention.py L46
+_GROUPED_BLOCK_H = 16  # decode_attention.py L58
+DEFAULT_MAX_KV_SPLITS = 8  # exec_.py L413-416
+DEFAULT_MAX_KV_SPLITS_HIP = 16  # platform_hook.py L52-56
+DETERMINISTIC_SPLIT_TILE_SIZE = 256  # SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE default, triton_backend.py L356-367
+
+
+def src(path: str, lines: str) -> str:
+    return f"sglang {VERSION} {path} {lines}"
+
+
+def _f32(x: float) -> float:
+    """Round to IEEE float32, as Triton's scalar float math does."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def ext_device_core_count(max_seq_len: int, device_core_count: int) -> int:
+    """``int32(device_core_count * max(log2(float32(max_seq_len) / 64.0), 1.0))``, in float32."""
+    ext_seq_len = _f32(_f32(float(max_seq_len)) / 64.0)
+    log2 = _f32(math.log2(ext_seq_len)) if ext_seq_len > 0 else -math.inf
+    return int(_f32(device_core_count * max(log2, 1.0)))
+
+
+def token_grid(num_seq: int, num_head: int, num_kv_head: int, num_group: int = 1) -> int:
+    """The stage-1 programs per split (grid dims 0 x 1): MHA B*G*h; grouped B*G*cdiv(h, min(16, g))."""
+    num_kv_group = num_head // num_kv_head
+    if num_kv_group == 1:
+        return num_seq * num_group * num_head
+    block_h = min(_GROUPED_BLOCK_H, num_kv_group)
+    return num_seq * num_group * cdiv(num_head, block_h)
+
+
+def get_num_kv_splits(
+    seq_lens: tuple[int, ...],
+    *,
+    num_head: int,
+    num_kv_head: int,
+    device_core_count: int,
+    max_kv_splits: int,
+    num_group: int = 1,
+) -> tuple[int, ...]:
+    """``get_num_kv_splits_triton``, one value per sequence (replicated ``num_group`` times upstream)."""
+    max_seq_len = max(seq_lens)
+    min_seq_len = min(seq_lens)
+    if max_seq_len * 8 < min_seq_len * 10:  # "uniform enough": Lmax < 1.25 Lmin
+        min_seq_len = max_seq_len
+    max_kv_splits_1 = min(cdiv(max_seq_len, min_seq_len), max_kv_splits)
+    kv_chunk_size_1 = cdiv(max_seq_len, max_kv_splits_1)
+    ext = ext_device_core_count(max_seq_len, device_core_count)
+    tg = token_grid(len(seq_lens), num_head, num_kv_head, num_group)
+    max_kv_splits_2 = min(cdiv(ext, tg), max_kv_splits)
+    kv_chunk_size_2 = cdiv(max_seq_len, max_kv_splits_2)
+    return tuple(max(cdiv(s, kv_chunk_size_1), cdiv(s, kv_chunk_size_2)) for s in seq_lens)
+
+
+def kv_len_per_split(seq_len: int, num_kv_splits: int) -> int:
+    """``cdiv(cdiv(seq_len, kv_splits), MIN_BLOCK_KV) * MIN_BLOCK_KV`` (decode_attention.py L308-310)."""
+    return cdiv(cdiv(seq_len, num_kv_splits), _MIN_BLOCK_KV) * _MIN_BLOCK_KV
+
+
+def nonempty_splits(seq_len: int, num_kv_splits: int) -> int:
+    """Splits whose [start, end) is non-empty; the others store nothing."""
+    return cdiv(seq_len, kv_len_per_split(seq_len, num_kv_splits))
+
+
+def split_ranges(seq_len: int, num_kv_splits: int, max_kv_splits: int) -> tuple[tuple[int, int], ...]:
+    """Key range of every launched split program (grid dim 2 = max_kv_splits)."""
+    step = kv_len_per_split(seq_len, num_kv_splits)
+    out = []
+    for s in range(max_kv_splits):
+        start = min(step * s, seq_len)
+        out.append((start, min(start + step, seq_len)) if s < num_kv_splits else (seq_len, seq_len))
+    return tuple(out)
+
+
+def head_tiles(num_head: int, num_kv_head: int) -> int:
+    """Stage-1 grid dim 1: h for MHA; ``cdiv(h, min(16, g))`` for grouped (``_grouped_head_tiles`` L123-125)."""
+    g = num_head // num_kv_head
+    return num_head if g == 1 else cdiv(num_head, min(_GROUPED_BLOCK_H, g))
+
+
+def stage1_grid(batch: int, num_head: int, num_kv_head: int, max_kv_splits: int) -> tuple[int, int, int]:
+    """MHA ``(B, h, MAX_KV_SPLITS)`` (L460); grouped ``(B, head_tiles, MAX_KV_SPLITS)`` (L867)."""
+    return (batch, head_tiles(num_head, num_kv_head), max_kv_splits)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SglangSettings:
+    """Server arguments that change the Triton decode launch."""
+
+    max_kv_splits: int | None = None  # --triton-attention-num-kv-splits (None: 8, 16 on AMD)
+    deterministic: bool = False  # --enable-deterministic-inference
+    static_kv_splits: bool = False  # SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS
+    split_tile_size: int | None = None  # --triton-attention-split-tile-size
+    context_len: int | None = None  # model context length (sizes max_kv_splits with a split tile; MLA)
+    padded_batch: int | None = None  # CUDA-graph replay batch (padded rows carry seq_len 1)
+
+    def __post_init__(self) -> None:
+        if self.max_kv_splits is not None and self.max_kv_splits <= 0:
+            raise ConfigError(f"--max-kv-splits must be a positive integer, got {self.max_kv_splits}")
+        if self.split_tile_size is not None and self.split_tile_size <= 0:
+            raise ConfigError(f"--split-tile-size must be a positive integer, got {self.split_tile_size}")
+
+
+@dataclass(frozen=True, slots=True)
+class SglangPlan:
+    plan: LaunchPlan
+    max_kv_splits: int
+    num_kv_splits: tuple[int, ...]
+    nonempty_splits: tuple[int, ...]
+    kv_len_per_split: tuple[int, ...]
+    stage1_grid: tuple[int, int, int]
+    stage2_grid: tuple[int, int]
+    mode: str  # "adaptive", "static", "deterministic"
+    padded_rows: int
+
+
+def resolve_max_kv_splits(work: Workload, gpu: GPUSpec, settings: SglangSettings, ex: Explain) -> int:
+    base = settings.max_kv_splits or (DEFAULT_MAX_KV_SPLITS_HIP if gpu.is_rocm else DEFAULT_MAX_KV_SPLITS)
+    ex.add("max_kv_splits_arg", base, "--triton-attention-num-kv-splits (default 8; 16 on HIP)",
+           src("python/sglang/srt/arg_groups/fields/exec_.py", "L413-416"), user=settings.max_kv_splits,
+           rocm=gpu.is_rocm)
+    context_len = settings.context_len or work.max_seqlen_k
+    tile = settings.split_tile_size or (DETERMINISTIC_SPLIT_TILE_SIZE if settings.deterministic else None)
+    if tile is not None:
+        value = cdiv(context_len, tile)
+        return ex.add("max_kv_splits", value, "cdiv(context_len, split_tile_size)", src(_BACKEND, "L369-372"),
+                      context_len=context_len, split_tile_size=tile)
+    if work.model.is_mla:
+        value = max(base, min(next_power_of_2(gpu.num_sms), next_power_of_2(cdiv(context_len, 32))))
+        if gpu.gfx_arch == "gfx942":
+            value = min(value, 256)
+        return ex.add("max_kv_splits", value, "max(base, min(np2(SM), np2(cdiv(context_len, 32)))) (MLA)",
+                      src(_BACKEND, "L80-90, L328-338"), base=base, SM=gpu.num_sms, context_len=context_len)
+    return ex.add("max_kv_splits", base, "server argument", src(_BACKEND, "L328-338"), base=base)
+
+
+def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = None) -> SglangPlan:
+    """Model one decode step of SGLang's Triton backend on one rank."""
+    settings = settings or SglangSettings()
+    if work.max_seqlen_q > 1:
+        raise UnsupportedError(
+            f"query length {work.max_seqlen_q} > 1: SGLang runs prefill, mixed and speculative-verify batches "
+            "through extend_attention, which does not split the KV (triton_backend.py L1059, L1127)"
+        )
+    ex = Explain()
+    maxs = resolve_max_kv_splits(work, gpu, settings, ex)
+    h, h_kv = work.num_heads, work.num_kv_heads
+    seq_lens = work.seq_lens
+    padded_rows = 0
+    if settings.padded_batch is not None and settings.padded_batch > work.batch:
+        # CUDA-graph replay: rows past the real batch carry seq_len 1 (triton_backend.py L1440-1441)
+        padded_rows = settings.padded_batch - work.batch
+        seq_lens = seq_lens + (1,) * padded_rows
+    b = len(seq_lens)
+    if settings.deterministic:
+        tile = settings.split_tile_size or DETERMINISTIC_SPLIT_TILE_SIZE
+        splits = tuple(cdiv(s, tile) for s in seq_lens)
+        mode = "deterministic"
+        ex.add("num_kv_splits", _compact(splits), "cdiv(seq_len, split_tile_size)", src(_BACKEND, "L453-462"),
+               split_tile_size=tile)
+    elif settings.static_kv_splits or gpu.num_sms <= 0:
+        splits = (maxs,) * b
+        mode = "static"
+        ex.add("num_kv_splits", _compact(splits), "max_kv_splits (static)", src(_BACKEND, "L447-451"),
+               max_kv_splits=maxs)
+    else:
+        splits = get_num_kv_splits(seq_lens, num_head=h, num_kv_head=h_kv, device_core_count=gpu.num_sms,
+                                   max_kv_splits=maxs)
+        mode = "adaptive"
+        lmax, lmin = max(seq_lens), min(seq_lens)
+        lmin_used = lmax if lmax * 8 < lmin * 10 else lmin
+        ext = ext_device_core_count(lmax, gpu.num_sms)
+        tg = token_grid(b, h, h_kv)
+        ex.add("ext_device_core_count", ext, "int32(SM * max(log2(float32(Lmax) / 64), 1))",
+               src(_METADATA, "L36-40"), SM=gpu.num_sms, Lmax=lmax)
+        ex.add("token_grid", tg, "B * h if g == 1 else B * cdiv(h, min(16, g))", src(_METADATA, "L41-47"),
+               B=b, h=h, g=h // h_kv)
+        m1 = min(cdiv(lmax, lmin_used), maxs)
+        m2 = min(cdiv(ext, tg), maxs)
+        ex.add("kv_chunk_size_1", cdiv(lmax, m1), "cdiv(Lmax, min(cdiv(Lmax, Lmin), max_kv_splits))",
+               src(_METADATA, "L28-33"), Lmax=lmax, Lmin=lmin_used, max_kv_splits=maxs)
+        ex.add("kv_chunk_size_2", cdiv(lmax, m2), "cdiv(Lmax, min(cdiv(ext_device_core_count, token_grid), max_kv_splits))",
+               src(_METADATA, "L48-51"), Lmax=lmax, ext_device_core_count=ext, token_grid=tg, max_kv_splits=maxs)
+        ex.add("num_kv_splits", _compact(splits), "max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))",
+               src(_METADATA, "L53-55"))
+    # In the static/deterministic modes a split count may exceed the grid's dim 2 only if the user
+    # mis-sizes max_kv_splits; upstream would then drop splits, so say so instead of modelling it.
+    if max(splits) > maxs:
+        raise ConfigError(f"num_kv_splits {max(splits)} exceeds max_kv_splits {maxs}: raise --max-kv-splits "
+                          "or --context-len")
+    kvps = tuple(kv_len_per_split(s, n) for s, n in zip(seq_lens, splits))
+    nonempty = tuple(cdiv(s, k) for s, k in zip(seq_lens, kvps))
+    grid1 = stage1_grid(b, h, h_kv, maxs)
+    ex.add("stage1_grid", grid1, "(B, h, max_kv_splits) if g == 1 else (B, cdiv(h, min(16, g)), max_kv_splits)",
+           src(_DECODE, "L460, L867"), B=b, h=h, g=h // h_kv, max_kv_splits=maxs)
+    grid2 = (b, h)
+    ex.add("stage2_grid", grid2, "(batch, head_num)", src(_DECODE, "L1048"), batch=b, head_num=h)
+    ex.add("kv_len_per_split", _compact(kvps), "cdiv(cdiv(seq_len, num_kv_splits), 32) * 32",
+           src(_DECODE, "L308-310"))
+    ht = grid1[1]
+    real = work.batch
+    working1 = sum(nonempty[:real]) * ht + sum(nonempty[real:]) * ht  # padded rows read their one key too
+    d_v = work.head_size_v
+    per_split = (d_v + 1) * 4  # attn_logits d_v floats + attn_lse 1 float
+    ps = ex.add("partial_state_bytes_per_layer", b * h * maxs * per_split,
+                "B * h * max_kv_splits * (Lv + 1) * 4  (attn_logits [B, h, S, Lv] + attn_lse [B, h, S], fp32)",
+                src(_BACKEND, "L953-971"), B=b, h=h, max_kv_splits=maxs, Lv=d_v)
+    used = ex.add("partial_state_bytes_used_per_layer", sum(nonempty) * h * per_split,
+                  "sum_i nonempty_splits_i * h * (Lv + 1) * 4", src(_DECODE, "L308-318"), h=h, Lv=d_v)
+    scratch = b * h * maxs * per_split + b * 4  # + num_kv_splits int32
+    kernels = (
+        KernelLaunch(name="_fwd_grouped_kernel_stage1" if h != h_kv else "_fwd_kernel_stage1", grid=grid1,
+                     working_programs=working1,
+                     constexprs={"BLOCK_H": _GROUPED_BLOCK_H if h != h_kv else None, "BLOCK_N": 32 if h != h_kv else 64,
+                                 "MIN_BLOCK_KV": _MIN_BLOCK_KV, "MAX_KV_SPLITS": maxs}),
+        KernelLaunch(name="_fwd_kernel_stage2", grid=grid2, working_programs=b * h,
+                     constexprs={"MAX_KV_SPLITS": maxs, "MIN_BLOCK_KV": _MIN_BLOCK_KV}),
+    )
+    plan = LaunchPlan(
+        system="sglang", kernels=kernels, splits=splits[:real], nonempty_splits=nonempty[:real],
+        tokens_per_split=kvps[:real], partial_state_bytes=ps, partial_state_bytes_used=used, scratch_bytes=scratch,
+        explain=ex.items(), details={"mode": mode, "padded_rows": padded_rows},
+    )
+    return SglangPlan(plan=plan, max_kv_splits=maxs, num_kv_splits=splits[:real], nonempty_splits=nonempty[:real],
+                      kv_len_per_split=kvps[:real], stage1_grid=grid1, stage2_grid=grid2, mode=mode,
+                      padded_rows=padded_rows)
+
+
+def _compact(values: tuple[int, ...]) -> object:
+    """One value if all equal, else the tuple (keeps --explain readable for big batches)."""
+    return values[0] if len(set(values)) == 1 else values

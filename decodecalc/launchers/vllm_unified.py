@@ -1,0 +1,536 @@
+"""vLLM's Triton unified attention: BLOCK_M/BLOCK_Q packing, the 2D/3D gate, segments, reduce.
+
+Mirrors, in vLLM v0.33.0 (wheel source, line numbers of that release):
+- ``unified_attention``               vllm/v1/attention/ops/triton_unified_attention.py L828-1231
+  (BLOCK_M/BLOCK_Q L958-961, total_num_q_blocks L992, use_3d L1070-1091, grids L1118-1123,
+  reduce_segments grid L1211, tile sizes ``_get_tile_size`` L810-825, MAX_3D_QUERY_LEN L37)
+- ``kernel_unified_attention``        same file, early exits L321-327 (q-block, segment)
+- ``reduce_segments``                 same file, act_num_segments L741-747
+- ``TritonAttentionMetadataBuilder``  vllm/v1/attention/backends/triton_attn.py L58-59 (constants),
+  L136-149 (seq_threshold_3D and its CUDA-graph snapping), L150-210 (scratch), L264-280 (SM 12.0)
+Older gates: v0.14.0 (``2D iff max_seqlen_q > 1 or B > seq_threshold_3D``, L952-963) and
+v0.11.0 (``2D iff max_seqlen_q > 1 or total_num_q_blocks * h_kv > 128``, L750, scratch per call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from decodecalc.derived import Explain, cdiv, next_power_of_2
+from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.launchers import cudagraphs as cg
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.workload import Workload
+
+VERSIONS = ("0.33.0", "0.14.0", "0.11.0")
+
+_OPS = "vllm/v1/attention/ops/triton_unified_attention.py"
+_BACKEND = "vllm/v1/attention/backends/triton_attn.py"
+
+# vllm 0.33.0 triton_attn.py L58-59 (0.14.0 L40-41)
+MIN_LAUNCH_GRID_SIZE_2D = 128
+NUM_PAR_SOFTMAX_SEGMENTS = 16
+# vllm 0.33.0 triton_unified_attention.py L37: longest per-request query the 3D path runs
+MAX_3D_QUERY_LEN = 8
+# SM 12.0 only: the backend builds 64-segment scratch (triton_attn.py L152-162, 0.33.0)
+NUM_PAR_SOFTMAX_SEGMENTS_SM120 = 64
+# 0.11.0: the segment count was a local constant of the wrapper (L803)
+NUM_SEGMENTS_V11 = 16
+
+
+def src(version: str, path: str, lines: str) -> str:
+    return f"vllm {version} {path} {lines}"
+
+
+def is_gemma3_attention(head_size: int, sliding_window: int) -> bool:
+    """``_is_gemma3_attention``: window 1024 with head size 128 or 256 (0.33.0 L800-807)."""
+    return sliding_window == 1024 and head_size in (128, 256)
+
+
+def get_tile_size(head_size: int, sliding_window: int, element_size: int, is_prefill: bool) -> int:
+    """``_get_tile_size`` (0.33.0 L810-825): Gemma-3 32; 2D/prefill 32; 3D 16, or 32 for fp8 queries."""
+    if is_gemma3_attention(head_size, sliding_window):
+        return 32
+    if is_prefill:
+        return 32
+    return 16 if element_size >= 2 else 32
+
+
+@dataclass(frozen=True, slots=True)
+class UnifiedLaunch:
+    """What ``unified_attention`` launches for one call."""
+
+    use_3d: bool
+    grid: tuple[int, ...]
+    reduce_grid: tuple[int, int] | None
+    block_m: int
+    block_q: int
+    tile_size: int
+    tile_size_decode: int
+    total_num_q_blocks: int
+    num_segments: int
+    reasons_2d: tuple[str, ...]
+    explain: tuple = field(default=(), compare=False)
+
+
+def unified_attention_grid(
+    *,
+    num_tokens: int,
+    seq_lens: tuple[int, ...],
+    query_lens: tuple[int, ...],
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    q_dtype_bytes: int,
+    sliding_window: int | None,
+    seq_threshold_3D: int | None,
+    num_par_softmax_segments: int | None,
+    scratch_rows: int | None,
+    batch_invariant: bool,
+    version: str = "0.33.0",
+    is_sm100: bool = False,
+) -> UnifiedLaunch:
+    """The wrapper's arithmetic, call by call, exactly as ``unified_attention`` does it."""
+    if version not in VERSIONS:
+        raise ConfigError(f"vLLM version {version!r} is not modeled; valid: {', '.join(VERSIONS)}")
+    ex = Explain()
+    num_seqs = len(seq_lens)
+    max_seqlen_q = max(query_lens)
+    lines = {"0.33.0": ("L958-960", "L961", "L992", "L1070-1091", "L1118-1123", "L1211", "L810-825"),
+             "0.14.0": ("L899-901", "L902", "L934", "L952-963", "L1019-1021", "L1041", "L840-859"),
+             "0.11.0": ("L730-732", "L733", "L747", "L750", "L840-860", "L874", "L746-747")}[version]
+    path = _OPS if version != "0.11.0" else "vllm/attention/ops/triton_unified_attention.py"
+    qpk = ex.add("num_queries_per_kv", num_heads // num_kv_heads, "num_query_heads // num_kv_heads",
+                 src(version, path, lines[0]), num_query_heads=num_heads, num_kv_heads=num_kv_heads)
+    block_m = ex.add("BLOCK_M", 16 if qpk <= 16 else next_power_of_2(qpk),
+                     "16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)",
+                     src(version, path, lines[0]), num_queries_per_kv=qpk)
+    block_q = block_m // qpk
+    # SM100-only tuned path for head size 256 prefill-shaped calls (0.33.0 L971-980)
+    tuned_large_head = version == "0.33.0" and is_sm100 and head_size == 256 and max_seqlen_q > 1 and qpk <= 16
+    if tuned_large_head:
+        block_m = 32
+        block_q = block_m // qpk
+    ex.add("BLOCK_Q", block_q, "BLOCK_M // num_queries_per_kv", src(version, path, lines[1]),
+           BLOCK_M=block_m, num_queries_per_kv=qpk)
+    total_num_q_blocks = ex.add("total_num_q_blocks", num_tokens // block_q + num_seqs,
+                                "q.shape[0] // BLOCK_Q + num_seqs", src(version, path, lines[2]),
+                                **{"q.shape[0]": num_tokens, "BLOCK_Q": block_q, "num_seqs": num_seqs})
+    window = sliding_window or 0
+    tile_prefill = get_tile_size(head_size, window, q_dtype_bytes, True)
+    tile_decode = get_tile_size(head_size, window, q_dtype_bytes, False)
+    if tuned_large_head:
+        tile_prefill = 128
+
+    reasons: list[str] = []
+    if version == "0.33.0":
+        if seq_threshold_3D is None or num_par_softmax_segments is None or scratch_rows is None:
+            reasons.append("no split-K scratch: seq_threshold_3D, num_par_softmax_segments or softmax_segm_* is None")
+        if max_seqlen_q > 1:
+            if max_seqlen_q > MAX_3D_QUERY_LEN:
+                reasons.append(f"mixed prefill: max_seqlen_q {max_seqlen_q} > MAX_3D_QUERY_LEN {MAX_3D_QUERY_LEN}"
+                               " (a prefill chunk or speculative decode over 8 tokens)")
+            if tuned_large_head:
+                reasons.append("SM100 tuned large-head path (head size 256, max_seqlen_q > 1)")
+        if seq_threshold_3D is not None:
+            q_blocks = num_seqs * cdiv(max_seqlen_q, block_q)
+            ex.add("q_blocks_for_gate", q_blocks, "num_seqs * cdiv(max_seqlen_q, BLOCK_Q)",
+                   src(version, path, lines[3]), num_seqs=num_seqs, max_seqlen_q=max_seqlen_q, BLOCK_Q=block_q)
+            if q_blocks > seq_threshold_3D:
+                reasons.append(f"batch over threshold: num_seqs * cdiv(max_seqlen_q, BLOCK_Q) = {q_blocks} > "
+                               f"seq_threshold_3D {seq_threshold_3D}")
+        if batch_invariant:
+            reasons.append("batch invariance: VLLM_BATCH_INVARIANT=1")
+        if not reasons and scratch_rows is not None and scratch_rows < num_tokens:
+            reasons.append(f"scratch too small: softmax_segm rows {scratch_rows} < query tokens {num_tokens}")
+    elif version == "0.14.0":
+        if seq_threshold_3D is None or num_par_softmax_segments is None or scratch_rows is None:
+            reasons.append("no split-K scratch: seq_threshold_3D or the softmax_segm_* buffers are None")
+        if max_seqlen_q > 1:
+            reasons.append(f"prefill or speculative tokens in batch: max_seqlen_q {max_seqlen_q} > 1")
+        if seq_threshold_3D is not None and num_seqs > seq_threshold_3D:
+            reasons.append(f"batch over threshold: num_seqs {num_seqs} > seq_threshold_3D {seq_threshold_3D}")
+    else:  # 0.11.0
+        if max_seqlen_q > 1:
+            reasons.append(f"prefill or speculative tokens in batch: max_seqlen_q {max_seqlen_q} > 1")
+        if total_num_q_blocks * num_kv_heads > MIN_LAUNCH_GRID_SIZE_2D:
+            reasons.append(f"2D grid already large: total_num_q_blocks * num_kv_heads = "
+                           f"{total_num_q_blocks * num_kv_heads} > {MIN_LAUNCH_GRID_SIZE_2D}")
+    use_3d = not reasons
+    ex.add("use_3d", use_3d, "not any(disqualifying condition)", src(version, path, lines[3]),
+           reasons_2d="; ".join(reasons) or "none")
+
+    if version == "0.11.0":
+        segments = NUM_SEGMENTS_V11
+    else:
+        segments = num_par_softmax_segments or NUM_PAR_SOFTMAX_SEGMENTS
+    if use_3d:
+        grid: tuple[int, ...] = (total_num_q_blocks, num_kv_heads, segments)
+        reduce_grid: tuple[int, int] | None = (num_tokens, num_heads)
+        tile = tile_decode
+        ex.add("grid", grid, "(total_num_q_blocks, num_kv_heads, num_par_softmax_segments)",
+               src(version, path, lines[4]), total_num_q_blocks=total_num_q_blocks, num_kv_heads=num_kv_heads,
+               num_par_softmax_segments=segments)
+        ex.add("reduce_grid", reduce_grid, "(q.shape[0], num_query_heads)", src(version, path, lines[5]),
+               **{"q.shape[0]": num_tokens, "num_query_heads": num_heads})
+    else:
+        grid = (total_num_q_blocks, num_kv_heads)
+        reduce_grid = None
+        tile = tile_prefill
+        ex.add("grid", grid, "(total_num_q_blocks, num_kv_heads)", src(version, path, lines[4]),
+               total_num_q_blocks=total_num_q_blocks, num_kv_heads=num_kv_heads)
+    ex.add("TILE_SIZE", tile,
+           "32 if Gemma-3 (window 1024, head 128/256) else (32 on 2D; 3D: 16 if q.element_size() >= 2 else 32)",
+           src(version, path, lines[6]), head_size=head_size, sliding_window=window,
+           element_size=q_dtype_bytes, is_3d=use_3d)
+    return UnifiedLaunch(
+        use_3d=use_3d, grid=grid, reduce_grid=reduce_grid, block_m=block_m, block_q=block_q, tile_size=tile,
+        tile_size_decode=tile_decode, total_num_q_blocks=total_num_q_blocks,
+        num_segments=segments if use_3d else 1, reasons_2d=tuple(reasons), explain=ex.items(),
+    )
+
+
+def tiles_per_segment(seq_len: int, num_segments: int, tile_size: int) -> int:
+    """``cdiv(seq_len, NUM_SEGMENTS_PER_SEQ * TILE_SIZE)`` (kernel L325)."""
+    return cdiv(seq_len, num_segments * tile_size)
+
+
+def active_segments(seq_len: int, num_segments: int, tile_size: int) -> int:
+    """Segments that read keys: ``cdiv(seq_len, tiles_per_segment * TILE_SIZE)`` (reduce L741-747)."""
+    if seq_len <= 0:
+        return 0
+    return cdiv(seq_len, tiles_per_segment(seq_len, num_segments, tile_size) * tile_size)
+
+
+def segment_ranges(seq_len: int, num_segments: int, tile_size: int) -> tuple[tuple[int, int], ...]:
+    """Key range [start, end) of every launched segment; empty (start == end) for those that return early."""
+    tps = tiles_per_segment(seq_len, num_segments, tile_size)
+    ranges = []
+    for s in range(num_segments):
+        start = s * tps * tile_size
+        if start >= seq_len:
+            ranges.append((seq_len, seq_len))
+        else:
+            ranges.append((start, min((s + 1) * tps * tile_size, seq_len)))
+    return tuple(ranges)
+
+
+# --------------------------------------------------------------------------------------------
+# Backend (metadata builder) and engine settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmSettings:
+    """Engine settings that change what the Triton backend launches (EngineArgs defaults of 0.33.0)."""
+
+    version: str = "0.33.0"
+    cudagraph_mode: str = "FULL_AND_PIECEWISE"  # -O2 default (vllm/config/vllm.py L297-311); NONE = eager
+    model_runner: str = "v2"  # V2 is the 0.33.0 default (vllm/config/vllm.py L731-767)
+    max_num_seqs: int = 1024  # EngineArgs default on >= 70 GiB GPUs (vllm/engine/arg_utils.py L2973-2996)
+    max_num_batched_tokens: int = 8192
+    num_speculative_tokens: int = 0
+    batch_invariant: bool = False
+    performance_mode: str = "balanced"
+    capture_sizes: tuple[int, ...] | None = None  # user --cuda-graph-sizes
+    seq_threshold_3d: int | None = None  # override of the builder's threshold (after snapping)
+
+    def __post_init__(self) -> None:
+        if self.version not in VERSIONS:
+            raise ConfigError(f"vLLM version {self.version!r} is not modeled; valid: {', '.join(VERSIONS)}")
+        if self.cudagraph_mode not in cg.CUDAGRAPH_MODES:
+            raise ConfigError(f"cudagraph mode {self.cudagraph_mode!r}; valid: {', '.join(cg.CUDAGRAPH_MODES)}")
+        if self.model_runner not in ("v1", "v2"):
+            raise ConfigError(f"model runner {self.model_runner!r}; valid: v1, v2")
+        if self.max_num_seqs <= 0:
+            raise ConfigError(f"--max-num-seqs must be positive, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens <= 0:
+            raise ConfigError(f"--max-num-batched-tokens must be positive, got {self.max_num_batched_tokens}")
+        if self.seq_threshold_3d is not None and self.seq_threshold_3d < 0:
+            raise ConfigError(f"--seq-threshold-3d must be >= 0, got {self.seq_threshold_3d}")
+        if self.performance_mode not in ("balanced", "interactivity", "throughput"):
+            raise ConfigError(f"performance mode {self.performance_mode!r}; valid: balanced, interactivity, throughput")
+
+
+@dataclass(frozen=True, slots=True)
+class TritonBackend:
+    """What ``TritonAttentionMetadataBuilder.__init__`` fixes once, at engine start."""
+
+    capture_sizes: tuple[int, ...]  # the engine's list
+    builder_capture_sizes: tuple[int, ...]  # the copy the builder snaps against (V1 + spec: rounded)
+    seq_threshold_3D: int
+    num_par_softmax_segments: int
+    max_query_len_3d: int
+    scratch_rows: int
+    max_seqs_64_segments: int
+    head_size_padded: int
+    explain: tuple = field(default=(), compare=False)
+
+    def scratch_bytes(self, num_heads: int) -> int:
+        per_row_head = self.num_par_softmax_segments * (self.head_size_padded + 2) * 4
+        return self.scratch_rows * num_heads * per_row_head
+
+
+def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> TritonBackend:
+    """Threshold (snapped to a capture size under FULL decode graphs), segment count and scratch rows."""
+    ex = Explain()
+    v = settings.version
+    q = 1 + settings.num_speculative_tokens
+    cc_major = gpu.compute_capability[0] if gpu.compute_capability else 0
+    sizes: tuple[int, ...] = ()
+    if settings.cudagraph_mode != "NONE":
+        sizes = cg.capture_sizes(
+            max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
+            num_speculative_tokens=settings.num_speculative_tokens, compute_capability_major=cc_major,
+            performance_mode=settings.performance_mode, user_sizes=settings.capture_sizes,
+        )
+    builder_sizes = sizes
+    if settings.model_runner == "v1" and settings.cudagraph_mode in cg.FULL_DECODE_MODES:
+        builder_sizes = cg.round_sizes_for_spec_decode(sizes, q)
+    ex.add("cudagraph_capture_sizes", _short(sizes), "VllmConfig._set_cudagraph_sizes(max_num_seqs, "
+           "max_num_batched_tokens, 1 + num_speculative_tokens)", cg.SOURCE_SIZES,
+           max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
+           num_speculative_tokens=settings.num_speculative_tokens, mode=settings.cudagraph_mode)
+    raw = MIN_LAUNCH_GRID_SIZE_2D // work.num_kv_heads
+    ex.add("seq_threshold_3D_raw", raw, "MIN_LAUNCH_GRID_SIZE_2D // num_heads_kv",
+           src(v, _BACKEND, "L136"), MIN_LAUNCH_GRID_SIZE_2D=MIN_LAUNCH_GRID_SIZE_2D, num_heads_kv=work.num_kv_heads)
+    threshold = raw
+    if settings.cudagraph_mode in cg.FULL_DECODE_MODES and builder_sizes and v != "0.11.0":
+        threshold = cg.snap_threshold(raw, builder_sizes)
+        ex.add("seq_threshold_3D", threshold, "capture size closest to seq_threshold_3D_raw (ties: smaller)",
+               cg.SOURCE_SNAP, seq_threshold_3D_raw=raw)
+    if settings.seq_threshold_3d is not None:
+        threshold = settings.seq_threshold_3d
+        ex.add("seq_threshold_3D", threshold, "user override (--seq-threshold-3d)", "decodecalc option",
+               seq_threshold_3d=threshold)
+
+    segments = NUM_PAR_SOFTMAX_SEGMENTS
+    max_seqs_64 = 0
+    if v == "0.33.0" and gpu.compute_capability == (12, 0):
+        max_seqs_64 = (gpu.num_sms - 1) // (NUM_PAR_SOFTMAX_SEGMENTS * work.num_kv_heads)
+        ex.add("max_seqs_64_segments", max_seqs_64, "(num_compute_units - 1) // (16 * num_heads_kv)",
+               src(v, _BACKEND, "L152-162"), num_compute_units=gpu.num_sms, num_heads_kv=work.num_kv_heads)
+    max_query_len_3d = min(q, MAX_3D_QUERY_LEN) if settings.num_speculative_tokens else 1
+    if v == "0.33.0":
+        rows = min(threshold, settings.max_num_seqs) * max_query_len_3d
+        formula = "min(seq_threshold_3D, max_num_seqs) * max_query_len_3d"
+        if max_seqs_64 > 0:
+            segments = NUM_PAR_SOFTMAX_SEGMENTS_SM120
+            rows = max(min(max_seqs_64, min(threshold, settings.max_num_seqs)) * max_query_len_3d,
+                       cdiv(rows, NUM_PAR_SOFTMAX_SEGMENTS_SM120 // NUM_PAR_SOFTMAX_SEGMENTS))
+            formula = "max(min(max_seqs_64_segments, max_num_seqs_3d) * max_query_len_3d, cdiv(rows_16, 4))"
+        lines = "L164-210"
+    elif v == "0.14.0":
+        rows, formula, lines = threshold, "seq_threshold_3D", "L167-186"
+    else:
+        rows, formula, lines = 0, "allocated inside every 3D call with q.shape[0] rows", "L805-826"
+    ex.add("scratch_rows", rows, formula, src(v, _BACKEND if v != "0.11.0" else _OPS, lines),
+           seq_threshold_3D=threshold, max_num_seqs=settings.max_num_seqs, max_query_len_3d=max_query_len_3d)
+    return TritonBackend(
+        capture_sizes=sizes, builder_capture_sizes=builder_sizes, seq_threshold_3D=threshold,
+        num_par_softmax_segments=segments, max_query_len_3d=max_query_len_3d, scratch_rows=rows,
+        max_seqs_64_segments=max_seqs_64, head_size_padded=next_power_of_2(work.head_size), explain=ex.items(),
+    )
+
+
+def _short(sizes: tuple[int, ...]) -> str:
+    if len(sizes) <= 12:
+        return str(list(sizes))
+    return f"[{', '.join(map(str, sizes[:6]))}, ..., {', '.join(map(str, sizes[-3:]))}] ({len(sizes)} sizes)"
+
+
+# --------------------------------------------------------------------------------------------
+# The plan for one decode step
+
+
+@dataclass(frozen=True, slots=True)
+class VllmPlan:
+    """The launch for the batch as given, and the padded FULL-graph replay when one runs."""
+
+    plan: LaunchPlan
+    launch: UnifiedLaunch
+    backend: TritonBackend
+    replay_mode: str  # "FULL", "PIECEWISE" or "eager"
+    replay: "VllmReplay | None"
+    segments_per_seq: tuple[int, ...]  # allocated segments per sequence (1 on 2D)
+    active_segments: tuple[int, ...]
+    tiles_per_segment: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class VllmReplay:
+    num_reqs_padded: int
+    num_tokens_padded: int
+    launch: UnifiedLaunch
+    plan: LaunchPlan
+
+
+def check_supported(work: Workload, settings: VllmSettings) -> None:
+    """vLLM's own startup checks that reject a config before any launch."""
+    if work.model.is_mla:
+        raise UnsupportedError(
+            f"{work.model.name} uses MLA; vLLM's Triton unified attention (TRITON_ATTN) serves MHA/GQA only "
+            "(MLA runs on the TRITON_MLA / FlashMLA backends)"
+        )
+    if work.block_size % 16:
+        raise ConfigError(
+            f"--block-size {work.block_size}: vLLM's Triton backend supports kernel block sizes "
+            f"MultipleOf(16) ({_BACKEND} L339-346, 0.33.0); use 16, 32, 48, 64, ..."
+        )
+    if work.head_size < 32:
+        raise UnsupportedError(f"head size {work.head_size} < 32 is not supported by TRITON_ATTN ({_BACKEND} L379-380)")
+
+
+def _sliding_window(work: Workload, layer: str) -> int | None:
+    if layer == "sliding":
+        return work.model.sliding_window
+    return None
+
+
+def plan_vllm(work: Workload, gpu: GPUSpec, settings: VllmSettings | None = None, *, layer: str = "global") -> VllmPlan:
+    """Model the whole Triton-backend decode step: backend init, the call as given, the graph replay."""
+    settings = settings or VllmSettings()
+    check_supported(work, settings)
+    backend = build_backend(work, gpu, settings)
+    window = _sliding_window(work, layer)
+    segments = backend.num_par_softmax_segments
+    scratch_rows = backend.scratch_rows
+    # SM 12.0: build() falls back to a 16-segment view of the same buffer (4x the rows)
+    if backend.max_seqs_64_segments > 0 and (
+        backend.max_seqs_64_segments < work.batch or backend.scratch_rows < work.num_tokens
+    ):
+        segments = NUM_PAR_SOFTMAX_SEGMENTS
+        scratch_rows = backend.scratch_rows * (NUM_PAR_SOFTMAX_SEGMENTS_SM120 // NUM_PAR_SOFTMAX_SEGMENTS)
+    if settings.version == "0.11.0":
+        scratch_rows = work.num_tokens  # allocated per call
+    launch = unified_attention_grid(
+        num_tokens=work.num_tokens, seq_lens=work.seq_lens, query_lens=work.query_lens,
+        num_heads=work.num_heads, num_kv_heads=work.num_kv_heads, head_size=work.head_size,
+        q_dtype_bytes=_query_element_size(work, gpu), sliding_window=window,
+        seq_threshold_3D=backend.seq_threshold_3D, num_par_softmax_segments=segments,
+        scratch_rows=scratch_rows, batch_invariant=settings.batch_invariant, version=settings.version,
+        is_sm100=gpu.compute_capability is not None and gpu.compute_capability[0] == 10,
+    )
+    plan, segs, active, tps = _launch_plan(work, launch, backend, window, "vllm")
+
+    # CUDA graphs: a FULL replay repeats the launch decided at capture for the padded batch.
+    q = 1 + settings.num_speculative_tokens
+    replay = cg.dispatch(query_lens=work.query_lens, sizes=backend.capture_sizes, mode=settings.cudagraph_mode,
+                         q=q, max_num_seqs=settings.max_num_seqs) if settings.version != "0.11.0" else \
+        cg.Replay("eager", work.batch, work.num_tokens)
+    replay_out: VllmReplay | None = None
+    if replay.mode == "FULL":
+        b_pad, t_pad = replay.num_reqs_padded, replay.num_tokens_padded
+        # FULL mode captures with max_query_len = T_pad; the decode modes with q (cudagraph_utils.py L744)
+        q_capture = t_pad if settings.cudagraph_mode == "FULL" else q
+        pad_q = _padded_query_lens(work.query_lens, b_pad, t_pad, q_capture)
+        padded = unified_attention_grid(
+            num_tokens=t_pad, seq_lens=(1,) * b_pad, query_lens=pad_q,
+            num_heads=work.num_heads, num_kv_heads=work.num_kv_heads, head_size=work.head_size,
+            q_dtype_bytes=_query_element_size(work, gpu), sliding_window=window,
+            seq_threshold_3D=backend.seq_threshold_3D, num_par_softmax_segments=segments,
+            scratch_rows=scratch_rows, batch_invariant=settings.batch_invariant, version=settings.version,
+            is_sm100=gpu.compute_capability is not None and gpu.compute_capability[0] == 10,
+        )
+        # Replayed with the real lengths; padded requests (query length 0, seq_len 0) exit at once.
+        replay_plan, *_ = _launch_plan(work, padded, backend, window, "vllm (CUDA-graph replay)")
+        replay_out = VllmReplay(b_pad, t_pad, padded, replay_plan)
+    return VllmPlan(plan=plan, launch=launch, backend=backend, replay_mode=replay.mode, replay=replay_out,
+                    segments_per_seq=segs, active_segments=active, tiles_per_segment=tps)
+
+
+def _padded_query_lens(real: tuple[int, ...], b_pad: int, t_pad: int, q_capture: int) -> tuple[int, ...]:
+    """Query lengths the captured launch was decided with: max_seqlen_q = q_capture, T = t_pad."""
+    lens = list(real) + [0] * (b_pad - len(real))
+    lens[0] = max(lens[0], q_capture)  # only max() and the totals enter the wrapper's arithmetic
+    return tuple(lens)
+
+
+def _query_element_size(work: Workload, gpu: GPUSpec) -> int:
+    """On CUDA an fp8 KV cache makes the layer quantize the query to fp8 (0.33.0 attention.py L470-488,
+    triton_attn.py supports_quant_query_input = is_cuda()); on ROCm the query stays in the model dtype."""
+    if work.kv_cache_dtype.startswith("fp8") and gpu.vendor == "nvidia":
+        return 1
+    return work.q_bytes
+
+
+def _launch_plan(
+    work: Workload, launch: UnifiedLaunch, backend: TritonBackend, window: int | None, system: str
+) -> tuple[LaunchPlan, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Programs that work, segments per sequence, and partial-state bytes of one launch.
+
+    For a padded replay, ``launch`` carries padded counts while ``work`` holds the real requests:
+    padded requests have query length 0 and seq_len 0, so none of their programs does work.
+    """
+    ex = Explain()
+    tile = launch.tile_size
+    hd_pad = next_power_of_2(work.head_size)
+    q_blocks_working = [cdiv(ql, launch.block_q) for ql in work.query_lens]
+    if launch.use_3d:
+        s = launch.num_segments
+        tps = tuple(tiles_per_segment(L, s, tile) for L in work.seq_lens)
+        active = tuple(_active_with_window(L, s, tile, window) for L in work.seq_lens)
+        segs = (s,) * work.batch
+        working_main = sum(qb * a for qb, a in zip(q_blocks_working, active)) * work.num_kv_heads
+        tokens_per_split = tuple(t * tile for t in tps)
+        num_tokens_launched = launch.reduce_grid[0] if launch.reduce_grid else work.num_tokens
+        per_token_head = s * (hd_pad + 2) * 4
+        ps_bytes = ex.add("partial_state_bytes_per_layer", num_tokens_launched * work.num_heads * per_token_head,
+                          "q.shape[0] * num_query_heads * NUM_SEGMENTS * (HEAD_SIZE_PADDED + 2) * 4",
+                          src("0.33.0", _BACKEND, "L177-210"), **{"q.shape[0]": num_tokens_launched},
+                          num_query_heads=work.num_heads, NUM_SEGMENTS=s, HEAD_SIZE_PADDED=hd_pad)
+        used = sum(ql * a for ql, a in zip(work.query_lens, active)) * work.num_heads * (hd_pad + 2) * 4
+        ex.add("partial_state_bytes_used_per_layer", used,
+               "sum_i(query_len_i * active_segments_i) * num_query_heads * (HEAD_SIZE_PADDED + 2) * 4",
+               src("0.33.0", _OPS, "L324-327, L741-747"), num_query_heads=work.num_heads, HEAD_SIZE_PADDED=hd_pad)
+        reduce_working = work.num_tokens * work.num_heads
+        kernels = (
+            KernelLaunch(name="kernel_unified_attention", grid=launch.grid, working_programs=working_main,
+                         constexprs={"IS_3D": True, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
+                                     "TILE_SIZE": tile, "NUM_SEGMENTS_PER_SEQ": s, "BLOCK_SIZE": work.block_size,
+                                     "HEAD_SIZE_PADDED": hd_pad}),
+            KernelLaunch(name="reduce_segments", grid=launch.reduce_grid or (0, 0), working_programs=reduce_working,
+                         constexprs={"TILE_SIZE": launch.tile_size_decode, "NUM_SEGMENTS_PER_SEQ": s,
+                                     "BLOCK_Q": launch.block_q}),
+        )
+    else:
+        segs = (1,) * work.batch
+        active = (1,) * work.batch
+        tps = tuple(cdiv(L, tile) for L in work.seq_lens)
+        tokens_per_split = tuple(work.seq_lens)
+        ps_bytes = used = 0
+        working_main = sum(q_blocks_working) * work.num_kv_heads
+        kernels = (
+            KernelLaunch(name="kernel_unified_attention", grid=launch.grid, working_programs=working_main,
+                         constexprs={"IS_3D": False, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
+                                     "TILE_SIZE": tile, "NUM_SEGMENTS_PER_SEQ": 1, "BLOCK_SIZE": work.block_size,
+                                     "HEAD_SIZE_PADDED": hd_pad}),
+        )
+    ex.add("working_programs", working_main,
+           "num_kv_heads * sum_i(cdiv(query_len_i, BLOCK_Q) * active_segments_i)" if launch.use_3d
+           else "num_kv_heads * sum_i cdiv(query_len_i, BLOCK_Q)",
+           src("0.33.0", _OPS, "L321-327"), num_kv_heads=work.num_kv_heads, BLOCK_Q=launch.block_q)
+    scratch = backend.scratch_bytes(work.num_heads) if backend.scratch_rows else (
+        ps_bytes if launch.use_3d else 0)
+    plan = LaunchPlan(
+        system=system, kernels=kernels, splits=segs, nonempty_splits=active, tokens_per_split=tokens_per_split,
+        partial_state_bytes=ps_bytes, partial_state_bytes_used=used, scratch_bytes=scratch,
+        explain=launch.explain + backend.explain + ex.items(),
+        details={"use_3d": launch.use_3d, "tiles_per_segment": tps},
+    )
+    return plan, segs, active, tps
+
+
+def _active_with_window(seq_len: int, segments: int, tile: int, window: int | None) -> int:
+    """Active segments; with a sliding window, segments wholly before the window read no keys.
+
+    The kernel still runs them (they pass the early-exit check) but their tile loop is empty:
+    compute_tile_loop_bounds intersects [segm * tps, (segm + 1) * tps) with the window's tiles
+    (vllm 0.33.0 triton_attention_helpers.py L275-277). The decode query at position L-1 sees
+    keys >= L - window, so the first tile it needs is (L - window) // TILE_SIZE.
+    """
+    if not window or window >= seq_len:
+        return active_segments(seq_len, segments, tile)
+    first_tile = (seq_len - window) // tile
+    tps = tiles_per_segment(seq_len, segments, tile)
+    return sum(1 for s in range(active_segments(seq_len, segments, tile)) if (s + 1) * tps > first_tile)

@@ -1,0 +1,212 @@
+"""Compose model x GPU x launcher into the `grid` report and its JSON contract (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from decodecalc import analysis
+from decodecalc.derived import Derived, cdiv
+from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.launchers import sglang_triton, vllm_unified
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.workload import Workload
+
+SYSTEMS = ("vllm", "sglang")
+
+
+@dataclass(frozen=True, slots=True)
+class SystemResult:
+    name: str
+    data: dict[str, Any]  # the JSON object for systems.<name>
+    explain: tuple[Derived, ...] = ()
+    error: str | None = None  # set when the system cannot serve the config
+    model: Any = None  # VllmPlan / SglangPlan
+    figures: analysis.SystemFigures | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GridReport:
+    work: Workload
+    gpu: GPUSpec
+    systems: tuple[SystemResult, ...]
+    paging: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        w = self.work
+        return {
+            "model": {
+                "name": w.model.name, "num_layers": w.model.num_layers,
+                "num_attention_heads": w.model.num_attention_heads,
+                "num_key_value_heads": w.model.num_key_value_heads, "head_dim": w.model.head_dim,
+                "attention": w.model.attention, "source": w.model.source,
+            },
+            "gpu": {
+                "name": self.gpu.name, "num_sms": self.gpu.num_sms,
+                "hbm_bandwidth_bytes_per_s": self.gpu.hbm_bandwidth_bytes_per_s,
+                "bf16_dense_flops_per_s": self.gpu.bf16_dense_flops_per_s,
+                "compute_capability": list(self.gpu.compute_capability) if self.gpu.compute_capability else None,
+            },
+            "tp": w.tp,
+            "workload": {
+                "num_heads_per_rank": w.num_heads, "num_kv_heads_per_rank": w.num_kv_heads,
+                "head_size": w.head_size, "head_size_v": w.head_size_v, "batch": w.batch,
+                "seq_lens": list(w.seq_lens), "query_lens": list(w.query_lens), "dtype": w.dtype,
+                "kv_cache_dtype": w.kv_cache_dtype, "block_size": w.block_size,
+            },
+            "paging": self.paging,
+            "systems": {s.name: (s.data if s.error is None else {"error": s.error}) for s in self.systems},
+        }
+
+
+def _figures_json(fig: analysis.SystemFigures) -> dict[str, Any]:
+    return {
+        "g_2d": fig.g_2d,
+        "s_star": fig.s_star,
+        "sm_coverage": fig.coverage.as_dict(),
+        "kv_bytes_per_layer": fig.kv_bytes_per_layer,
+        "kv_bytes_all_layers": fig.kv_bytes_all_layers,
+        "kv_bytes_per_token_all_layers": fig.kv_bytes_per_token_all_layers,
+        "partial_state_bytes_per_layer": fig.partial_state_bytes_per_layer,
+        "partial_state_bytes_used_per_layer": fig.partial_state_bytes_used_per_layer,
+        "merge_traffic_bytes_per_layer": fig.merge_traffic_bytes_per_layer,
+        "merge_to_kv_ratio": fig.merge_to_kv_ratio,
+        "flops_per_layer": fig.flops_per_layer,
+        "bytes_per_layer": fig.bytes_per_layer,
+        "tile_arithmetic_intensity": fig.tile_arithmetic_intensity,
+        "arithmetic_intensity": fig.arithmetic_intensity,
+        "times_below_ridge": fig.times_below_ridge,
+        "roofline_time_s": fig.roofline_time_s,
+        "roofline_time_all_layers_s": fig.roofline_time_all_layers_s,
+    }
+
+
+def _launches_json(plan: Any) -> list[dict[str, Any]]:
+    return [{"name": k.name, "grid": list(k.grid), "programs": k.programs, "working_programs": k.working_programs,
+             "constexprs": {n: v for n, v in k.constexprs.items() if v is not None}} for k in plan.kernels]
+
+
+def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings, layer: str = "global") -> SystemResult:
+    try:
+        vp = vllm_unified.plan_vllm(work, gpu, settings, layer=layer)
+    except UnsupportedError as exc:
+        return SystemResult("vllm", {}, error=str(exc))
+    la = vp.launch
+    window = work.model.sliding_window if layer == "sliding" else None
+    g2d = la.total_num_q_blocks * work.num_kv_heads
+    fig = analysis.figures(
+        work, gpu, vp.plan, g_2d=g2d, g_2d_formula="total_num_q_blocks * num_kv_heads = "
+        "(q.shape[0] // BLOCK_Q + num_seqs) * h_kv", tile_live_rows=min(la.block_m, work.group_size * min(
+            work.max_seqlen_q, la.block_q)), tile_keys=la.tile_size, window=window,
+    )
+    data: dict[str, Any] = {
+        "version": settings.version,
+        "use_3d": la.use_3d,
+        "grid": list(la.grid),
+        "reduce_grid": list(la.reduce_grid) if la.reduce_grid else None,
+        "block_m": la.block_m,
+        "block_q": la.block_q,
+        "tile_size": la.tile_size,
+        "num_queries_per_kv": work.group_size,
+        "total_num_q_blocks": la.total_num_q_blocks,
+        "seq_threshold_3d": vp.backend.seq_threshold_3D,
+        "num_segments": la.num_segments,
+        "tiles_per_segment": list(vp.tiles_per_segment) if la.use_3d else None,
+        "active_segments": list(vp.active_segments),
+        "reasons_2d": list(la.reasons_2d),
+        "programs": vp.plan.main.programs,
+        "working_programs": vp.plan.main.working_programs,
+        "launches": _launches_json(vp.plan),
+        "scratch_bytes": vp.plan.scratch_bytes,
+        "scratch_rows": vp.backend.scratch_rows,
+        "cudagraph_mode": settings.cudagraph_mode,
+        "cudagraph_capture_sizes": list(vp.backend.capture_sizes),
+        "replay": vp.replay_mode,
+        "cuda_graph": None,
+    }
+    if vp.replay is not None:
+        r = vp.replay
+        data["cuda_graph"] = {
+            "num_reqs_padded": r.num_reqs_padded, "num_tokens_padded": r.num_tokens_padded,
+            "use_3d": r.launch.use_3d, "grid": list(r.launch.grid),
+            "reduce_grid": list(r.launch.reduce_grid) if r.launch.reduce_grid else None,
+            "reasons_2d": list(r.launch.reasons_2d), "programs": r.plan.main.programs,
+            "working_programs": r.plan.main.working_programs,
+            "partial_state_bytes_per_layer": r.plan.partial_state_bytes,
+        }
+    data.update(_figures_json(fig))
+    return SystemResult("vllm", data, vp.plan.explain + fig.explain, model=vp, figures=fig)
+
+
+def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings) -> SystemResult:
+    try:
+        sp = sglang_triton.plan_sglang(work, gpu, settings)
+    except UnsupportedError as exc:
+        return SystemResult("sglang", {}, error=str(exc))
+    tg = sp.stage1_grid[0] * sp.stage1_grid[1]
+    g = work.group_size
+    fig = analysis.figures(
+        work, gpu, sp.plan, g_2d=tg, g_2d_formula="token_grid = B * (h if g == 1 else cdiv(h, min(16, g)))",
+        tile_live_rows=1 if g == 1 else min(16, g), tile_keys=32 if g > 1 else 64,
+    )
+    data: dict[str, Any] = {
+        "version": sglang_triton.VERSION,
+        "mode": sp.mode,
+        "grid": list(sp.stage1_grid),
+        "stage2_grid": list(sp.stage2_grid),
+        "max_kv_splits": sp.max_kv_splits,
+        "num_kv_splits": list(sp.num_kv_splits),
+        "kv_len_per_split": list(sp.kv_len_per_split),
+        "nonempty_splits": list(sp.nonempty_splits),
+        "programs": sp.plan.main.programs,
+        "working_programs": sp.plan.main.working_programs,
+        "launches": _launches_json(sp.plan),
+        "scratch_bytes": sp.plan.scratch_bytes,
+        "padded_rows": sp.padded_rows,
+    }
+    data.update(_figures_json(fig))
+    return SystemResult("sglang", data, sp.plan.explain + fig.explain, model=sp, figures=fig)
+
+
+def paging_figures(work: Workload, kernel_block_size: int | None) -> dict[str, Any]:
+    """Kernel-block mapping: ``map_to_kernel_blocks`` widens the block table by block_size // kernel_block_size.
+
+    vLLM 0.14.0 vllm/v1/worker/block_table.py L44-63, L202-230 (ValueError when the kernel
+    block size does not divide the allocator's); in 0.33.0 the kernel block size equals the
+    manager's whenever that is a multiple of 16 (vllm/v1/worker/utils.py L162, L515).
+    """
+    kbs = kernel_block_size or work.block_size
+    if kbs <= 0:
+        raise ConfigError(f"--kernel-block-size must be positive, got {kbs}")
+    if work.block_size % kbs:
+        raise ConfigError(f"kernel_block_size {kbs} must divide block_size {work.block_size} evenly "
+                          "(vllm/v1/worker/block_table.py, map_to_kernel_blocks)")
+    per = work.block_size // kbs
+    return {
+        "block_size": work.block_size,
+        "kernel_block_size": kbs,
+        "blocks_per_kv_block": per,
+        "block_table_width": [cdiv(L, work.block_size) * per for L in work.seq_lens],
+        "block_table_bytes": [cdiv(L, work.block_size) * per * 4 for L in work.seq_lens],
+    }
+
+
+def grid_report(
+    work: Workload,
+    gpu: GPUSpec,
+    *,
+    systems: tuple[str, ...] = SYSTEMS,
+    vllm: vllm_unified.VllmSettings | None = None,
+    sglang: sglang_triton.SglangSettings | None = None,
+    kernel_block_size: int | None = None,
+    layer: str = "global",
+) -> GridReport:
+    results = []
+    for name in systems:
+        if name == "vllm":
+            results.append(vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer))
+        elif name == "sglang":
+            results.append(sglang_result(work, gpu, sglang or sglang_triton.SglangSettings()))
+        else:
+            raise ConfigError(f"unknown system {name!r}; valid: {', '.join(SYSTEMS)}")
+    return GridReport(work, gpu, tuple(results), paging_figures(work, kernel_block_size))
