@@ -491,8 +491,12 @@ def run_grouped(
     scale: float,
     num_warps: int = 4,
     num_stages: int = 2,
+    compute_splits: bool = True,
 ) -> list[Launch]:
-    """Launch the SGLang-shaped reference kernels (split count, stage 1, stage 2)."""
+    """Launch the SGLang-shaped reference kernels (split count, stage 1, stage 2).
+
+    ``compute_splits=False``: ``num_kv_splits`` already holds the counts (static/deterministic modes).
+    """
     check_dtype(q.dtype)
     B, h, d = q.shape
     h_kv = k_buffer.shape[1]
@@ -501,8 +505,10 @@ def run_grouped(
     block_d = triton.next_power_of_2(d)
     max_num_seq = max(256, triton.next_power_of_2(B))
     launches = []
-    ref_num_kv_splits[(1,)](num_kv_splits, seq_lens, B, h, h_kv, max_kv_splits, sm_count, MAX_NUM_SEQ=max_num_seq)
-    launches.append(Launch("ref_num_kv_splits", (1,), {"MAX_NUM_SEQ": max_num_seq}))
+    if compute_splits:
+        ref_num_kv_splits[(1,)](num_kv_splits, seq_lens, B, h, h_kv, max_kv_splits, sm_count,
+                                MAX_NUM_SEQ=max_num_seq)
+        launches.append(Launch("ref_num_kv_splits", (1,), {"MAX_NUM_SEQ": max_num_seq}))
     grid1 = (B, sglang_head_tiles(h, h_kv), max_kv_splits)
     c1 = dict(G=g, NUM_HEADS=h, HEAD_SIZE=d, BLOCK_D=block_d, BLOCK_N=32, BLOCK_H=GROUPED_BLOCK_H, MIN_KV=MIN_BLOCK_KV)
     ref_grouped_stage1[grid1](

@@ -72,6 +72,8 @@ class EngineCall:
     max_kv_splits: int = 8
     sm_count: int = 0
     pad_seq_len: int = 1  # SGLang fills padded CUDA-graph rows with seq_len 1
+    split_mode: str = "adaptive"  # "adaptive" (get_num_kv_splits_triton), "static", "deterministic"
+    split_tile_size: int = 0
 
     @property
     def label(self) -> str:
@@ -257,7 +259,8 @@ class Inputs:
     query_start: Any  # [B_run + 1] int32
     kv_indptr: Any  # [B + 1] int32 (SGLang, real requests)
     kv_indices: Any  # [copies, sum L] int32 token slots
-    sg_seq_lens: Any  # [B] int32
+    sg_seq_lens: Any  # [B_sg] int32 (CUDA-graph padded rows: seq_len 1)
+    b_sg: int
     copies: int
     scale: float
     dtype: Any
@@ -285,6 +288,7 @@ def _oom_as_error(what: str) -> Iterator[None]:
 
 def build_inputs(
     work: Workload, env: Environment, *, copies: int, seed: int = 0, pad_reqs: int = 0, pad_tokens: int = 0,
+    sg_pad_reqs: int = 0,
 ) -> tuple[Inputs, str]:
     import torch
 
@@ -299,6 +303,7 @@ def build_inputs(
     max_nb = max(nb)
     b_run = max(B, pad_reqs)
     t_run = max(T, pad_tokens)
+    b_sg = max(B, sg_pad_reqs)
     if dev == "cuda":
         free, _ = torch.cuda.mem_get_info()
         need_one = 2 * per_copy * bs * h_kv * d * elt + per_copy * bs * 4
@@ -316,7 +321,8 @@ def build_inputs(
         v_cache = torch.randn((num_blocks, bs, h_kv, d), generator=gen, device=dev, dtype=dtype)
         perm = torch.randperm(num_blocks - 1, generator=gen, device=dev).to(torch.int32) + 1  # block 0 unused
         tables = torch.zeros((copies, b_run, max_nb), dtype=torch.int32, device=dev)
-        indices = torch.empty((copies, sum(work.seq_lens)), dtype=torch.int32, device=dev)
+        # SGLang padded rows (seq_len 1) read slot 0 of block 0, which no real sequence uses
+        indices = torch.zeros((copies, sum(work.seq_lens) + (b_sg - B)), dtype=torch.int32, device=dev)
         ar = torch.arange(bs, device=dev, dtype=torch.int32)
         for c in range(copies):
             off = c * per_copy
@@ -328,7 +334,7 @@ def build_inputs(
                 indices[c, tok:tok + L] = (blocks[:, None] * bs + ar[None, :]).reshape(-1)[:L]
                 tok += L
                 off += n
-        q = torch.randn((t_run, h, d), generator=gen, device=dev, dtype=dtype)
+        q = torch.randn((max(t_run, b_sg), h, d), generator=gen, device=dev, dtype=dtype)
     lens = list(work.seq_lens) + [0] * (b_run - B)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
     starts = [0]
@@ -337,12 +343,13 @@ def build_inputs(
     starts += [T] * (b_run - B)  # padded requests: query length 0
     query_start = torch.tensor(starts, dtype=torch.int32, device=dev)
     indptr = [0]
-    for L in work.seq_lens:
+    sg_lens = list(work.seq_lens) + [1] * (b_sg - B)
+    for L in sg_lens:
         indptr.append(indptr[-1] + L)
     inputs = Inputs(
         q=q, k_cache=k_cache, v_cache=v_cache, block_tables=tables, seq_lens=seq_lens, query_start=query_start,
         kv_indptr=torch.tensor(indptr, dtype=torch.int32, device=dev), kv_indices=indices,
-        sg_seq_lens=torch.tensor(list(work.seq_lens), dtype=torch.int32, device=dev), copies=copies,
+        sg_seq_lens=torch.tensor(sg_lens, dtype=torch.int32, device=dev), b_sg=b_sg, copies=copies,
         scale=1.0 / math.sqrt(d), dtype=dtype, kv_bytes=kv_bytes_of(work, elt), b_real=B, t_real=T,
         b_run=b_run, t_run=t_run,
     )
@@ -381,7 +388,7 @@ class _Runner:
         dev = env.device
         h, d = work.num_heads, work.head_size
         d_pad = next_power_of_2(d)
-        self.out = torch.empty((inp.t_run, h, d), device=dev, dtype=inp.dtype)
+        self.out = torch.empty((max(inp.t_run, inp.b_sg), h, d), device=dev, dtype=inp.dtype)
         if call.system == "vllm":
             rows = call.scratch_rows
             S = call.num_segments
@@ -398,7 +405,7 @@ class _Runner:
                                      interpret=env.interpret)
                 self.version = self.mod.source.version
         else:
-            B = inp.b_real
+            B = inp.b_sg
             S = call.max_kv_splits
             self.part_out = torch.empty((B, h, S, d), device=dev, dtype=torch.float32)
             self.part_lse = torch.empty((B, h, S), device=dev, dtype=torch.float32)
@@ -431,7 +438,7 @@ class _Runner:
         if self.call.system == "vllm":
             if self.source == "upstream":
                 self.mod.unified_attention(
-                    q=inp.q, k=inp.k_cache, v=inp.v_cache, out=self.out, cu_seqlens_q=self.cu_q,
+                    q=inp.q[:inp.t_run], k=inp.k_cache, v=inp.v_cache, out=self.out[:inp.t_run], cu_seqlens_q=self.cu_q,
                     max_seqlen_q=self.max_q, seqused_k=inp.seq_lens, max_seqlen_k=self.work.max_seqlen_k,
                     softmax_scale=inp.scale, causal=True, window_size=(-1, -1), block_table=bt, softcap=0,
                     q_descale=None, k_descale=None, v_descale=None,
@@ -444,21 +451,29 @@ class _Runner:
 
                 use_3d = reference_use_3d(self.work, self.call, inp.b_run, inp.t_run, self.max_q)
                 rk.run_split_kv(
-                    q=inp.q, k_cache=inp.k_cache, v_cache=inp.v_cache, out=self.out, query_start=self.cu_q,
+                    q=inp.q[:inp.t_run], k_cache=inp.k_cache, v_cache=inp.v_cache, out=self.out[:inp.t_run],
+                    query_start=self.cu_q,
                     seq_lens=inp.seq_lens, block_table=bt, scale=inp.scale, use_3d=use_3d,
                     num_segments=self.call.num_segments, segm_out=self.segm_out, segm_max=self.segm_max,
                     segm_sum=self.segm_sum,
                 )
         else:
             idx = inp.kv_indices[copy]
-            B = inp.b_real
+            B = inp.b_sg
+            if self.call.split_mode != "adaptive":  # host-side fills, as triton_backend.py does
+                if self.call.split_mode == "static":
+                    self.num_kv_splits.fill_(self.call.max_kv_splits)
+                else:
+                    t = self.call.split_tile_size
+                    self.num_kv_splits.copy_((inp.sg_seq_lens + t - 1) // t)
             if self.source == "upstream":
                 import triton
 
-                self.mod.get_num_kv_splits_triton[(1,)](
-                    self.num_kv_splits, inp.sg_seq_lens, B, 1, self.work.num_heads, self.work.num_kv_heads,
-                    self.call.max_kv_splits, self.sm_count, MAX_NUM_SEQ=max(256, triton.next_power_of_2(B)),
-                )
+                if self.call.split_mode == "adaptive":
+                    self.mod.get_num_kv_splits_triton[(1,)](
+                        self.num_kv_splits, inp.sg_seq_lens, B, 1, self.work.num_heads, self.work.num_kv_heads,
+                        self.call.max_kv_splits, self.sm_count, MAX_NUM_SEQ=max(256, triton.next_power_of_2(B)),
+                    )
                 self.mod.decode_attention_fwd(
                     inp.q[:B], self.k_buf, self.v_buf, self.out[:B], inp.kv_indptr, idx, self.part_out,
                     self.part_lse, self.num_kv_splits, self.call.max_kv_splits, inp.scale, 1.0, 1.0,
@@ -472,6 +487,7 @@ class _Runner:
                     kv_indptr=inp.kv_indptr, kv_indices=idx, seq_lens=inp.sg_seq_lens, part_out=self.part_out,
                     part_lse=self.part_lse, num_kv_splits=self.num_kv_splits,
                     max_kv_splits=self.call.max_kv_splits, sm_count=self.sm_count, scale=inp.scale,
+                    compute_splits=self.call.split_mode == "adaptive",
                 )
 
 
@@ -538,7 +554,8 @@ def _count_vllm(r: _Runner, launches: list[Any]) -> tuple[list[int], list[int], 
 def _count_sglang(r: _Runner, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
     torch = r.torch
     work = r.work
-    B = r.inp.b_real
+    B = r.inp.b_sg
+    real = r.inp.b_real
     h, h_kv = work.num_heads, work.num_kv_heads
     g = h // h_kv
     valid_h = min(16, g) if g > 1 else 1
@@ -549,8 +566,8 @@ def _count_sglang(r: _Runner, launches: list[Any]) -> tuple[list[int], list[int]
     ids = (b * tiles + head // valid_h) * S + s
     working = [int(torch.unique(ids).numel())]
     working.append(int((~torch.isnan(r.out[:B].float())).any(-1).sum()))
-    allocated = [int(x) for x in r.num_kv_splits.cpu().tolist()]
-    written = [int(x) for x in w.any(1).sum(1).tolist()]
+    allocated = [int(x) for x in r.num_kv_splits.cpu().tolist()][:real]
+    written = [int(x) for x in w.any(1).sum(1).tolist()][:real]
     return working, allocated, written
 
 
@@ -611,12 +628,14 @@ def verify_workload(
     runs: list[RunResult] = []
     pad_reqs = max([c.pad_reqs for c in calls if c.system == "vllm"], default=0)
     pad_tokens = max([c.pad_tokens for c in calls if c.system == "vllm"], default=0)
+    sg_pad = max([c.pad_reqs for c in calls if c.system == "sglang"], default=0)
     elt = torch.tensor([], dtype=torch_dtype(work.dtype, env)[0]).element_size()
     kv_bytes = kv_bytes_of(work, elt)
     copies = 1
     if timing and env.device == "cuda":
         copies = tm.copies_for(kv_bytes, rotate_bytes=rotate_bytes or tm.ROTATE_BYTES)
-    inp, note = build_inputs(work, env, copies=copies, seed=seed, pad_reqs=pad_reqs, pad_tokens=pad_tokens)
+    inp, note = build_inputs(work, env, copies=copies, seed=seed, pad_reqs=pad_reqs, pad_tokens=pad_tokens,
+                             sg_pad_reqs=sg_pad)
     if note:
         notes.append(note)
     checked = pick_check_seqs(work, check_seqs)
@@ -662,8 +681,8 @@ def _run_one(work: Workload, inp: Inputs, call: EngineCall, source: str, env: En
                                "(speculative verify runs extend attention)")
     r = _Runner(work, inp, call, source, env, vllm_src, sglang_src)
     res.version = r.version
-    if call.pad_reqs > work.batch and call.system == "vllm":
-        res.padded = [inp.b_run, inp.t_run]
+    if call.pad_reqs > work.batch:
+        res.padded = [inp.b_run, inp.t_run] if call.system == "vllm" else [inp.b_sg, inp.b_sg]
     r.fill_sentinels()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning)  # interpreter: NaN arithmetic in masked rows
@@ -742,12 +761,14 @@ def vllm_call(vplan: Any) -> EngineCall:
 
 
 def sglang_call(splan: Any, gpu: Any) -> EngineCall:
-    """From the SGLang model's result (a LaunchPlan, or an object with ``.plan``)."""
-    plan = getattr(splan, "plan", splan)
-    details = dict(getattr(plan, "details", {}) or {})
-    max_splits = int(details.get("max_kv_splits") or getattr(splan, "max_kv_splits", 0) or 8)
-    sms = int(details.get("device_core_count") or details.get("sm_count") or gpu.num_sms)
-    return EngineCall(system="sglang", plan=plan, max_kv_splits=max_splits, sm_count=sms)
+    """From :func:`decodecalc.launchers.sglang_triton.plan_sglang`'s result."""
+    plan = splan.plan
+    tile = 0
+    if splan.mode == "deterministic" and splan.kv_len_per_split:
+        tile = getattr(splan, "split_tile_size", 0) or 256
+    return EngineCall(system="sglang", plan=plan, max_kv_splits=splan.max_kv_splits, sm_count=gpu.num_sms,
+                      pad_reqs=plan.kernels[0].grid[0] if splan.padded_rows else 0, split_mode=splan.mode,
+                      split_tile_size=tile)
 
 
 def timed_wall(fn: Callable[[], Any]) -> tuple[Any, float]:
