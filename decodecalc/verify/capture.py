@@ -466,6 +466,7 @@ def call_sglang_decode(
     pool_slots: int | None = 4096,
     seed: int = 0,
     device: str = "cpu",
+    run_decode: bool | None = None,
 ) -> SglangCall:
     """One SGLang Triton decode step, as ``TritonAttnBackend`` (SG23) runs it.
 
@@ -479,7 +480,9 @@ def call_sglang_decode(
 
     ``execute`` defaults to running only the split-count kernel (it must run: its result
     is the split count); pass ``True`` to run the attention kernels too (then use
-    ``pool_slots=None`` so every KV slot is real).
+    ``pool_slots=None`` so every KV slot is real).  With ``num_group > 1`` (speculative
+    top-k: ``num_kv_splits`` has ``B * num_group`` entries) only the split count is computed
+    unless ``run_decode=True``.
     """
     import torch
 
@@ -527,24 +530,27 @@ def call_sglang_decode(
             MAX_NUM_SEQ=sglang_schedule_seq(B),
             uneven_batch_ptr=uneven_batch,
         )
-        kernels.decode_attention_fwd(
-            q,
-            k_buffer,
-            v_buffer,
-            o,
-            kv_indptr,
-            kv_indices,
-            attn_logits,
-            attn_lse,
-            num_kv_splits,
-            max_kv_splits,
-            float(head_dim) ** -0.5,
-            1.0,
-            1.0,
-            logit_cap=0.0,
-            sinks=None,
-            uneven_batch=uneven_batch,
-        )
+        if run_decode is None:
+            run_decode = num_group == 1
+        if run_decode:
+            kernels.decode_attention_fwd(
+                q,
+                k_buffer,
+                v_buffer,
+                o,
+                kv_indptr,
+                kv_indices,
+                attn_logits,
+                attn_lse,
+                num_kv_splits,
+                max_kv_splits,
+                float(head_dim) ** -0.5,
+                1.0,
+                1.0,
+                logit_cap=0.0,
+                sinks=None,
+                uneven_batch=uneven_batch,
+            )
     splits = tuple(int(x) for x in num_kv_splits.cpu().tolist())
     return SglangCall(
         num_kv_splits=splits,
