@@ -1,0 +1,157 @@
+"""FlashAttention-2 split-KV decode (upstream-launchers.md section 7.1).
+
+Dao-AILab/flash-attention @ 0251105a2fb19d2957484b7f023cd8c115286ced:
+- ``csrc/flash_attn/flash_api.cpp`` ``num_splits_heuristic`` L281-315, ``set_params_splitkv``
+  L317-346, ``seqlenq_ngroups_swapped`` L431/L622/L1319, varlen L730-734, kvcache L1498-1514;
+- ``csrc/flash_attn/src/flash_fwd_launch_template.h`` grid L107, combine tile L140-141, split tile L180-184;
+- ``csrc/flash_attn/src/flash_fwd_kernel.h`` L535-544 (a split past the sequence writes 0 / -inf and exits).
+
+The heuristic runs in float32: ``n_waves = float(a * s) / n_sm``, ``eff = n_waves / ceil(n_waves)``
+and compares with ``0.85 * max_eff`` in double. :func:`f32` rounds a Python float to float32
+(IEEE double rounding is innocuous for one +, -, *, / of float32 operands, so computing each
+operation in double and rounding once gives the float32 result exactly).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from decodecalc.derived import Explain, cdiv
+from decodecalc.errors import UnsupportedError
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.flashdecoding import all_windowed, require_not_mla, require_vendor
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.workload import Workload
+
+FA_COMMIT = "0251105a"
+SRC_API = f"flash-attention@{FA_COMMIT} csrc/flash_attn/flash_api.cpp"
+SRC_TMPL = f"flash-attention@{FA_COMMIT} csrc/flash_attn/src/flash_fwd_launch_template.h"
+SRC_KERN = f"flash-attention@{FA_COMMIT} csrc/flash_attn/src/flash_fwd_kernel.h"
+
+MAX_SPLITS = 128  # set_params_splitkv L335; "S <= 128" L343
+kBlockM = 64  # split kernel tile, launch template L180-184
+
+
+def f32(x: float) -> float:
+    """Round ``x`` to IEEE float32 (the value a C++ ``float`` would hold)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def num_splits_heuristic(batch_nheads_mblocks: int, num_SMs: int, num_n_blocks: int, max_splits: int) -> int:
+    """flash_api.cpp L281-315, float32 efficiencies, with the FA2 eligibility filter."""
+    if batch_nheads_mblocks >= f32(0.8) * num_SMs:  # `0.8f * num_SMs` (float)
+        return 1
+    max_splits = min(max_splits, num_SMs, num_n_blocks)
+
+    def eligible(s: int) -> bool:
+        return s == 1 or cdiv(num_n_blocks, s) != cdiv(num_n_blocks, s - 1)
+
+    eff: list[float] = []
+    max_eff = 0.0
+    for s in range(1, max_splits + 1):
+        if not eligible(s):
+            eff.append(0.0)
+            continue
+        n_waves = f32(float(batch_nheads_mblocks * s) / num_SMs)
+        e = f32(n_waves / float(int(-(-n_waves // 1))))
+        max_eff = max(max_eff, e)
+        eff.append(e)
+    for s in range(1, max_splits + 1):
+        if eligible(s) and eff[s - 1] >= 0.85 * max_eff:  # 0.85 is a double literal
+            return s
+    return 1
+
+
+def block_n(d: int) -> int:
+    """set_params_splitkv L323: ``256 if d <= 64 else (128 if d <= 128 else 64)``."""
+    return 256 if d <= 64 else (128 if d <= 128 else 64)
+
+
+def head_size_rounded(d: int) -> int:
+    """flash_api.cpp ``round_multiple(head_size, 32)`` for d <= 192, else 256."""
+    return cdiv(d, 32) * 32 if d <= 192 else 256
+
+
+def plan_flash_attn2(
+    w: Workload, gpu: GPUSpec, *, entry: str = "kvcache", num_splits: int = 0, check_platform: bool = True,
+) -> LaunchPlan:
+    """FA2 decode. ``entry``: "kvcache" (``flash_attn_with_kvcache``, paged, the decode API) or
+    "varlen" (``flash_attn_varlen_func``). ``num_splits`` 0 = heuristic (the default of both)."""
+    system = "FlashAttention-2"
+    require_vendor(gpu, "nvidia", system, check_platform)
+    require_not_mla(w, system)
+    d = w.head_size
+    if w.head_size_v != d:
+        raise UnsupportedError(f"{system}: K and V head sizes must match, got {d} and {w.head_size_v}")
+    if d > 256 or d % 8:
+        raise UnsupportedError(f"{system}: head size {d} not supported (multiple of 8, at most 256)")
+    if w.dtype not in ("float16", "bfloat16") or w.kv_cache_dtype != w.dtype:
+        raise UnsupportedError(f"{system}: fp16/bf16 query and KV cache only (got {w.dtype} / {w.kv_cache_dtype})")
+    if gpu.compute_capability is not None and gpu.compute_capability < (8, 0):
+        raise UnsupportedError(f"{system}: needs compute capability 8.0 or newer")
+    if entry not in ("kvcache", "varlen"):
+        raise UnsupportedError(f"{system}: entry must be kvcache or varlen, got {entry!r}")
+    if entry == "kvcache" and len(set(w.query_lens)) != 1:
+        raise UnsupportedError(f"{system}: flash_attn_with_kvcache takes one query length for the batch")
+    ex = Explain()
+    B, h, h_kv = w.batch, w.num_heads, w.num_kv_heads
+    s_q = w.max_seqlen_q
+    window = all_windowed(w)
+    swapped = ex.add("seqlenq_ngroups_swapped", s_q == 1 and h > h_kv and not window and d % 8 == 0,
+                     "s_q == 1 and h > h_kv and no window and no dropout and d % 8 == 0 and no ALiBi",
+                     f"{SRC_API} L431, L622, L1319", s_q=s_q, h=h, h_kv=h_kv, d=d)
+    s_q_k, h_k = (w.group_size, h_kv) if swapped else (s_q, h)
+    bN = ex.add("kBlockN", block_n(d), "256 if d <= 64 else (128 if d <= 128 else 64)", f"{SRC_API} L323", d=d)
+    maxL = w.max_seqlen_k
+    n_blocks = ex.add("num_n_blocks", cdiv(maxL, bN), "cdiv(max_seqlen_k, kBlockN)", f"{SRC_API} L327",
+                      max_seqlen_k=maxL, kBlockN=bN)
+    mblocks = ex.add("num_m_blocks", cdiv(s_q_k, kBlockM), "cdiv(seqlen_q, 64)", f"{SRC_API} L327", seqlen_q=s_q_k)
+    n_sm = 2 * gpu.num_sms
+    a = B * h_k * mblocks
+    if num_splits >= 1:
+        S = ex.add("num_splits", num_splits, "user num_splits", f"{SRC_API} L1498-1500", num_splits=num_splits)
+    elif entry == "varlen" and not swapped:
+        S = ex.add("num_splits", 1, "varlen without GQA swap: no split (paged KV requires num_splits <= 1)",
+                   f"{SRC_API} L730-734")
+    else:
+        S = ex.add("num_splits", num_splits_heuristic(a, n_sm, n_blocks, MAX_SPLITS),
+                   "num_splits_heuristic(batch_nheads_mblocks, 2 * num_SMs, num_n_blocks, 128)",
+                   f"{SRC_API} L281-315, L335", batch_nheads_mblocks=a, num_SMs=gpu.num_sms,
+                   num_n_blocks=n_blocks)
+    if S > MAX_SPLITS:
+        raise UnsupportedError(f"{system}: num_splits {S} > 128")
+    n_blocks_per_split = cdiv(n_blocks, S)
+    ex.add("n_blocks_per_split", n_blocks_per_split, "cdiv(cdiv(max_seqlen_k, kBlockN), num_splits)",
+           f"{SRC_KERN} L535-544", max_seqlen_k=maxL, kBlockN=bN, num_splits=S)
+    nonempty = tuple(cdiv(cdiv(L, bN), n_blocks_per_split) for L in w.seq_lens)
+    tps = tuple(min(n_blocks_per_split * bN, L) for L in w.seq_lens)
+    d_round = head_size_rounded(d)
+    rows = w.num_tokens * h  # (query token, query head) pairs (after unswap)
+    if S > 1:
+        grid: tuple[int, ...] = (mblocks, S, B * h_k)
+        working = mblocks * h_k * sum(nonempty)
+    else:
+        grid = (mblocks, B, h_k)
+        working = mblocks * B * h_k
+    kernels = [KernelLaunch(name="flash_fwd_splitkv_kernel" if (S > 1 or entry == "kvcache") else "flash_fwd_kernel",
+                            grid=grid, working_programs=working,
+                            constexprs={"kBlockM": kBlockM, "kBlockN": bN, "Split": S > 1})]
+    per = 0
+    if S > 1:
+        kBlockM_c = 4 if d % 128 == 0 else (8 if d % 64 == 0 else 16)
+        comb = cdiv(B * h_k * s_q_k, kBlockM_c)
+        ex.add("combine_grid", comb, "cdiv(B * h * s_q, kBlockM_combine)", f"{SRC_TMPL} L140-141", B=B, h=h_k,
+               s_q=s_q_k, kBlockM_combine=kBlockM_c)
+        kernels.append(KernelLaunch(name="flash_fwd_splitkv_combine_kernel", grid=(comb,), working_programs=comb,
+                                    constexprs={"kBlockM": kBlockM_c}))
+        per = ex.add("partial_state_bytes_per_token_head", S * (4 * d_round + 4),
+                     "num_splits * (4 * d_rounded + 4)  (out_accum, softmax_lse_accum fp32)",
+                     f"{SRC_API} L338-339", num_splits=S, d_rounded=d_round, unit="bytes")
+    used = sum(n * q * h * (4 * d_round + 4) for n, q in zip(nonempty, w.query_lens)) if S > 1 else 0
+    return LaunchPlan(
+        system="fa2", kernels=tuple(kernels), splits=(S,) * B, nonempty_splits=nonempty if S > 1 else (1,) * B,
+        tokens_per_split=tps if S > 1 else w.seq_lens, partial_state_bytes=rows * per,
+        partial_state_bytes_used=used, scratch_bytes=rows * per, explain=ex.items(),
+        details={"seqlenq_ngroups_swapped": swapped, "kBlockN": bN, "num_n_blocks": n_blocks,
+                 "n_blocks_per_split": n_blocks_per_split, "entry": entry, "source": SRC_API},
+    )

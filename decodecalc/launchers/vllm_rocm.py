@@ -1,0 +1,111 @@
+"""vLLM ROCm custom paged attention (``csrc/rocm/attention.cu``), upstream-launchers.md section 6.
+
+Launcher ``paged_attention_custom_launcher`` (vllm csrc/rocm/attention.cu @
+4388f06cc1d412e2c9d8ac92460cd2598275a824, cited by function name; line numbers not computed):
+``PARTITION_SIZE = 256``, ``NTHR = 256``, grid ``(num_seqs, max_num_partitions, num_kv_heads)``:
+one workgroup serves all ``g`` query heads of a KV head. ``g`` 1..4 -> mfma4 kernel, 5..16 ->
+mfma16, otherwise "Unsupported gqa ratio". Reduce grid ``(num_heads, num_seqs)``, block
+``head_size``, ``npar_loops = cdiv(P, 64)`` (at most 8), launched only if
+``max_context_len > PARTITION_SIZE`` ("otherwise main kernel writes directly to final output").
+
+Applicability: ``use_rocm_custom_paged_attention`` (vLLM v0.33.0 ``vllm/platforms/rocm.py``
+L458-494), caller ``vllm/v1/attention/ops/chunked_prefill_paged_decode.py`` L391-454 (scratch
+``tmp_output [num_seq_rows, h, P, d]`` in the query dtype, ``exp_sums``/``max_logits`` fp32).
+"""
+
+from __future__ import annotations
+
+from decodecalc.derived import Explain, cdiv
+from decodecalc.errors import UnsupportedError
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.flashdecoding import all_windowed, require_decode, require_not_mla, require_vendor
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.workload import Workload
+
+SRC_LAUNCH = "vllm csrc/rocm/attention.cu @4388f06c paged_attention_custom_launcher"
+SRC_RULE = "vllm 0.33.0 vllm/platforms/rocm.py L458-494 use_rocm_custom_paged_attention"
+SRC_CALLER = "vllm 0.33.0 vllm/v1/attention/ops/chunked_prefill_paged_decode.py L391-454"
+
+PARTITION_SIZE = 256
+NTHR = 256
+WARP_SIZE = 64
+MAX_NPAR_LOOPS = 8  # reduce supports up to 8 * 64 partitions = 128 K tokens
+MAX_SEQ_LEN = 128 * 1024
+
+
+def _is_rdna(gpu: GPUSpec) -> bool:
+    return bool(gpu.gfx_arch) and str(gpu.gfx_arch).startswith("gfx1")
+
+
+def check_applicable(w: Workload, gpu: GPUSpec) -> None:
+    """``use_rocm_custom_paged_attention`` (V33 rocm.py L458-494), raising the failed rule."""
+    system = "vLLM ROCm custom paged attention"
+    g = w.group_size
+    d = w.head_size
+    if _is_rdna(gpu):
+        # RDNA (gfx1x): d = 128, block 16, 3 <= g <= 16, no ALiBi, auto KV dtype
+        if d != 128:
+            raise UnsupportedError(f"{system} on RDNA needs head size 128, got {d} ({SRC_RULE})")
+        if w.block_size != 16:
+            raise UnsupportedError(f"{system} on RDNA needs block size 16, got {w.block_size} ({SRC_RULE})")
+        if not 3 <= g <= 16:
+            raise UnsupportedError(f"{system} on RDNA needs 3 <= g <= 16, got g = {g} ({SRC_RULE})")
+        if w.kv_cache_dtype != w.dtype:
+            raise UnsupportedError(f"{system} on RDNA needs the auto KV-cache dtype ({SRC_RULE})")
+    else:
+        # CDNA: no sliding window, fp16/bf16, d in {64, 128}, block 16 or 32, 1 <= g <= 16,
+        # max_seq_len <= 128 K, no sinks
+        if all_windowed(w):
+            raise UnsupportedError(f"{system}: sliding-window layers are not served ({SRC_RULE})")
+        if w.dtype not in ("float16", "bfloat16"):
+            raise UnsupportedError(f"{system} needs fp16/bf16 queries, got {w.dtype} ({SRC_RULE})")
+        if d not in (64, 128):
+            raise UnsupportedError(f"{system}: head size {d} not supported (64 or 128) ({SRC_RULE})")
+        if w.block_size not in (16, 32):
+            raise UnsupportedError(f"{system}: block size {w.block_size} not allowed (16 or 32) ({SRC_RULE})")
+        if not 1 <= g <= 16:
+            raise UnsupportedError(f"{system}: GQA ratio {g} outside 1..16 ({SRC_RULE})")
+        if w.max_seqlen_k > MAX_SEQ_LEN:
+            raise UnsupportedError(f"{system}: max_seq_len {w.max_seqlen_k} > 128 K ({SRC_RULE})")
+
+
+def plan_vllm_rocm(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> LaunchPlan:
+    """The custom ROCm decode launch; raises UnsupportedError where vLLM falls back to Triton."""
+    system = "vLLM ROCm custom paged attention"
+    require_vendor(gpu, "amd", system, check_platform)
+    require_not_mla(w, system)
+    require_decode(w, system)
+    check_applicable(w, gpu)
+    ex = Explain()
+    B, h, h_kv, d, g = w.batch, w.num_heads, w.num_kv_heads, w.head_size, w.group_size
+    maxL = w.max_seqlen_k
+    P = ex.add("max_num_partitions", cdiv(maxL, PARTITION_SIZE), "cdiv(max_context_len, PARTITION_SIZE)",
+               SRC_LAUNCH, max_context_len=maxL, PARTITION_SIZE=PARTITION_SIZE)
+    kernel = ex.add("kernel", "paged_attention_ll4mi_QKV_mfma4_kernel" if g <= 4 else
+                    "paged_attention_ll4mi_QKV_mfma16_kernel", "mfma4 if gqa_ratio <= 4 else mfma16",
+                    SRC_LAUNCH, gqa_ratio=g)
+    nonempty = tuple(cdiv(L, PARTITION_SIZE) for L in w.seq_lens)
+    npar_loops = ex.add("npar_loops", cdiv(P, WARP_SIZE), "cdiv(max_num_partitions, WARP_SIZE)", SRC_LAUNCH,
+                        max_num_partitions=P, WARP_SIZE=WARP_SIZE)
+    kernels = [KernelLaunch(name=kernel, grid=(B, P, h_kv), working_programs=h_kv * sum(nonempty),
+                            constexprs={"NTHR": NTHR, "GQA_RATIO": g, "PARTITION_SIZE": PARTITION_SIZE,
+                                        "BLOCK_SIZE": w.block_size, "HEAD_SIZE": d})]
+    reduce = maxL > PARTITION_SIZE
+    ex.add("reduce_launched", reduce, "max_context_len > PARTITION_SIZE", SRC_LAUNCH, max_context_len=maxL,
+           PARTITION_SIZE=PARTITION_SIZE)
+    if reduce:
+        kernels.append(KernelLaunch(name="paged_attention_ll4mi_reduce_kernel", grid=(h, B), working_programs=h * B,
+                                    constexprs={"block": d, "NPAR_LOOPS": npar_loops}))
+    per_split = d * w.q_bytes + 8
+    per = ex.add("partial_state_bytes_per_token_head", P * per_split,
+                 "max_num_partitions * (d * sizeof(q dtype) + 4 + 4)", SRC_CALLER,
+                 max_num_partitions=P, d=d, dtype=w.dtype, unit="bytes")
+    allocated = B * h * per
+    used = sum(n * h * per_split for n in nonempty) if reduce else 0
+    return LaunchPlan(
+        system="vllm-rocm", kernels=tuple(kernels), splits=(P,) * B, nonempty_splits=nonempty,
+        tokens_per_split=tuple(min(PARTITION_SIZE, L) for L in w.seq_lens),
+        partial_state_bytes=allocated if reduce else 0, partial_state_bytes_used=used,
+        scratch_bytes=allocated, explain=ex.items(),
+        details={"kernel": kernel, "max_num_partitions": P, "npar_loops": npar_loops, "source": SRC_LAUNCH},
+    )
