@@ -79,6 +79,7 @@ class SystemFigures:
     tile_arithmetic_intensity: float
     arithmetic_intensity: float
     times_below_ridge: float
+    tile_times_below_ridge: float
     roofline_time_s: float
     roofline_time_all_layers_s: float
     explain: tuple[Derived, ...]
@@ -151,6 +152,8 @@ def figures(
     ridge = gpu.ridge_flop_per_byte
     below = ex.add("times_below_ridge", ridge / ai if ai else float("inf"), "I* / arithmetic_intensity, "
                    "I* = peak bf16 FLOP/s / HBM bytes/s", CHAPTER + " 'Where GQA enters'", I_star=round(ridge, 1))
+    tile_below = ex.add("tile_times_below_ridge", ridge / tile_ai, "I* / tile_arithmetic_intensity",
+                        CHAPTER + " 'Where GQA enters'", I_star=round(ridge, 1), tile_arithmetic_intensity=tile_ai)
     t = ex.add("roofline_time_s", max(total_bytes / gpu.hbm_bandwidth_bytes_per_s,
                                       flops / gpu.bf16_dense_flops_per_s),
                "max(bytes_per_layer / bandwidth, flops_per_layer / peak)", "roofline model", unit="s",
@@ -162,6 +165,7 @@ def figures(
         partial_state_bytes_used_per_layer=used, merge_traffic_bytes_per_layer=merge, merge_to_kv_ratio=ratio,
         block_table_bytes=bt, paging_overhead=paging, flops_per_layer=flops, bytes_per_layer=total_bytes,
         tile_arithmetic_intensity=tile_ai, arithmetic_intensity=ai, times_below_ridge=below,
+        tile_times_below_ridge=tile_below,
         roofline_time_s=t, roofline_time_all_layers_s=t_all, explain=ex.items(),
     )
 

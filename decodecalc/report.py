@@ -76,6 +76,7 @@ def _figures_json(fig: analysis.SystemFigures) -> dict[str, Any]:
         "tile_arithmetic_intensity": fig.tile_arithmetic_intensity,
         "arithmetic_intensity": fig.arithmetic_intensity,
         "times_below_ridge": fig.times_below_ridge,
+        "tile_times_below_ridge": fig.tile_times_below_ridge,
         "roofline_time_s": fig.roofline_time_s,
         "roofline_time_all_layers_s": fig.roofline_time_all_layers_s,
     }

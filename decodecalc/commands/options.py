@@ -215,8 +215,12 @@ def with_workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
     The command's own parameters come first in --help, then the shared ones. Errors from
     building the inputs are reported by :func:`handle_errors` like any other.
     """
+    import typing
+
     sig = inspect.signature(func)
-    own = [p for p in sig.parameters.values() if p.name != "inputs"]
+    hints = typing.get_type_hints(func, include_extras=True)  # modules use `from __future__ import annotations`
+    own = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()
+           if p.name != "inputs"]
     shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
               for name, (annotation, default) in SHARED_OPTIONS.items()]
 
