@@ -1,0 +1,106 @@
+"""`decodecalc compare`, `determinism` and `cudagraphs` through typer's CliRunner, plus the policy registry."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from decodecalc import policies as pol
+from decodecalc.cli import app
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.workload import make_workload
+
+runner = CliRunner()
+ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERMINAL_WIDTH": "200"}
+REQUIRED = ("name", "applicable", "grid", "splits", "programs", "partial_state_bytes_per_layer", "roofline_time_s")
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), env=ENV)
+
+
+def test_compare_json_contract():
+    r = invoke("compare", "-m", "llama3-8b", "-b", "1", "-s", "2560", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    names = [p["name"] for p in data["policies"]]
+    assert names == list(pol.POLICY_NAMES)
+    for p in data["policies"]:
+        for key in REQUIRED:
+            assert key in p
+        if not p["applicable"]:
+            assert p["reason"]
+    by = {p["name"]: p for p in data["policies"]}
+    # section 2.1 rows, through the CLI
+    assert by["vllm"]["grid"] == [1, 8, 16] and by["vllm"]["splits"] == [16]
+    assert by["sglang"]["grid"] == [1, 8, 8] and by["sglang"]["splits"] == [8]
+    assert by["vllm-paged"]["grid"] == [32, 1, 5]
+    assert by["fa2"]["grid"] == [1, 20, 8]
+    assert by["flashinfer"]["grid"] == [33, 8]  # CUDA graphs on by default (section 2.1 "under CUDA graph")
+    assert not by["vllm-rocm"]["applicable"] and "ROCm" in by["vllm-rocm"]["reason"]
+    assert not by["flashmla"]["applicable"] and "MLA" in by["flashmla"]["reason"]
+    assert sum(p.get("best", False) for p in data["policies"]) == 1 and data["best"] in names
+
+
+def test_compare_eager_flashinfer_and_occupancy():
+    r = invoke("compare", "-m", "llama3-8b", "--no-cuda-graph", "--occupancy", "1", "--policies", "flashinfer", "--json")
+    assert r.exit_code == 0, r.output
+    (fi,) = json.loads(r.output)["policies"]
+    assert fi["grid"] == [16, 8] and fi["splits"] == [16]  # section 2.1: occupancy 1 -> 16 x 160 tokens
+
+
+def test_compare_table_and_csv():
+    r = invoke("compare", "-m", "llama3-70b", "--tp", "8")
+    assert r.exit_code == 0, r.output
+    assert "every split policy" in r.output and "Not applicable" in r.output and "★" in r.output
+    r = invoke("compare", "-m", "deepseek-v3", "--tp", "8", "--csv")
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.output)))
+    by = {row["name"]: row for row in rows}
+    assert by["flashmla"]["applicable"] == "True" and by["vllm"]["applicable"] == "False"
+    assert "MLA" in by["vllm"]["reason"]
+
+
+def test_compare_output_file(tmp_path):
+    out = tmp_path / "cmp.json"
+    r = invoke("compare", "-m", "llama3-8b", "--json", "-o", str(out))
+    assert r.exit_code == 0
+    assert json.loads(out.read_text())["policies"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--policies", "bogus"), "unknown policy 'bogus'"),
+        (("--occupancy", "0"), "--occupancy must be a positive integer"),
+        (("--json", "--csv"), "either --json or --csv"),
+        (("-m", "no-such-model"), "unknown model"),
+        (("-b", "0"), "--batch must be a positive integer"),
+    ],
+    ids=["policy", "occupancy", "json+csv", "model", "batch"],
+)
+def test_compare_bad_input(args, message):
+    r = invoke("compare", *args)
+    assert r.exit_code != 0
+    assert "Error:" in r.output and message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_compare_help():
+    r = invoke("compare", "--help")
+    assert r.exit_code == 0 and "--policies" in r.output
+
+
+def test_registry_reasons_instead_of_errors():
+    w = make_workload(resolve_model("llama3-8b"), batch=1, seq_len=2560, block_size=8)
+    results = pol.evaluate_all(w, resolve_gpu("h200"))
+    by = {r.name: r for r in results}
+    assert not by["vllm"].applicable and "MultipleOf(16)" in by["vllm"].reason  # vLLM startup check
+    assert by["vllm-paged"].applicable  # 8 is a compiled block size of the legacy kernel
+    amd = pol.evaluate_all(make_workload(resolve_model("llama3-8b"), batch=1, seq_len=2560), resolve_gpu("mi300x"))
+    assert {r.name for r in amd if r.applicable} >= {"vllm", "sglang", "vllm-rocm", "aiter"}
