@@ -435,6 +435,8 @@ def _prepare_triton(interpret: bool) -> None:
     is imported: so ``TRITON_INTERPRET=1`` must be set before the first ``import triton``.
     """
     if interpret:
+        # Process-wide on purpose: Triton also reads it when it lazily imports more of
+        # itself later (e.g. triton.experimental.gluon while converting arguments).
         os.environ["TRITON_INTERPRET"] = "1"
     import triton.language as tl
 
