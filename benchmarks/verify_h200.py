@@ -109,7 +109,13 @@ def run(args: argparse.Namespace) -> int:
     gpu = resolve_gpu("h200", sms=env.sm_count or None)
     out = Path(args.out)
     doc: dict[str, Any] = {"env": env.to_json(), "args": vars(args), "cases": [], "skipped": []}
-    if env.device == "cuda":
+    done: set[str] = set()
+    if args.resume and out.exists():  # a CUDA fault ended the last process: keep what it measured
+        doc = json.loads(out.read_text())
+        doc["skipped"] = []
+        done = {c["name"] for c in doc["cases"]}
+        t0 -= doc.get("elapsed_s", 0)
+    elif env.device == "cuda":
         doc["env"]["copy_bandwidth_Bps"] = copy_bandwidth()
     cases = (dev_grid() if args.shapes in ("all", "dev40") else []) + (ragged() if args.shapes in ("all", "ragged") else [])
     if args.quick:
@@ -118,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     # but run the big-KV shapes early enough to fit the budget.
     cases.sort(key=lambda c: -sum(c["seq_lens"]) * (1 if c["tp"] == 1 else 0.125))
     for i, case in enumerate(cases):
+        if case["name"] in done:
+            continue
         if time.time() - t0 > args.budget:
             doc["skipped"].append(case["name"])
             continue
@@ -127,6 +135,14 @@ def run(args: argparse.Namespace) -> int:
             wr = R.verify_workload(work, calls, env, sources=tuple(args.sources.split(",")), timing=True,
                                    check_seqs=args.check_seqs, bandwidth=gpu.hbm_bandwidth_bytes_per_s)
             rec = {"name": case["name"], **wr.to_json(), "wall_s": round(time.time() - tc, 2)}
+        except R.CudaFault as exc:  # record, save, and let the caller restart with --resume
+            rec = {"name": case["name"], **exc.partial.to_json(), "fault": str(exc),
+                   "wall_s": round(time.time() - tc, 2)}
+            doc["cases"].append(rec)
+            _print_case(rec)
+            doc["elapsed_s"] = round(time.time() - t0, 1)
+            _atomic_write(out, doc)
+            return 3
         except Exception as exc:  # keep going: record the failure
             rec = {"name": case["name"], "error": f"{type(exc).__name__}: {exc}", "wall_s": round(time.time() - tc, 2)}
         doc["cases"].append(rec)
@@ -250,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", default="upstream,reference")
     ap.add_argument("--check-seqs", type=int, default=4)
     ap.add_argument("--quick", type=int, default=0, help="only the first N small shapes")
+    ap.add_argument("--resume", action="store_true", help="continue the results file (after a CUDA fault)")
     ap.add_argument("--report", metavar="JSON", help="print the BENCHMARKS.md table for a results file")
     args = ap.parse_args(argv)
     if args.report:

@@ -258,7 +258,7 @@ class Inputs:
     seq_lens: Any  # [B_run] int32 (padded requests 0)
     query_start: Any  # [B_run + 1] int32
     kv_indptr: Any  # [B + 1] int32 (SGLang, real requests)
-    kv_indices: Any  # [copies, sum L] int32 token slots
+    kv_indices: Any  # [copies, sum L] int64 token slots
     sg_seq_lens: Any  # [B_sg] int32 (CUDA-graph padded rows: seq_len 1)
     b_sg: int
     copies: int
@@ -322,7 +322,8 @@ def build_inputs(
         perm = torch.randperm(num_blocks - 1, generator=gen, device=dev).to(torch.int32) + 1  # block 0 unused
         tables = torch.zeros((copies, b_run, max_nb), dtype=torch.int32, device=dev)
         # SGLang padded rows (seq_len 1) read slot 0 of block 0, which no real sequence uses
-        indices = torch.zeros((copies, sum(work.seq_lens) + (b_sg - B)), dtype=torch.int32, device=dev)
+        # int64 like SGLang's own kv_indices (token slots pass 2**31 / stride on large pools)
+        indices = torch.zeros((copies, sum(work.seq_lens) + (b_sg - B)), dtype=torch.int64, device=dev)
         ar = torch.arange(bs, device=dev, dtype=torch.int32)
         for c in range(copies):
             off = c * per_copy
@@ -331,7 +332,7 @@ def build_inputs(
                 blocks = perm[off:off + n]
                 tables[c, i, :n] = blocks
                 L = work.seq_lens[i]
-                indices[c, tok:tok + L] = (blocks[:, None] * bs + ar[None, :]).reshape(-1)[:L]
+                indices[c, tok:tok + L] = (blocks[:, None].long() * bs + ar[None, :]).reshape(-1)[:L]
                 tok += L
                 off += n
         q = torch.randn((max(t_run, b_sg), h, d), generator=gen, device=dev, dtype=dtype)
@@ -575,6 +576,19 @@ def _count_sglang(r: _Runner, launches: list[Any]) -> tuple[list[int], list[int]
 # One workload
 
 
+class CudaFault(DecodecalcError):
+    """A kernel faulted (illegal address, ...): the CUDA context is unusable for the rest of the process."""
+
+    def __init__(self, message: str, partial: "WorkloadResult") -> None:
+        super().__init__(f"CUDA fault, stopping: {message}")
+        self.partial = partial
+
+
+def is_cuda_fault(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return "AcceleratorError" in text or "CUDA error" in text or "illegal memory access" in text
+
+
 @dataclass
 class WorkloadResult:
     workload: dict[str, Any]
@@ -657,6 +671,12 @@ def verify_workload(
                 torch.cuda.empty_cache()
                 res.status, res.message = "error", f"out of GPU memory: {str(exc).splitlines()[0]}"
             except Exception as exc:  # an upstream kernel failing to compile/run is a result, not a crash
+                if is_cuda_fault(exc):  # the context is lost: nothing after this can run in this process
+                    res.status, res.message = "error", f"CUDA fault: {str(exc).splitlines()[0]}"
+                    runs.append(res)
+                    if results is not None:
+                        results.append(res)
+                    raise CudaFault(str(exc).splitlines()[0], WorkloadResult(workload_json(work), runs, notes)) from None
                 res.status, res.message = "error", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             runs.append(res)
             if results is not None:
