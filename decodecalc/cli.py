@@ -1,26 +1,28 @@
-"""The typer application. Commands live in decodecalc/commands/, one module each."""
+"""The typer application. Commands live in decodecalc/commands/, one module each.
+
+Start-up time matters (`decodecalc grid` should cost little more than importing typer and
+rich), so the console script builds an app holding only the command it was asked for;
+``decodecalc.cli.app`` (tests, --help, no command) holds every command.
+"""
 
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Any
 
 import typer
 
 from decodecalc import __version__
 
-app = typer.Typer(
-    name="decodecalc",
-    help="What LLM decode attention launches on a GPU, and how well it fills it: vLLM and SGLang launch "
-    "grids, KV splits, SM coverage, merge traffic and roofline, from pure-Python models of their launchers.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    add_completion=False,
-    rich_markup_mode=None,
-)
-
 #: command modules, in --help order; a module that is absent in this build is skipped
 COMMAND_MODULES = ("grid", "library", "compare", "sweep", "determinism", "cudagraphs", "verify", "recommend",
                    "calibrate")
+#: command name -> module, for commands whose module is not named after them
+COMMAND_TO_MODULE = {"models": "library", "gpus": "library", "explain": "library"}
+
+HELP = ("What LLM decode attention launches on a GPU, and how well it fills it: vLLM and SGLang launch grids, "
+        "KV splits, SM coverage, merge traffic and roofline, from pure-Python models of their launchers.")
 
 
 def _version(value: bool) -> None:
@@ -29,21 +31,40 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    """decodecalc."""
+def build_app(modules: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
+    app = typer.Typer(name="decodecalc", help=HELP, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                      add_completion=False, rich_markup_mode=None)
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+        """decodecalc."""
+
+    for name in modules:
+        try:
+            module = importlib.import_module(f"decodecalc.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"decodecalc.commands.{name}":
+                raise
+            continue
+        module.register(app)
+    return app
 
 
-for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"decodecalc.commands.{_name}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"decodecalc.commands.{_name}":
-            raise
-        continue
-    _mod.register(app)
+def __getattr__(name: str) -> Any:
+    """``decodecalc.cli.app``: the full application, built on first use."""
+    if name == "app":
+        full = build_app()
+        globals()["app"] = full
+        return full
+    raise AttributeError(name)
 
 
 def main() -> None:
-    app()
+    argv = sys.argv[1:]
+    command = argv[0] if argv and not argv[0].startswith("-") else None
+    module = COMMAND_TO_MODULE.get(command or "", command)
+    if module in COMMAND_MODULES:
+        build_app((module,))()
+    else:
+        build_app()()

@@ -141,7 +141,11 @@ def _config_dirs() -> tuple[Path, ...]:
     if extra:
         dirs.append(Path(extra))
     dirs += [here / "model_configs", here.parent / "model_configs"]
-    return tuple(d for d in dirs if d.is_dir())
+    unique: dict[Path, Path] = {}
+    for d in dirs:  # decodecalc/model_configs is a link to ./model_configs in a source checkout
+        if d.is_dir():
+            unique.setdefault(d.resolve(), d)
+    return tuple(unique.values())
 
 
 def load_model_file(path: Path) -> ModelConfig:
@@ -159,14 +163,21 @@ def load_model_file(path: Path) -> ModelConfig:
 
 
 @functools.cache
+def _library_file(path: Path) -> ModelConfig:
+    """One library YAML, loaded once per process and checked like the whole library is."""
+    cfg = load_model_file(path)
+    if cfg.name != path.stem:
+        raise ConfigError(f"{path}: field 'name' is {cfg.name!r} but must equal the file stem {path.stem!r}")
+    return cfg
+
+
+@functools.cache
 def model_library() -> dict[str, ModelConfig]:
     """Every model YAML found, by name (first directory wins)."""
     models: dict[str, ModelConfig] = {}
     for d in _config_dirs():
         for path in sorted(d.glob("*.yaml")):
-            cfg = load_model_file(path)
-            if cfg.name != path.stem:
-                raise ConfigError(f"{path}: field 'name' is {cfg.name!r} but must equal the file stem {path.stem!r}")
+            cfg = _library_file(path)
             models.setdefault(cfg.name, cfg)
     return models
 
@@ -175,12 +186,13 @@ def resolve_model(spec: str) -> ModelConfig:
     """``spec`` is a library id, a path to a YAML or HF config.json, or an HF repo id in the local cache."""
     from decodecalc.specs import hf  # local import: only needed for paths / repo ids
 
+    # fast path: a library id is its file stem, so read one file rather than the whole library
+    if "/" not in spec and not spec.endswith((".yaml", ".yml", ".json")):
+        for d in _config_dirs():
+            candidate = d / f"{spec.lower()}.yaml"
+            if candidate.is_file():
+                return _library_file(candidate)
     library = model_library()
-    if spec in library:
-        return library[spec]
-    lowered = spec.lower()
-    if lowered in library:
-        return library[lowered]
     path = Path(spec).expanduser()
     if path.suffix in (".yaml", ".yml") and path.exists():
         return load_model_file(path)
