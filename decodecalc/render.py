@@ -65,9 +65,9 @@ def workload_caption(r: GridReport) -> str:
 
 def _cov(s: SystemResult) -> str:
     c = s.data["sm_coverage"]
-    return (f"{c['programs_working']:,} working / {c['programs_launched']:,} launched; "
-            f"{min(c['programs_working'], c['num_sms'])}/{c['num_sms']} SMs ({c['fraction']:.0%}), "
-            f"{c['waves']} wave(s)")
+    waves = f"{c['waves']} wave" + ("s" if c["waves"] != 1 else "")
+    return (f"{min(c['programs_working'], c['num_sms'])}/{c['num_sms']} SMs ({c['fraction']:.0%}), {waves}; "
+            f"{c['programs_working']:,} of {c['programs_launched']:,} programs work")
 
 
 def grid_table(r: GridReport) -> Table:

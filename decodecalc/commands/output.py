@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,13 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+_NUMBER_LIST = re.compile(r"\[\s*((?:-?[\d.eE+-]+|null|true|false)(?:,\s*(?:-?[\d.eE+-]+|null|true|false))*)\s*\]")
+
+
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, default=_default)
+    """Indented JSON with lists of scalars (grids, per-sequence values) kept on one line."""
+    text = json.dumps(data, indent=2, default=_default)
+    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
 
 
 def write_atomic(path: Path, text: str) -> None:
