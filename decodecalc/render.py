@@ -166,15 +166,16 @@ def print_grid(console: Console, r: GridReport, explain: bool = False) -> None:
 
 
 def explain_panel(title: str, items: Iterable[Derived]) -> Panel:
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    t.add_column("quantity", style="bold", no_wrap=True)
-    t.add_column("value", overflow="fold")
-    t.add_column("formula and inputs", overflow="fold")
-    t.add_column("source", style="dim", overflow="fold")
+    """``name = value`` then the formula with its inputs, then the source, one block per number."""
+    lines: list[Text] = []
     for d in items:
+        head = Text.assemble((d.name, "bold"), " = ", (_short(d.value), "green"))
+        lines.append(head)
         inputs = ", ".join(f"{k}={_short(v)}" for k, v in d.inputs.items())
-        t.add_row(d.name, _short(d.value), d.formula + (f"\n  with {inputs}" if inputs else ""), d.source)
-    return Panel(t, title=title, title_align="left")
+        lines.append(Text(f"    {d.formula}" + (f"   with {inputs}" if inputs else "")))
+        if d.source:
+            lines.append(Text(f"    [{d.source}]", style="dim"))
+    return Panel(Group(*lines), title=title, title_align="left")
 
 
 def _short(v: Any) -> str:
