@@ -120,7 +120,7 @@ def grid_table(r: GridReport) -> Table:
     row("roofline time", lambda s: f"{fmt_time(v(s, 'roofline_time_s'))} / layer, "
         f"{fmt_time(v(s, 'roofline_time_all_layers_s'))} all layers")
     if any("predicted_time_s" in s.data for s in cols if not s.error):
-        row("predicted time", lambda s: fmt_time(v(s, "predicted_time_s")) +
+        row("predicted time / layer", lambda s: fmt_time(v(s, "predicted_time_s")) +
             ("" if v(s, "predicted_calibrated") else " (uncalibrated)"))
     return t
 
@@ -140,7 +140,7 @@ def grid_notes(r: GridReport) -> list[Text]:
                 changed = cg["grid"] != d["grid"]
                 style = "magenta" if changed else "dim"
                 notes.append(Text(
-                    f"vllm CUDA graph: a FULL graph replays for {cg['num_reqs_padded']} requests / "
+                    f"vllm CUDA graph: a FULL graph replays for {cg['num_reqs_padded']} request(s) / "
                     f"{cg['num_tokens_padded']} tokens: {'3D' if cg['use_3d'] else '2D'} grid {fmt_grid(cg['grid'])}"
                     f", merge {fmt_grid(cg['reduce_grid'])}" + (" (differs from the unpadded launch)" if changed else ""),
                     style=style))
