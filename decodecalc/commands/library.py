@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
 
         t = Table(title=f"{len(lib)} models")
         for col in ("id", "layers", "q heads", "kv heads", "head dim", "attention", "window", "dtype"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=True)
         for m in sorted(lib.values(), key=lambda m: m.name):
             head = f"{m.head_dim_k}/{m.head_dim_v}" if m.is_mla else str(m.head_dim)
             t.add_row(m.name, str(m.num_layers), str(m.num_attention_heads), str(m.num_key_value_heads), head,
