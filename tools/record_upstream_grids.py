@@ -19,6 +19,10 @@ tests/data/upstream/sglang-0.5.23-splits.json.
 
 Options: --vllm PATH / --sglang PATH (sources; default ./upstream/<name>-<version>),
 --out DIR, --only vllm|sglang, --seed N.
+
+--check re-runs the inputs of every recorded record on this machine (``--device cuda``
+on a GPU: compiled kernels, the split-count kernel executed on the GPU) and compares
+the launches and split counts with the JSON instead of writing it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+if "--device" not in sys.argv or "cpu" in sys.argv:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -340,6 +345,52 @@ def _dump(obj: dict[str, Any], path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang_src: str | None) -> int:
+    """Re-run every recorded input here and count differences from the recording."""
+    interp = device == "cpu"
+    bad_total = 0
+    if only in (None, "vllm"):
+        data = json.loads((out / "vllm-0.33.0-grids.json").read_text())
+        t, bad = time.perf_counter(), 0
+        for rec in data["records"]:
+            i = rec["inputs"]
+            k = upstream.load_vllm(vllm_src, batch_invariant=i["batch_invariant"],
+                                   capability=tuple(i["capability"]), interpret=interp)
+            call = capture.call_vllm_unified(
+                k, num_heads=i["num_heads"], num_kv_heads=i["num_kv_heads"], head_size=i["head_size"],
+                seq_lens=tuple(i["seq_lens"]), query_lens=tuple(i["query_lens"]), q_dtype=i["q_dtype"],
+                kv_dtype=i["kv_dtype"], sliding_window=i["sliding_window"],
+                seq_threshold_3D=i["seq_threshold_3D"], num_par_softmax_segments=i["num_segments"],
+                scratch_rows=i["scratch_rows"], block_size=i["block_size"], execute=False, device=device)
+            if [_launch_json(la, VLLM_KEYS) for la in call.launches] != rec["launches"]:
+                bad += 1
+                print("vllm DIFF", i)
+        print(f"vllm check on {device}: {len(data['records'])} records, {bad} differ "
+              f"({time.perf_counter() - t:.1f} s)")
+        bad_total += bad
+    if only in (None, "sglang"):
+        data = json.loads((out / "sglang-0.5.23-splits.json").read_text())
+        k = upstream.load_sglang(sglang_src, interpret=interp)
+        t, bad = time.perf_counter(), 0
+        for rec in data["records"]:
+            i = rec["inputs"]
+            call = capture.call_sglang_decode(
+                k, seq_lens=tuple(i["seq_lens"]), num_head=i["num_head"], num_kv_head=i["num_kv_head"],
+                device_core_count=i["device_core_count"], max_kv_splits=i["max_kv_splits"],
+                head_dim=i["head_dim"], num_group=i["num_group"], device=device)
+            grids = {la.name: list(la.grid) for la in call.launches}
+            ok = (list(call.num_kv_splits) == rec["num_kv_splits"] and call.uneven_batch == rec["uneven_batch"]
+                  and (rec["stage1"] is None or grids.get(rec["stage1"]["kernel"]) == rec["stage1"]["grid"]))
+            if not ok:
+                bad += 1
+                print("sglang DIFF", {k2: v for k2, v in i.items() if k2 != "seq_lens"},
+                      call.num_kv_splits[:8], rec["num_kv_splits"][:8])
+        print(f"sglang check on {device}: {len(data['records'])} records, {bad} differ "
+              f"({time.perf_counter() - t:.1f} s)")
+        bad_total += bad
+    return 1 if bad_total else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vllm", help="vLLM sources (checkout / unpacked wheel); default ./upstream/vllm-0.33.0")
@@ -347,9 +398,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "upstream"))
     ap.add_argument("--only", choices=("vllm", "sglang"))
     ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--check", action="store_true", help="compare a re-run with the recordings in --out")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="for --check")
     args = ap.parse_args(argv)
     out = Path(args.out)
     warnings.simplefilter("always", upstream.UpstreamVersionWarning)
+    if args.check:
+        return check(out, args.only, args.device, args.vllm, args.sglang)
     if args.only in (None, "vllm"):
         t = time.perf_counter()
         data = record_vllm(args.vllm, args.seed)
