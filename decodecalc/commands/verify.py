@@ -1,0 +1,323 @@
+"""`decodecalc verify`: run the kernels for one decode step and compare with what decodecalc predicts.
+
+On a CUDA GPU, or on the CPU with ``TRITON_INTERPRET=1`` (tiny shapes; bf16 runs as fp16).
+Needs the optional ``verify`` extra (torch, triton); nothing here imports them at import time.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from decodecalc.commands.options import Inputs, fail, with_workload_options
+from decodecalc.commands.output import to_json, write_atomic
+from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
+
+KERNELS = ("upstream", "reference", "both")
+
+SystemOpt = Annotated[Optional[str], typer.Option("--system", help="Only one system: vllm or sglang (default both).")]
+KernelsOpt = Annotated[str, typer.Option("--kernels", help="Which kernels run: upstream (vLLM / SGLang's own, "
+                                         "unmodified), reference (decodecalc's), or both.")]
+VllmSrcOpt = Annotated[Optional[Path], typer.Option("--vllm-src", help="vLLM source checkout or unpacked wheel. "
+                                                    "Default: installed vllm, else ./upstream/vllm-0.33.0.")]
+SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLang source checkout or unpacked "
+                                                      "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print everything as JSON instead of tables.")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic; "
+                                                   "partial results are written if a later run fails).")]
+TimeOpt = Annotated[bool, typer.Option("--time/--no-time", help="Time each step (CUDA-graph replay over rotating "
+                                       "KV-cache copies; GPU only).")]
+ReplaysOpt = Annotated[int, typer.Option("--replays", help="Graph replays to take the median of.")]
+CheckSeqsOpt = Annotated[int, typer.Option("--check-seqs", help="Sequences compared with the float32 reference "
+                                           "(0 = all).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for the KV cache and queries.")]
+
+
+def _systems(system: str | None) -> tuple[str, ...]:
+    from decodecalc.report import SYSTEMS
+
+    if system is None:
+        return SYSTEMS
+    s = system.lower()
+    if s not in SYSTEMS:
+        raise ConfigError(f"--system {system!r}; valid: {', '.join(SYSTEMS)}")
+    return (s,)
+
+
+def _sources(kernels: str) -> tuple[str, ...]:
+    k = kernels.lower()
+    if k not in KERNELS:
+        raise ConfigError(f"--kernels {kernels!r}; valid: {', '.join(KERNELS)}")
+    return ("upstream", "reference") if k == "both" else (k,)
+
+
+def run_verify(
+    inputs: Inputs,
+    *,
+    system: str | None = None,
+    kernels: str = "both",
+    vllm_src: Path | None = None,
+    sglang_src: Path | None = None,
+    json_out: bool = False,
+    output: Path | None = None,
+    timing: bool = True,
+    replays: int = 5,
+    check_seqs: int = 4,
+    seed: int = 0,
+) -> int:
+    """Run, print, write; return the exit code (0 all matched, 1 any mismatch or failed run)."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from decodecalc.report import grid_report
+    from decodecalc.verify import runner as R
+
+    systems = _systems(system)
+    sources = _sources(kernels)
+    if replays <= 0:
+        raise ConfigError(f"--replays must be positive, got {replays}")
+    if inputs.layer != "global":
+        raise UnsupportedError("verify runs full-causal (global) layers only; --layer sliding is not supported")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    env = R.detect_environment()
+    work, gpu = inputs.work, inputs.gpu
+    R.check_workload(work)
+    if env.device == "cuda" and env.sm_count and env.sm_count != gpu.num_sms:
+        err.print(f"[yellow]Warning:[/] local GPU {env.gpu_name} has {env.sm_count} SMs, --gpu {gpu.name} "
+                  f"{gpu.num_sms}; predicting for the local count")
+        gpu = dataclasses.replace(gpu, num_sms=env.sm_count)
+    if env.interpret and sum(work.seq_lens) * work.num_kv_heads > 200_000:
+        err.print("[yellow]Warning:[/] the Triton interpreter is slow: use tiny shapes (a few hundred tokens)")
+
+    # versions of the upstream sources, before anything runs
+    srcs = {"vllm": vllm_src, "sglang": sglang_src}
+    if "upstream" in sources:
+        from decodecalc.verify import upstream as up
+
+        for s in systems:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                loc = up.locate(s, srcs[s])
+            env.versions[s] = f"{loc.version} ({loc.origin}: {loc.root})"
+            for w in caught:
+                env.warnings.append(str(w.message))
+                err.print(f"[yellow]Warning:[/] {w.message}")
+        if "vllm" in systems and inputs.vllm.version != up.EXPECTED_VERSIONS["vllm"]:
+            msg = (f"--vllm-version {inputs.vllm.version} is modeled, but the kernels that run are vLLM "
+                   f"{env.versions.get('vllm', '?').split(' ')[0]}")
+            env.warnings.append(msg)
+            err.print(f"[yellow]Warning:[/] {msg}")
+
+    report = grid_report(work, gpu, systems=systems, vllm=inputs.vllm, sglang=inputs.sglang,
+                         kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
+    calls = []
+    skipped = {}
+    for s in report.systems:
+        if s.error or s.model is None:
+            skipped[s.name] = s.error or "no model"
+            continue
+        calls.append(R.vllm_call(s.model) if s.name == "vllm" else R.sglang_call(s.model, gpu))
+    if not calls:
+        raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "nothing to run")
+    for name, why in skipped.items():
+        err.print(f"[yellow]Skipped {name}:[/] {why}")
+
+    results: list[Any] = []
+    doc: dict[str, Any] = {"environment": env.to_json(), "workload": R.workload_json(work),
+                           "gpu": {"name": gpu.name, "num_sms": gpu.num_sms,
+                                   "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s},
+                           "skipped": skipped, "runs": [], "ok": False, "complete": False}
+
+    def save() -> None:
+        doc["runs"] = [r.to_json() for r in results]
+        if output is not None:
+            write_atomic(output, to_json(doc) + "\n")
+
+    total = len(calls) * len(sources)
+    wr = None
+    try:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=err, transient=True, disable=json_out and output is None) as prog:
+            task = prog.add_task("verify", total=total)
+
+            def progress(label: str) -> None:
+                prog.update(task, description=f"running {label}", completed=len(results))
+
+            wr = R.verify_workload(work, calls, env, sources=sources, vllm_src=_str(vllm_src),
+                                   sglang_src=_str(sglang_src), timing=timing, check_seqs=check_seqs, seed=seed,
+                                   bandwidth=gpu.hbm_bandwidth_bytes_per_s, replays=replays, progress=progress,
+                                   results=results)
+            prog.update(task, completed=total)
+    except R.CudaFault as exc:
+        save()
+        _print(Console(), results, work, gpu, env)
+        raise DecodecalcError(f"{exc}; partial results{' in ' + str(output) if output else ''}") from None
+    except DecodecalcError:
+        save()
+        raise
+    except KeyboardInterrupt:
+        save()
+        raise
+    doc["notes"] = wr.notes if wr else []
+    doc["predicted_time_s"] = _predicted_times(report, work, gpu)
+    doc["ok"] = all(r.ok for r in results)
+    doc["complete"] = True
+    save()
+    if json_out:
+        typer.echo(to_json(doc))
+    else:
+        out = Console()
+        _print(out, results, work, gpu, env, notes=doc["notes"], predicted=doc["predicted_time_s"])
+    return 0 if doc["ok"] else 1
+
+
+def _str(p: Path | None) -> str | None:
+    return None if p is None else str(p)
+
+
+def _predicted_times(report: Any, work: Any, gpu: Any) -> dict[str, float]:
+    """decodecalc's own kernel-time prediction per system (the time model), when available."""
+    try:
+        from decodecalc.timemodel import predict_time_s
+    except ImportError:
+        return {}
+    out = {}
+    for s in report.systems:
+        if s.error or s.model is None:
+            continue
+        try:
+            out[s.name] = predict_time_s(s.model.plan, work, gpu, s.name)[0]
+        except Exception:  # a prediction problem must not hide the measurement
+            continue
+    return out
+
+
+def _fmt_grid(g: list[int] | None) -> str:
+    return "-" if g is None else "x".join(map(str, g))
+
+
+def _pair(predicted: str, observed: str) -> str:
+    """One value when prediction and observation agree, else both, in red."""
+    return predicted if predicted == observed else f"[red]{predicted} != {observed}[/]"
+
+
+def _compact(xs: list[int]) -> str:
+    if not xs:
+        return "-"
+    if len(set(xs)) == 1:
+        return f"{xs[0]}*{len(xs)}" if len(xs) > 1 else str(xs[0])
+    s = ",".join(map(str, xs))
+    return s if len(s) <= 24 else s[:21] + "..."
+
+
+def _print(console: Any, results: list[Any], work: Any, gpu: Any, env: Any, *, notes: list[str] | None = None,
+           predicted: dict[str, float] | None = None) -> None:
+    from rich.table import Table
+
+    dev = f"{env.gpu_name} ({env.sm_count} SMs)" if env.device == "cuda" else "CPU, Triton interpreter"
+    console.print(f"[bold]verify[/] {work.model.name} tp={work.tp}: B={work.batch}, h={work.num_heads}, "
+                  f"h_kv={work.num_kv_heads}, d={work.head_size}, {work.dtype}, block {work.block_size} "
+                  f"on {dev}; torch {env.torch}, triton {env.triton}", highlight=False)
+    for k, v in env.versions.items():
+        console.print(f"  {k} sources: {v}", highlight=False)
+    for n in notes or []:
+        console.print(f"  note: {n}", highlight=False)
+    timed = any(r.timing and r.timing.get("t_us") for r in results)
+    t = Table(show_lines=False, header_style="bold", pad_edge=False)
+    cols = ["run", "kernel", "grid", "working", "splits (live)", "max err"]
+    if timed:
+        cols += ["us", "GB/s (%HBM)", "roofline us"]
+    cols.append("status")
+    for col in cols:
+        t.add_column(col, overflow="fold", no_wrap=col in ("kernel", "grid"))
+    for r in results:
+        first = True
+        for c in (r.launches or [None]):
+            if c is None:
+                cells = ["-", "-", "-"]
+            else:
+                cells = [c.kernel, _pair(_fmt_grid(c.predicted_grid), _fmt_grid(c.observed_grid)),
+                         _pair(str(c.predicted_working), str(c.observed_working))]
+            if not first:
+                row = [""] + cells + [""] * (len(cols) - 4)
+            else:
+                first = False
+                sp = _pair(_compact(r.splits_predicted), _compact(r.splits_observed))
+                if r.nonempty_predicted or r.nonempty_observed:
+                    sp += " (" + _pair(_compact(r.nonempty_predicted), _compact(r.nonempty_observed)) + ")"
+                e = r.error.get("max_err_vs_max") if r.error else None
+                es = "-" if e is None else _wrap(f"{e:.1e}", "" if r.error_ok else "red")
+                status = {"ok": "[green]ok[/]", "mismatch": "[bold red]MISMATCH[/]",
+                          "error": "[bold red]ERROR[/]"}[r.status]
+                if r.status == "error":
+                    status += f" {r.message}"
+                label = f"{r.system} {r.version}" if r.source == "upstream" else f"{r.system} ref"
+                row = [label] + cells + [sp, es]
+                if timed:
+                    tu = r.timing.get("t_us") if r.timing else None
+                    row += ["-" if tu is None else f"{tu:.1f}",
+                            "-" if r.gbps is None else f"{r.gbps:.0f} ({100 * (r.bandwidth_fraction or 0):.0f}%)",
+                            "-" if r.roofline_us is None else f"{r.roofline_us:.1f}"]
+                row.append(status)
+            t.add_row(*row)
+    console.print(t)
+    if predicted:
+        console.print("predicted time (decodecalc time model): "
+                      + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in predicted.items()), highlight=False)
+    if not timed and results:
+        console.print("not timed (" + (results[0].timing or {}).get("note", "") + ")", highlight=False)
+    ok = all(r.ok for r in results)
+    console.print("[green]all launches match the prediction[/]" if ok else
+                  "[bold red]mismatch or failed run: see the red cells (predicted != observed)[/]")
+
+
+def _wrap(text: str, style: str) -> str:
+    return f"[{style}]{text}[/]" if style else text
+
+
+def _run_or_fail(inputs: Inputs, **kwargs: Any) -> None:
+    """Run; a domain error becomes `Error: ...` (markup-escaped: messages carry 'decodecalc[verify]')."""
+    from rich.markup import escape
+
+    try:
+        code = run_verify(inputs, **kwargs)
+    except DecodecalcError as exc:
+        fail(escape(str(exc)), exc.exit_code)
+    if code:
+        raise typer.Exit(code)
+
+
+def run_verify_from_grid(inputs: Inputs, *, system: str | None = None, json_out: bool = False) -> None:
+    """Hook for ``decodecalc grid --verify``: verify with the defaults, exit 1 on any mismatch."""
+    _run_or_fail(inputs, system=system, json_out=json_out)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @with_workload_options
+    def verify(
+        inputs: Inputs,
+        system: SystemOpt = None,
+        kernels: KernelsOpt = "both",
+        vllm_src: VllmSrcOpt = None,
+        sglang_src: SglangSrcOpt = None,
+        json_out: JsonOpt = False,
+        output: OutputOpt = None,
+        time: TimeOpt = True,
+        replays: ReplaysOpt = 5,
+        check_seqs: CheckSeqsOpt = 4,
+        seed: SeedOpt = 0,
+    ) -> None:
+        """Run the kernels for one decode step (GPU, or CPU with TRITON_INTERPRET=1) and compare launches,
+        working programs, splits and output with decodecalc's prediction; time them on a GPU."""
+        _run_or_fail(inputs, system=system, kernels=kernels, vllm_src=vllm_src, sglang_src=sglang_src,
+                     json_out=json_out, output=output, timing=time, replays=replays, check_seqs=check_seqs, seed=seed)
+
+
+__all__ = ["register", "run_verify", "run_verify_from_grid", "fail"]

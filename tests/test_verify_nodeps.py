@@ -1,0 +1,34 @@
+"""`decodecalc verify` without the optional extra: importing stays light, errors say what to install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from decodecalc.cli import app
+
+
+def test_importing_the_cli_imports_neither_torch_nor_triton():
+    code = ("import sys, decodecalc.cli, decodecalc.commands.verify, decodecalc.verify.runner; "
+            "bad = [m for m in ('torch', 'triton') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_missing_extra_is_a_clear_error(monkeypatch):
+    import decodecalc.verify as v
+
+    monkeypatch.setattr(v, "missing_requirements", lambda: ["torch", "triton"])
+    r = CliRunner().invoke(app, ["verify", "--model", "llama3-8b", "--seq-len", "64"], env={"COLUMNS": "200"})
+    assert r.exit_code == 1
+    assert "Error:" in r.output and "pip install 'decodecalc[verify]'" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_verify_help_lists_its_options():
+    r = CliRunner().invoke(app, ["verify", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    for opt in ("--kernels", "--vllm-src", "--sglang-src", "--json", "--output", "--model", "--seq-lens"):
+        assert opt in r.stdout
