@@ -104,3 +104,49 @@ def test_registry_reasons_instead_of_errors():
     assert by["vllm-paged"].applicable  # 8 is a compiled block size of the legacy kernel
     amd = pol.evaluate_all(make_workload(resolve_model("llama3-8b"), batch=1, seq_len=2560), resolve_gpu("mi300x"))
     assert {r.name for r in amd if r.applicable} >= {"vllm", "sglang", "vllm-rocm", "aiter"}
+
+
+# ---------------------------------------------------------------------------------------- cudagraphs
+
+def test_cudagraphs_vllm_padding_and_sglang_inflation():
+    r = invoke("cudagraphs", "-m", "llama3-8b", "-s", "2560", "--batches", "13,17,33", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    v = {row["batch"]: row for row in d["vllm"]["rows"]}
+    # section 2.3 "FULL decode graph replay": 13 -> B_pad 16, 3D (20, 8, 16); 17 -> 24, 2D (30, 8)
+    assert v[13]["num_reqs_padded"] == 16 and v[13]["replayed_grid"] == [20, 8, 16]
+    assert v[17]["num_reqs_padded"] == 24 and v[17]["replayed_grid"] == [30, 8] and v[17]["replayed_path"] == "2D"
+    assert d["vllm"]["seq_threshold_3d"] == 16
+    s = {row["batch"]: row for row in d["sglang"]["rows"]}
+    # padded rows (seq_len 1) make Lmin = 1, so the real requests get max_kv_splits splits (section 4 e)
+    assert s[33]["padded_batch"] == 40 and s[33]["splits_unpadded"] == 3 and s[33]["splits_replayed"] == 8
+    f = {row["batch"]: row for row in d["flashinfer"]["rows"]}
+    assert f[13]["grid_cuda_graph"] == [33, 8]
+
+
+def test_cudagraphs_snapping_small_max_num_seqs():
+    # section 3.3 (b): V2, k = 0, N = 4 -> h_kv = 8 snaps 16 to 8 (capture sizes [1, 2, 4, 8])
+    r = invoke("cudagraphs", "-m", "llama3-8b", "--max-num-seqs", "4", "--batches", "1,4,5", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)["vllm"]
+    assert d["capture_sizes"] == [1, 2, 4, 8] and d["seq_threshold_3d"] == 8
+
+
+def test_cudagraphs_table_and_mla():
+    r = invoke("cudagraphs", "-m", "llama3-70b", "--tp", "8")
+    assert r.exit_code == 0, r.output
+    assert "frozen at capture" in r.output and "seq_len 1" in r.output
+    r = invoke("cudagraphs", "-m", "deepseek-v3", "--tp", "8")
+    assert r.exit_code == 0, r.output
+    assert "not applicable" in r.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(("--batches", "0"), "--batches must be"), (("--sglang-cuda-graph-max-bs", "0"), "must be positive"),
+     (("--seq-lens", "10,20"), "uniform decode"), (("--occupancy", "0"), "--occupancy")],
+)
+def test_cudagraphs_bad_input(args, message):
+    r = invoke("cudagraphs", *args)
+    assert r.exit_code != 0 and "Error:" in r.output and message in r.output, r.output
+    assert "Traceback" not in r.output

@@ -1,0 +1,116 @@
+"""`decodecalc determinism`: one request of length L in batches of growing size, per policy.
+
+Shows the tracked request's split count, split length and path at every batch size, whether its
+summation order ever changes (batch invariance), and what VLLM_BATCH_INVARIANT and SGLang's
+deterministic mode (split tile 256) do to it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from decodecalc.commands.options import Inputs, parse_int_list, with_workload_options
+from decodecalc.errors import ConfigError
+
+
+def run_determinism(inputs: Inputs, batches: str | None, others: int | None, policies: str | None,
+                    json_out: bool) -> dict[str, Any]:
+    from decodecalc import determinism as det
+    from decodecalc import policies as pol
+
+    w = inputs.work
+    if len(set(w.seq_lens)) != 1:
+        raise ConfigError("determinism tracks one request: give its length with --seq-len and the other "
+                          "requests' length with --others (not --seq-lens)")
+    if w.max_seqlen_q != 1:
+        raise ConfigError("determinism models decode steps: one query token per request")
+    sizes = parse_int_list(batches, "--batches") if batches is not None else det.DEFAULT_BATCHES
+    assert sizes is not None
+    if w.batch > 1 and w.batch not in sizes:
+        sizes = tuple(sorted(set(sizes) | {w.batch}))
+    sizes = tuple(sorted(set(sizes)))
+    opts = pol.PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer)
+    L = w.seq_lens[0]
+    rows = det.analyze(w, inputs.gpu, seq_len=L, others=others, batches=sizes, names=pol.resolve_policies(policies),
+                       opts=opts)
+    sw = det.switches(w, inputs.gpu, seq_len=L, others=others, batches=sizes, opts=opts)
+    data = {"model": w.model.name, "tp": w.tp, "gpu": inputs.gpu.name, "seq_len": L, "others": others or L,
+            "batches": list(sizes), "policies": [r.to_json() for r in rows],
+            "deterministic_switches": [r.to_json() for r in sw]}
+    if json_out:
+        from decodecalc.commands.output import to_json
+
+        typer.echo(to_json(data))
+        return data
+    _render(data, rows, sw)
+    return data
+
+
+def _render(data: dict[str, Any], rows: list, sw: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+
+    def table(title: str, items: list, show_design: bool) -> Table:
+        t = Table(title=title, caption=f"{data['model']} TP={data['tp']} on {data['gpu']}: one request of "
+                  f"{data['seq_len']} keys, others {data['others']} keys; cells: non-empty splits x split length (path)")
+        t.add_column("policy")
+        for b in data["batches"]:
+            t.add_column(f"B={b}", justify="right")
+        t.add_column("orders", justify="right")
+        t.add_column("invariant", justify="center")
+        for r in items:
+            by_b = {v.batch: v for v in r.views}
+            cells = []
+            prev = None
+            for b in data["batches"]:
+                v = by_b.get(b)
+                if v is None:
+                    cells.append("[dim]n/a[/]")
+                    continue
+                s = v.short
+                if prev is not None and v.signature != prev:
+                    s = f"[bold yellow]{s}[/]"
+                prev = v.signature
+                cells.append(s)
+            inv = r.batch_invariant
+            mark = "-" if inv is None else ("[green]yes[/]" if inv else "[red]no[/]")
+            t.add_row(r.name, *cells, str(r.distinct_orders) if r.views else "-", mark)
+        return t
+
+    console.print(table("Batch invariance: the tracked request's splits as the batch grows", rows, True))
+    console.print("By design:", highlight=False)
+    for r in rows:
+        if r.views:
+            console.print(f"  {r.name}: {r.by_design}", highlight=False, soft_wrap=True)
+        else:
+            reason = next(iter(r.reasons.values()), "not applicable")
+            console.print(f"  {r.name}: not applicable: {reason}", highlight=False, soft_wrap=True)
+    console.print(table("Deterministic switches on", sw, False))
+    for r in sw:
+        console.print(f"  {r.name}: {r.by_design}", highlight=False, soft_wrap=True)
+    console.print("Highlighted cells change the request's summation order (different split ranges or path) from "
+                  "the batch size to their left.", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @with_workload_options
+    def determinism(
+        inputs: Inputs,
+        batches: Annotated[Optional[str], typer.Option("--batches", help="Batch sizes around the request, comma "
+                                                       "list (default 1,2,4,8,16,17,32,64,128,256).")] = None,
+        others: Annotated[Optional[int], typer.Option("--others", help="KV length of the other requests "
+                                                      "(default: the same as --seq-len).")] = None,
+        policies: Annotated[Optional[str], typer.Option("--policies", "-p", help="Comma list of policies "
+                                                        "(default all).")] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """How one request's split count and summation order change with the batch around it, per policy;
+        which policies are batch-invariant; what VLLM_BATCH_INVARIANT and SGLang's deterministic mode do."""
+        if others is not None and others <= 0:
+            raise ConfigError(f"--others must be a positive integer, got {others}")
+        run_determinism(inputs, batches, others, policies, json_out)
