@@ -264,3 +264,20 @@ def test_flashmla_schedule_and_rules():
     assert sum(sum(x) for x in pieces) == 256 and busy == 4 and splits == [2, 3]  # payload 72: [67, 61] and [1, 67, 60]
     with pytest.raises(UnsupportedError, match="MLA models only"):
         plan_flashmla(W8B, H200)
+
+
+def test_every_derived_input_appears_in_its_formula():
+    # house style section 7: "A test asserts every inputs key appears in its formula"
+    from decodecalc import policies as pol
+
+    for model, tp, gpu in (("llama3-8b", 1, H200), ("llama3-70b", 8, H200), ("deepseek-v3", 8, H200),
+                           ("llama3-8b", 1, MI300X), ("llama3-8b", 1, resolve_gpu("a100-80gb"))):
+        for batch in (1, 64):
+            w = work(model, tp=tp, batch=batch)
+            for r in pol.evaluate_all(w, gpu):
+                if r.plan is None or r.name in ("vllm", "sglang"):
+                    continue
+                for d in r.plan.explain:
+                    assert d.source, (r.name, d.name)
+                    for key in d.inputs:
+                        assert key in d.formula, (r.name, d.name, key, d.formula)

@@ -73,31 +73,35 @@ def render(data: dict[str, Any], results: list) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from decodecalc.render import fmt_bytes, fmt_grid, fmt_per_seq, fmt_time
+    from decodecalc.render import fmt_bytes, fmt_per_seq, fmt_time
 
     console = Console()
     w = data["workload"]
     caption = (f"{data['model']} TP={data['tp']} on {data['gpu']} ({data['num_sms']} SMs): B={w['batch']}, "
                f"seq {fmt_per_seq(w['seq_lens'], 4)}, h={w['num_heads_per_rank']}, h_kv={w['num_kv_heads_per_rank']}"
                f", d={w['head_size']}, {w['kv_cache_dtype']} KV, block {w['block_size']}")
-    t = Table(title="Decode attention: every split policy", caption=caption, show_lines=False)
-    for col, just in (("policy", "left"), ("grid (programs)", "right"), ("working", "right"),
-                      ("splits/seq", "right"), ("tokens/split", "right"), ("SM cov.", "right"), ("waves", "right"),
-                      ("partial alloc / used", "right"), ("÷ KV", "right"), ("roofline", "right"),
-                      ("÷ coverage", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    from rich import box
+
+    t = Table(title="Decode attention: every split policy", caption=caption, box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("policy", "grid", "busy/all", "splits", "tok/split", "SM (waves)", "partial a/u", "/KV",
+                "roofline", "/cov"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+
+    def kb(n: int) -> str:
+        return fmt_bytes(n).replace(" ", "").replace("B", "") or "0"
+
     for row in data["policies"]:
         if not row["applicable"]:
-            t.add_row(f"[dim]{row['name']}[/]", "[dim]n/a (see below)[/]", *[""] * 9)
+            t.add_row(f"[dim]{row['name']}[/]", "[dim]n/a[/]", *[""] * 8)
             continue
         splits = fmt_per_seq(row["splits"], 3)
         if row["nonempty_splits"] != row["splits"]:
-            splits += f" ({fmt_per_seq(row['nonempty_splits'], 3)} busy)"
+            splits += f" ({fmt_per_seq(row['nonempty_splits'], 3)})"
         t.add_row(
             ("★ " if row["best"] else "") + row["name"],
-            fmt_grid(row["grid"]), f"{row['working_programs']:,}", splits, fmt_per_seq(row["tokens_per_split"], 3),
-            f"{row['sm_coverage']:.0%}", str(row["waves"]),
-            f"{fmt_bytes(row['partial_state_bytes_per_layer'])} / {fmt_bytes(row['partial_state_bytes_used_per_layer'])}",
+            "x".join(map(str, row["grid"])), f"{row['working_programs']:,}/{row['programs']:,}", splits,
+            fmt_per_seq(row["tokens_per_split"], 3), f"{row['sm_coverage']:.0%} ({row['waves']})",
+            f"{kb(row['partial_state_bytes_per_layer'])}/{kb(row['partial_state_bytes_used_per_layer'])}",
             f"{row['partial_state_to_kv_ratio']:.2f}", fmt_time(row["roofline_time_s"]),
             fmt_time(row["sm_limited_time_s"]),
             style="bold green" if row["best"] else None,
@@ -113,6 +117,10 @@ def render(data: dict[str, Any], results: list) -> None:
         console.print("Notes:", highlight=False)
         for n in notes:
             console.print(n, highlight=False, soft_wrap=True)
+    console.print("busy/all: main-kernel programs that read keys / launched; splits: per sequence, allocated "
+                  "(non-empty); partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: "
+                  "allocated partial state over the layer's KV bytes; /cov: roofline time / SM coverage",
+                  highlight=False)
     if data["best"]:
         console.print(f"★ best: {data['best']} ({data['best_rule']}; a ranking proxy, not a measured time)",
                       highlight=False)

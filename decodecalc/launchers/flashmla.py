@@ -90,7 +90,8 @@ def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> 
                    h_k=h_k, s_q=s_q, h_q=h_q)
     splits, pieces, busy = schedule(w.seq_lens, parts)
     ex.add("num_splits", tuple(splits),
-           "greedy packing of cdiv(L_i, 64) blocks (+5 per request) into parts of cdiv(total, num_sm_parts) + 5",
+           "greedy packing of cdiv(L_i, block_size_n) blocks (+ fixed_overhead_num_blocks per request) into num_sm_parts parts "
+           "of cdiv(total, num_sm_parts) + fixed_overhead_num_blocks",
            f"{SRC_SCHED} L62-99", num_sm_parts=parts, block_size_n=block_size_n,
            fixed_overhead_num_blocks=fixed_overhead_num_blocks)
     n_mblocks = cdiv(q_seq_per_hk, 64)
