@@ -169,6 +169,17 @@ def _one(w: Workload, p: LaunchPlan) -> int:
 # vLLM and SGLang: the lead's launch models, with the figures of decodecalc.report
 
 
+def _predicted(plan: LaunchPlan, w: Workload, gpu: GPUSpec, kernel: str) -> dict[str, Any]:
+    """The lead's calibrated time model (decodecalc.timemodel), where it covers the kernel; never fails."""
+    try:
+        from decodecalc import timemodel
+
+        t, calibrated = timemodel.predict_time_s(plan, w, gpu, kernel)
+    except Exception:  # noqa: BLE001 - an optional figure must never break the comparison
+        return {}
+    return {"predicted_time_s": t, "predicted_calibrated": calibrated}
+
+
 def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     from decodecalc import report
 
@@ -189,7 +200,8 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
         notes.append("2D: " + "; ".join(vp.launch.reasons_2d))
     return PolicyResult("vllm", title, True, plan=vp.plan, figures=res.figures, notes=notes,
                         extra={"path": "3D" if vp.launch.use_3d else "2D",
-                               "seq_threshold_3d": vp.backend.seq_threshold_3D, "replay": vp.replay_mode})
+                               "seq_threshold_3d": vp.backend.seq_threshold_3D, "replay": vp.replay_mode,
+                               **_predicted(vp.plan, w, gpu, "vllm")})
 
 
 def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
@@ -205,7 +217,8 @@ def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     sp = res.model
     return PolicyResult("sglang", title, True, plan=sp.plan, figures=res.figures,
                         notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"],
-                        extra={"mode": sp.mode, "max_kv_splits": sp.max_kv_splits})
+                        extra={"mode": sp.mode, "max_kv_splits": sp.max_kv_splits,
+                               **_predicted(sp.plan, w, gpu, "sglang")})
 
 
 # ------------------------------------------------------------------------------------------

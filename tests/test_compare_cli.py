@@ -150,3 +150,15 @@ def test_cudagraphs_bad_input(args, message):
     r = invoke("cudagraphs", *args)
     assert r.exit_code != 0 and "Error:" in r.output and message in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_compare_explain_names_upstream_sources():
+    r = invoke("compare", "-m", "llama3-8b", "--policies", "fa3,flashinfer", "--explain")
+    assert r.exit_code == 0, r.output
+    assert "hopper/heuristics.h" in r.output and "scheduler.cuh" in r.output
+
+
+def test_compare_predicted_time_for_modeled_kernels():
+    data = json.loads(invoke("compare", "-m", "llama3-8b", "--policies", "vllm,sglang,fa2", "--json").output)
+    by = {p["name"]: p for p in data["policies"]}
+    assert by["vllm"].get("predicted_time_s", 1) > 0 and "predicted_time_s" not in by["fa2"]

@@ -69,7 +69,7 @@ def to_csv(data: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def render(data: dict[str, Any], results: list) -> None:
+def render(data: dict[str, Any], results: list, explain: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -121,13 +121,20 @@ def render(data: dict[str, Any], results: list) -> None:
                   "(non-empty); partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: "
                   "allocated partial state over the layer's KV bytes; /cov: roofline time / SM coverage",
                   highlight=False)
+    if explain:
+        from decodecalc.render import explain_panel
+
+        for r in results:
+            if r.applicable and r.plan is not None:
+                items = tuple(r.plan.explain) + (tuple(r.figures.explain) if r.figures is not None else ())
+                console.print(explain_panel(f"{r.name}: formula, inputs and source of every number", items))
     if data["best"]:
         console.print(f"★ best: {data['best']} ({data['best_rule']}; a ranking proxy, not a measured time)",
                       highlight=False)
 
 
 def run_compare(inputs: Inputs, policies: str | None, occupancy: int | None, json_out: bool, csv_out: bool,
-                output: Path | None) -> dict[str, Any]:
+                output: Path | None, explain: bool = False) -> dict[str, Any]:
     if json_out and csv_out:
         raise ConfigError("give either --json or --csv, not both")
     data, results = compare_data(inputs, policies, occupancy)
@@ -137,7 +144,7 @@ def run_compare(inputs: Inputs, policies: str | None, occupancy: int | None, jso
     if json_out or csv_out:
         typer.echo(text, nl=False)
     else:
-        render(data, results)
+        render(data, results, explain)
     return data
 
 
@@ -152,7 +159,9 @@ def register(app: typer.Typer) -> None:
         csv_out: Annotated[bool, typer.Option("--csv", help="Print one CSV row per policy.")] = False,
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the JSON (or CSV with "
                                                        "--csv) to this file, atomically.")] = None,
+        explain: Annotated[bool, typer.Option("--explain", help="Show formula, inputs and upstream source of every "
+                                              "number, per policy.")] = False,
     ) -> None:
         """Every split policy (vLLM, SGLang, legacy PagedAttention, ROCm, FA2, FA3, FlashInfer, aiter, FlashMLA,
         FlashDecoding at S*) side by side: grid, splits, SM coverage, partial state, roofline."""
-        run_compare(inputs, policies, occupancy, json_out, csv_out, output)
+        run_compare(inputs, policies, occupancy, json_out, csv_out, output, explain)
