@@ -234,7 +234,7 @@ def _fa3(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> LaunchPlan:
     elif opts.vllm.cudagraph_mode in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE") and \
             w.num_tokens <= max(_capture_sizes(w, gpu, opts) or (0,)):
         num_splits = 32  # flash_attn_max_num_splits_for_cuda_graph (vllm/config/attention.py L61)
-    return flash_attn3.plan_flash_attn3(w, gpu, num_splits=num_splits)
+    return flash_attn3.plan_flash_attn3(w, gpu, num_splits=num_splits, layer=opts.layer)
 
 
 def _capture_sizes(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> tuple[int, ...]:
@@ -284,12 +284,12 @@ _register(Policy(
 _register(Policy(
     "vllm-rocm", "vLLM ROCm custom paged attention", "vllm csrc/rocm/attention.cu @4388f06c", "rocm",
     "yes (256-token partitions per sequence)",
-    _simple("vllm-rocm", "vLLM ROCm custom paged attention", lambda w, g, o: vllm_rocm.plan_vllm_rocm(w, g),
+    _simple("vllm-rocm", "vLLM ROCm custom paged attention", lambda w, g, o: vllm_rocm.plan_vllm_rocm(w, g, layer=o.layer),
             _group, lambda w, p: vllm_rocm.PARTITION_SIZE, lambda w, p, o: [p.details["kernel"]])))
 _register(Policy(
     "fa2", "FlashAttention-2 (flash_attn_with_kvcache)", "flash-attention@0251105a csrc/flash_attn", "cuda",
     "no (num_splits from B, heads and the batch-max length)",
-    _simple("fa2", "FlashAttention-2 (flash_attn_with_kvcache)", lambda w, g, o: flash_attn2.plan_flash_attn2(w, g),
+    _simple("fa2", "FlashAttention-2 (flash_attn_with_kvcache)", lambda w, g, o: flash_attn2.plan_flash_attn2(w, g, layer=o.layer),
             lambda w, p: w.group_size if p.details["seqlenq_ngroups_swapped"] else 1, _const("kBlockN", 128))))
 _register(Policy(
     "fa3", "FlashAttention-3 (as vLLM drives it)", "flash-attention@0251105a hopper/", "cuda",
@@ -305,12 +305,12 @@ _register(Policy(
     "flashinfer-tc", "FlashInfer decode (tensor cores)", "flashinfer@fb28d724 scheduler.cuh (prefill plan)", "cuda",
     "no; yes with fixed_split_size",
     _simple("flashinfer-tc", "FlashInfer decode (tensor cores)",
-            lambda w, g, o: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=o.cuda_graph),
+            lambda w, g, o: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=o.cuda_graph, layer=o.layer),
             _group, lambda w, p: w.block_size, _fi_notes)))
 _register(Policy(
     "aiter", "AMD aiter unified attention", "aiter@e4048607 unified_attention.py", "rocm",
     "no (segment count from the batch's 2D program count)",
-    _simple("aiter", "AMD aiter unified attention", lambda w, g, o: aiter.plan_aiter(w, g), _group,
+    _simple("aiter", "AMD aiter unified attention", lambda w, g, o: aiter.plan_aiter(w, g, layer=o.layer), _group,
             _const("TILE_SIZE", 64), lambda w, p, o: [f"{p.details['path']} ({p.details['arch']})"])))
 _register(Policy(
     "flashmla", "FlashMLA (MLA only)", "FlashMLA@9241ae3e get_decoding_sched_meta.cu", "cuda",

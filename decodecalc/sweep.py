@@ -431,6 +431,8 @@ def run_sweep(spec: SweepSpec, opts: Any = None, progress: ProgressFn | None = N
         label = f"{name} {m.name} TP{tp} {gpu.name}"
         before = done
         fn = _FAST.get(name)
+        if getattr(opts, "layer", "global") != "global":
+            fn = None  # sliding-window layers change the active segments per length: use full plans
         try:
             if fn is not None:
                 g = fn(m, tp, gpu, spec.batches, spec.seq_lens, opts, common, tick)

@@ -281,3 +281,17 @@ def test_every_derived_input_appears_in_its_formula():
                     assert d.source, (r.name, d.name)
                     for key in d.inputs:
                         assert key in d.formula, (r.name, d.name, key, d.formula)
+
+
+def test_sliding_layer_changes_fa2_fa3_rocm():
+    # 7.1: the GQA swap needs "no window"; 7.2: local attention loads min(L, W + kBlockM) keys and uses
+    # the local tile (head 256: kBlockN 64); section 6: CDNA custom paged attention rejects sliding windows
+    w = work("gemma-2-9b", seq_len=32768)
+    assert plan_flash_attn2(w, H200, layer="sliding").details["seqlenq_ngroups_swapped"] is False
+    assert plan_flash_attn2(w, H200, layer="global").details["seqlenq_ngroups_swapped"] is True
+    p = plan_flash_attn3(w, H200, layer="sliding")
+    assert p.details["kBlockN"] == 64 and p.tokens_per_split[0] * p.nonempty_splits[0] >= 4096
+    with pytest.raises(UnsupportedError, match="sliding"):
+        plan_vllm_rocm(w, MI300X, layer="sliding")
+    with pytest.raises(UnsupportedError, match="head size 256"):  # Gemma-2's d = 256 is not compiled either
+        plan_vllm_rocm(w, MI300X, layer="global")

@@ -30,7 +30,7 @@ import math
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
-from decodecalc.launchers.flashdecoding import all_windowed, require_not_mla, require_vendor
+from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -39,7 +39,7 @@ SRC = f"aiter@{AITER_COMMIT} aiter/ops/triton/attention/unified_attention.py"
 SRC_KERN = f"aiter@{AITER_COMMIT} aiter/ops/triton/_triton_kernels/attention/unified_attention.py L552-555, L898-902"
 
 
-def plan_aiter(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> LaunchPlan:
+def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform: bool = True) -> LaunchPlan:
     """aiter ``unified_attention`` launch (the Triton path vLLM's ROCm AITER unified backend calls)."""
     system = "aiter unified attention"
     require_vendor(gpu, "amd", system, check_platform)
@@ -62,7 +62,7 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> Lau
     target = ex.add("target_num_prgms", gpu.num_sms * 4, "cu_count * 4", f"{SRC} L400-401", cu_count=gpu.num_sms)
     num_2d = ex.add("num_2d_prgms", q_blocks * h_kv, "total_num_q_blocks * num_kv_heads", f"{SRC} L407",
                     total_num_q_blocks=q_blocks, num_kv_heads=h_kv)
-    window = all_windowed(w)
+    window = bool(layer_window(w, layer))
     if gfx12:
         use_2d = window or not all_decode
         rule = "sliding_window > 0 or not all_decode  (gfx1250)"

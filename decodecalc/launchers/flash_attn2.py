@@ -19,7 +19,7 @@ import struct
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
-from decodecalc.launchers.flashdecoding import all_windowed, require_not_mla, require_vendor
+from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -73,7 +73,8 @@ def head_size_rounded(d: int) -> int:
 
 
 def plan_flash_attn2(
-    w: Workload, gpu: GPUSpec, *, entry: str = "kvcache", num_splits: int = 0, check_platform: bool = True,
+    w: Workload, gpu: GPUSpec, *, entry: str = "kvcache", num_splits: int = 0, layer: str = "auto",
+    check_platform: bool = True,
 ) -> LaunchPlan:
     """FA2 decode. ``entry``: "kvcache" (``flash_attn_with_kvcache``, paged, the decode API) or
     "varlen" (``flash_attn_varlen_func``). ``num_splits`` 0 = heuristic (the default of both)."""
@@ -96,7 +97,7 @@ def plan_flash_attn2(
     ex = Explain()
     B, h, h_kv = w.batch, w.num_heads, w.num_kv_heads
     s_q = w.max_seqlen_q
-    window = all_windowed(w)
+    window = bool(layer_window(w, layer))
     swapped = ex.add("seqlenq_ngroups_swapped", s_q == 1 and h > h_kv and not window and d % 8 == 0,
                      "s_q == 1 and h > h_kv and no window and no dropout and d % 8 == 0 and no ALiBi",
                      f"{SRC_API} L431, L622, L1319", s_q=s_q, h=h, h_kv=h_kv, d=d)

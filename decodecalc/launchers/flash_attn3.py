@@ -25,7 +25,7 @@ from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
 from decodecalc.launchers.flash_attn2 import f32
-from decodecalc.launchers.flashdecoding import all_windowed, require_not_mla, require_vendor
+from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -119,7 +119,7 @@ def blocks_per_sm(total_blocks: int, num_head: int, num_sm: int) -> int:
 
 def plan_flash_attn3(
     w: Workload, gpu: GPUSpec, *, varlen: bool = True, paged: bool = True, num_splits: int = 0,
-    sm_margin: int = 0, check_platform: bool = True,
+    sm_margin: int = 0, layer: str = "auto", check_platform: bool = True,
 ) -> LaunchPlan:
     """FA3 decode as vLLM drives it (varlen with ``seqused_k``, paged KV; section 7.3).
 
@@ -143,7 +143,8 @@ def plan_flash_attn3(
     B, h, h_kv, g = w.batch, w.num_heads, w.num_kv_heads, w.group_size
     s_q = w.max_seqlen_q
     elem = 1 if w.kv_cache_dtype.startswith("fp8") else 2
-    is_local = all_windowed(w)
+    window = layer_window(w, layer)
+    is_local = bool(window)
     is_causal = ex.add("is_causal", not (s_q == 1 and not is_local),
                        "causal unless max_seqlen_q == 1 without window", f"{SRC_API} L799-802", max_seqlen_q=s_q)
     d_r, dv_r = round_up_headdim(d), round_up_headdim(dv)
@@ -156,7 +157,18 @@ def plan_flash_attn3(
            SRC_TILE, d=d_r, d_v=dv_r, causal=is_causal, local=is_local, element_size=elem,
            paged_kv_non_TMA=paged and not tma)
     maxL = w.max_seqlen_k
-    n_blocks = cdiv(maxL, kBlockN)
+
+    def loaded(L: int) -> int:
+        # flash_api.cpp get_num_splits: local attention loads min(seqlen_k, left + right + 1 + kBlockM) keys
+        # (vLLM passes window_size = (W - 1, 0) for decode); used per sequence too (an approximation
+        # of the prepare kernel's per-batch local block count, which was not derived upstream)
+        return max(0, min(L, window + kBlockM)) if window else L
+
+    if window:
+        ex.add("seqlen_k_loaded", loaded(maxL), "min(seqlen_k, window_size_left + window_size_right + 1 + kBlockM)",
+               f"{SRC_API} L442-471", seqlen_k=maxL, window_size_left=window - 1, window_size_right=0,
+               kBlockM=kBlockM)
+    n_blocks = cdiv(loaded(maxL), kBlockN)
     n_mblocks = cdiv(s_q * g, kBlockM)
     size_one_kv_head = maxL * (d + dv) * elem
     total_mblocks = ex.add("total_mblocks", (1 if varlen else B) * h_kv * n_mblocks,
@@ -181,7 +193,7 @@ def plan_flash_attn3(
     ex.add("pack_gqa", pack_gqa, "num_splits > 1 or paged-non-TMA or (h != h_k and (varlen_q or should_pack_gqa))",
            f"{SRC_API} L426-429; hopper/heuristics.h should_pack_gqa", num_splits=S_static)
     heads = h_kv if pack_gqa else h
-    n_blocks_b = [cdiv(L, kBlockN) for L in w.seq_lens]
+    n_blocks_b = [cdiv(loaded(L), kBlockN) for L in w.seq_lens]
     n_mblocks_b = [cdiv(q * (g if pack_gqa else 1), kBlockM) for q in w.query_lens]
     if varlen and S_static > 1 and B <= PREPARE_VARLEN_MAX_BATCHES_1CTA:
         total_blocks = sum(m * n for m, n in zip(n_mblocks_b, n_blocks_b))
@@ -200,7 +212,7 @@ def plan_flash_attn3(
     else:
         blocks_per_split = [cdiv(n_blocks, S_static)] * B
     nonempty = tuple(cdiv(nb, bs) for nb, bs in zip(n_blocks_b, blocks_per_split))
-    tps = tuple(min(bs * kBlockN, L) for bs, L in zip(blocks_per_split, w.seq_lens))
+    tps = tuple(min(bs * kBlockN, loaded(L)) for bs, L in zip(blocks_per_split, w.seq_lens))
     tiles = sum(m * heads * s for m, s in zip(n_mblocks_b, splits))
     busy_tiles = sum(m * heads * s for m, s in zip(n_mblocks_b, nonempty))
     if varlen:

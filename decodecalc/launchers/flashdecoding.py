@@ -50,6 +50,16 @@ def all_windowed(w: Workload) -> bool:
     return bool(m.sliding_window) and (m.sliding_window_pattern in (None, 1))
 
 
+def layer_window(w: Workload, layer: str = "auto") -> int | None:
+    """Sliding window of the modeled layer: "sliding" -> the model's window, "global" -> none,
+    "auto" -> the model's window only when every layer uses it (Mistral-7B v0.1)."""
+    if layer == "sliding":
+        return w.model.sliding_window or None
+    if layer == "global":
+        return None
+    return w.model.sliding_window if all_windowed(w) else None
+
+
 def per_token_head_rows(w: Workload) -> int:
     """(query token, query head) pairs of the launch: the rows partial state is kept for."""
     return w.num_tokens * w.num_heads

@@ -23,7 +23,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
-from decodecalc.launchers.flashdecoding import all_windowed, require_not_mla, require_vendor
+from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -188,7 +188,8 @@ def fa2_determine_cta_tile_q(avg_packed_qo_len: int, head_dim: int) -> int:
 
 def plan_flashinfer_tc(
     w: Workload, gpu: GPUSpec, *, cuda_graph: bool = False, fixed_split_size: int | None = None,
-    disable_split_kv: bool = False, merge_occupancy: int | None = None, check_platform: bool = True,
+    disable_split_kv: bool = False, merge_occupancy: int | None = None, layer: str = "auto",
+    check_platform: bool = True,
 ) -> LaunchPlan:
     """Tensor-core decode (``use_tensor_cores=True``): the prefill plan with ``num_blocks_per_sm = 2``.
 
@@ -215,7 +216,7 @@ def plan_flashinfer_tc(
         total_tiles_q = sum(cdiv(p, cta_tile_q) for p in packed)
     ex.add("cta_tile_q", cta_tile_q, "FA2DetermineCtaTileQ(packed_qo_len = q_len * g, head_dim)",
            f"{SRC_UTILS} L408", q_len=w.max_seqlen_q, g=g)
-    window = w.model.sliding_window if all_windowed(w) else None
+    window = layer_window(w, layer)
     kv_pages = [cdiv(L, page) for L in w.seq_lens]
     if window:
         kv_pages = [min(cdiv(window + cta_tile_q, page), p) for p in kv_pages]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
-from decodecalc.launchers.flashdecoding import all_windowed, require_decode, require_not_mla, require_vendor
+from decodecalc.launchers.flashdecoding import layer_window, require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -37,7 +37,7 @@ def _is_rdna(gpu: GPUSpec) -> bool:
     return bool(gpu.gfx_arch) and str(gpu.gfx_arch).startswith("gfx1")
 
 
-def check_applicable(w: Workload, gpu: GPUSpec) -> None:
+def check_applicable(w: Workload, gpu: GPUSpec, layer: str = "auto") -> None:
     """``use_rocm_custom_paged_attention`` (V33 rocm.py L458-494), raising the failed rule."""
     system = "vLLM ROCm custom paged attention"
     g = w.group_size
@@ -55,7 +55,7 @@ def check_applicable(w: Workload, gpu: GPUSpec) -> None:
     else:
         # CDNA: no sliding window, fp16/bf16, d in {64, 128}, block 16 or 32, 1 <= g <= 16,
         # max_seq_len <= 128 K, no sinks
-        if all_windowed(w):
+        if layer_window(w, layer):
             raise UnsupportedError(f"{system}: sliding-window layers are not served ({SRC_RULE})")
         if w.dtype not in ("float16", "bfloat16"):
             raise UnsupportedError(f"{system} needs fp16/bf16 queries, got {w.dtype} ({SRC_RULE})")
@@ -69,13 +69,13 @@ def check_applicable(w: Workload, gpu: GPUSpec) -> None:
             raise UnsupportedError(f"{system}: max_seq_len {w.max_seqlen_k} > 128 K ({SRC_RULE})")
 
 
-def plan_vllm_rocm(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> LaunchPlan:
+def plan_vllm_rocm(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform: bool = True) -> LaunchPlan:
     """The custom ROCm decode launch; raises UnsupportedError where vLLM falls back to Triton."""
     system = "vLLM ROCm custom paged attention"
     require_vendor(gpu, "amd", system, check_platform)
     require_not_mla(w, system)
     require_decode(w, system)
-    check_applicable(w, gpu)
+    check_applicable(w, gpu, layer)
     ex = Explain()
     B, h, h_kv, d, g = w.batch, w.num_heads, w.num_kv_heads, w.head_size, w.group_size
     maxL = w.max_seqlen_k
