@@ -221,6 +221,8 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--batches must be in 1..65536")
         if occupancy is not None and occupancy < 1:
             raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
+        if inputs.work.batch > 1:
+            sizes = tuple(sizes) + (inputs.work.batch,)  # --batch adds one more real batch to the table
         data = cudagraph_report(inputs, tuple(sorted(set(sizes))), sglang_max_bs, occupancy)
         if json_out:
             from decodecalc.commands.output import to_json
