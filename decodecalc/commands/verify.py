@@ -90,6 +90,10 @@ def run_verify(
         err.print(f"[yellow]Warning:[/] local GPU {env.gpu_name} has {env.sm_count} SMs, --gpu {gpu.name} "
                   f"{gpu.num_sms}; predicting for the local count")
         gpu = dataclasses.replace(gpu, num_sms=env.sm_count)
+    if env.device == "cuda" and gpu.name.split("-")[0] not in env.gpu_name.lower():
+        err.print(f"[yellow]Warning:[/] running on {env.gpu_name} but --gpu is {gpu.name}: bandwidth, roofline "
+                  "and predicted times use the --gpu figures")
+        env.warnings.append(f"local GPU {env.gpu_name}, --gpu {gpu.name}")
     if env.interpret and sum(work.seq_lens) * work.num_kv_heads > 200_000:
         err.print("[yellow]Warning:[/] the Triton interpreter is slow: use tiny shapes (a few hundred tokens)")
 
