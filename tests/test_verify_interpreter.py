@@ -264,6 +264,21 @@ def test_cli_verify_sglang_upstream(tiny_model):
     assert doc["environment"]["versions"]["sglang"].startswith("0.5.23")
 
 
+def test_cli_verify_other_version_warns(tiny_model, tmp_path):
+    import shutil
+
+    src = _sources_or_skip("sglang")
+    copy = tmp_path / "sglang-other"
+    shutil.copytree(src.root, copy)
+    vfile = copy / "sglang" / "_version.py"
+    vfile.write_text(vfile.read_text().replace("'0.5.23'", "'0.5.99'"))
+    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "33", "--system", "sglang", "--kernels", "upstream",
+                "--sglang-src", str(copy))
+    assert r.exit_code == 0, r.output
+    assert "Warning:" in r.output and "0.5.99" in r.output
+    assert "sglang 0.5.99" in r.stdout
+
+
 def test_grid_verify_hook(tiny_model):
     _sources_or_skip("sglang")
     r = _invoke("grid", "--model", tiny_model, "--seq-lens", "40", "--system", "sglang", "--verify")

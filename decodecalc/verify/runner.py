@@ -402,8 +402,9 @@ class _Runner:
                 from decodecalc.verify.upstream import load_vllm
 
                 cap = env.capability or (9, 0)
-                self.mod = load_vllm(vllm_src, batch_invariant=call.batch_invariant, capability=cap,
-                                     interpret=env.interpret)
+                with _quiet_versions():  # the command has already reported the version
+                    self.mod = load_vllm(vllm_src, batch_invariant=call.batch_invariant, capability=cap,
+                                         interpret=env.interpret)
                 self.version = self.mod.source.version
         else:
             B = inp.b_sg
@@ -416,7 +417,8 @@ class _Runner:
             if source == "upstream":
                 from decodecalc.verify.upstream import load_sglang
 
-                self.mod = load_sglang(sglang_src, interpret=env.interpret)
+                with _quiet_versions():
+                    self.mod = load_sglang(sglang_src, interpret=env.interpret)
                 self.version = self.mod.source.version
         self.k_buf = inp.k_cache.view(-1, work.num_kv_heads, d)
         self.v_buf = inp.v_cache.view(-1, work.num_kv_heads, d)
@@ -490,6 +492,15 @@ class _Runner:
                     max_kv_splits=self.call.max_kv_splits, sm_count=self.sm_count, scale=inp.scale,
                     compute_splits=self.call.split_mode == "adaptive",
                 )
+
+
+@contextlib.contextmanager
+def _quiet_versions() -> Iterator[None]:
+    from decodecalc.verify.upstream import UpstreamVersionWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UpstreamVersionWarning)
+        yield
 
 
 def reference_use_3d(work: Workload, call: EngineCall, b_run: int, t_run: int, max_q: int) -> bool:
