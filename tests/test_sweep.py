@@ -124,3 +124,16 @@ def test_vllm_region_cliff_llama8b():
     r = run_sweep(spec(policies=("vllm",), batches=(16, 17), lens=(2560,)))
     g = r.grids[0]
     assert [row[0] for row in g.values["region"]] == ["3D", "2D"]
+
+
+def test_core_modules_import_no_cli_or_plot_libraries():
+    # house style section 7: the core never imports typer, rich or matplotlib (plot.py imports it in functions)
+    import subprocess
+    import sys
+
+    code = ("import sys; import decodecalc.policies, decodecalc.sweep, decodecalc.determinism, decodecalc.plot; "
+            "import decodecalc.launchers.flashinfer, decodecalc.launchers.flashmla, decodecalc.launchers.aiter; "
+            "bad = [m for m in ('typer', 'rich', 'matplotlib', 'torch', 'numpy') if m in sys.modules]; "
+            "print(bad); sys.exit(bool(bad))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
