@@ -162,3 +162,10 @@ def test_compare_predicted_time_for_modeled_kernels():
     data = json.loads(invoke("compare", "-m", "llama3-8b", "--policies", "vllm,sglang,fa2", "--json").output)
     by = {p["name"]: p for p in data["policies"]}
     assert by["vllm"].get("predicted_time_s", 1) > 0 and "predicted_time_s" not in by["fa2"]
+
+
+def test_compare_narrow_terminal_keeps_bytes_below_the_table():
+    r = runner.invoke(app, ["compare", "-m", "llama3-8b"], env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output.split("Not applicable")[0]  # nothing truncated in the table
+    assert "partial state" in r.output and "x KV" in r.output

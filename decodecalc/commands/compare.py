@@ -83,8 +83,11 @@ def render(data: dict[str, Any], results: list, explain: bool = False) -> None:
     from rich import box
 
     t = Table(title="Decode attention: every split policy", caption=caption, box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("policy", "grid", "busy/all", "splits", "tok/split", "SM (waves)", "partial a/u", "/KV",
-                "roofline", "/cov"):
+    # below ~115 columns the byte and ratio columns move out of the table (JSON/CSV always carry them)
+    wide = console.width >= 115
+    cols = ["policy", "grid", "busy/all", "splits", "tok/split", "SM (waves)"]
+    cols += ["partial a/u", "/KV", "roofline", "/cov"] if wide else ["roofline"]
+    for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
 
     def kb(n: int) -> str:
@@ -92,20 +95,23 @@ def render(data: dict[str, Any], results: list, explain: bool = False) -> None:
 
     for row in data["policies"]:
         if not row["applicable"]:
-            t.add_row(f"[dim]{row['name']}[/]", "[dim]n/a[/]", *[""] * 8)
+            t.add_row(f"[dim]{row['name']}[/]", "[dim]n/a[/]", *[""] * (len(cols) - 2))
             continue
         splits = fmt_per_seq(row["splits"], 3)
         if row["nonempty_splits"] != row["splits"]:
             splits += f" ({fmt_per_seq(row['nonempty_splits'], 3)})"
-        t.add_row(
+        cells = [
             ("★ " if row["best"] else "") + row["name"],
             "x".join(map(str, row["grid"])), f"{row['working_programs']:,}/{row['programs']:,}", splits,
             fmt_per_seq(row["tokens_per_split"], 3), f"{row['sm_coverage']:.0%} ({row['waves']})",
-            f"{kb(row['partial_state_bytes_per_layer'])}/{kb(row['partial_state_bytes_used_per_layer'])}",
-            f"{row['partial_state_to_kv_ratio']:.2f}", fmt_time(row["roofline_time_s"]),
-            fmt_time(row["sm_limited_time_s"]),
-            style="bold green" if row["best"] else None,
-        )
+        ]
+        if wide:
+            cells += [f"{kb(row['partial_state_bytes_per_layer'])}/{kb(row['partial_state_bytes_used_per_layer'])}",
+                      f"{row['partial_state_to_kv_ratio']:.2f}", fmt_time(row["roofline_time_s"]),
+                      fmt_time(row["sm_limited_time_s"])]
+        else:
+            cells += [fmt_time(row["roofline_time_s"])]
+        t.add_row(*cells, style="bold green" if row["best"] else None)
     console.print(t)
     skipped = [r for r in data["policies"] if not r["applicable"]]
     if skipped:
@@ -117,10 +123,20 @@ def render(data: dict[str, Any], results: list, explain: bool = False) -> None:
         console.print("Notes:", highlight=False)
         for n in notes:
             console.print(n, highlight=False, soft_wrap=True)
-    console.print("busy/all: main-kernel programs that read keys / launched; splits: per sequence, allocated "
-                  "(non-empty); partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: "
-                  "allocated partial state over the layer's KV bytes; /cov: roofline time / SM coverage",
-                  highlight=False)
+    if wide:
+        console.print("busy/all: main-kernel programs that read keys / launched; splits: per sequence, allocated "
+                      "(non-empty); partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); "
+                      "/KV: allocated partial state over the layer's KV bytes; /cov: roofline time / SM coverage",
+                      highlight=False)
+    else:
+        console.print("busy/all: main-kernel programs that read keys / launched; splits: per sequence, allocated "
+                      "(non-empty). Partial-state bytes: widen the terminal (>= 115 columns) or use --json/--csv.",
+                      highlight=False)
+        for row in data["policies"]:
+            if row["applicable"]:
+                console.print(f"  {row['name']}: partial state {fmt_bytes(row['partial_state_bytes_per_layer'])} "
+                              f"allocated, {fmt_bytes(row['partial_state_bytes_used_per_layer'])} used "
+                              f"({row['partial_state_to_kv_ratio']:.2f} x KV)", highlight=False)
     if explain:
         from decodecalc.render import explain_panel
 
