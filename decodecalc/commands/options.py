@@ -186,8 +186,9 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
 def fail(message: str, code: int = 1) -> None:
     """Print the one-line error to stderr and exit non-zero (no traceback)."""
     from rich.console import Console
+    from rich.markup import escape
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]Error:[/] {message}", markup=True)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]Error:[/] {escape(message)}", markup=True)
     raise typer.Exit(code)
 
 
