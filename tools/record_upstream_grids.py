@@ -103,14 +103,22 @@ def vllm_cases(rng: random.Random) -> list[dict[str, Any]]:
     def add(h: int, hkv: int, d: int, qlens: list[int], *, q_dtype: str = "bf16", kv_dtype: str | None = None,
             threshold: int | None | str = "default", rows: int | None | str = "default", segments: int | None = 16,
             batch_invariant: bool = False, sliding_window: int | None = None, capability: tuple[int, int] = (9, 0),
-            style: str | None = None, block_size: int = 16, max_num_seqs: int = 1024, qlen3d: int = 1) -> None:
+            style: str | None = None, block_size: int = 16, max_num_seqs: int = 1024, qlen3d: int = 1,
+            pad_to: int | None = None) -> None:
         t = 128 // hkv if threshold == "default" else threshold
         if rows == "default":
             rows = None if t is None else min(t, max_num_seqs) * qlen3d
+        seq_lens = _seq_lens(rng, qlens, style or rng.choice(styles))
+        num_tokens = sum(qlens)
+        if pad_to is not None:  # FULL CUDA-graph replay: padded requests have q = 0, seq_len = 0
+            q = qlens[0]
+            qlens = qlens + [0] * (pad_to - len(qlens))
+            seq_lens = seq_lens + [0] * (pad_to - len(seq_lens))
+            num_tokens = pad_to * q
         cases.append(dict(
             num_heads=h, num_kv_heads=hkv, head_size=d, q_dtype=q_dtype,
             kv_dtype=kv_dtype or ("fp8" if q_dtype == "fp8" else q_dtype),
-            query_lens=qlens, seq_lens=_seq_lens(rng, qlens, style or rng.choice(styles)),
+            query_lens=qlens, seq_lens=seq_lens, num_tokens=num_tokens,
             seq_threshold_3D=t, num_segments=segments if t is not None else None,
             scratch_rows=rows if t is not None else None, batch_invariant=batch_invariant,
             sliding_window=sliding_window, capability=list(capability), block_size=block_size,
@@ -174,6 +182,23 @@ def vllm_cases(rng: random.Random) -> list[dict[str, Any]]:
         for d in (128, 256):
             for qlens in ([1], [1] * 2, [2] * 2, [4], [1, 20]):
                 add(h, hkv, d, list(qlens), capability=(10, 0))
+    # J. FULL CUDA-graph replays: B real uniform-decode requests padded to B_pad requests and
+    #    B_pad * q tokens (capture sizes 1, 2, 4, 8, 16, 24, ... for k = 0).
+    for h, hkv in ((32, 8), (8, 1), (16, 1), (32, 32)):
+        t = 128 // hkv
+        for q in (1, 2, 4):
+            for B in sorted({1, 3, 13, 14, t - 1, t + 1, 17, 21, 41, 42}):
+                caps = [1, 2, 4] + list(range(8, 257, 8))
+                T = B * q
+                tpad = next((c for c in caps if c >= T and c % q == 0), None)
+                if tpad is None or tpad // q == B:
+                    continue
+                add(h, hkv, 128, [q] * B, pad_to=tpad // q, qlen3d=min(q, 8))
+    # The reference's example of a launch that changes path only because of padding
+    # (16:1 heads, V2 capture sizes n*(1+k)): 3D unpadded, 2D as replayed.
+    for q, B, bpad in ((3, 41, 43), (3, 42, 43), (5, 25, 26), (6, 21, 22)):
+        add(16, 1, 128, [q] * B, qlen3d=q)
+        add(16, 1, 128, [q] * B, pad_to=bpad, qlen3d=q)
     # I. other KV block sizes (grid does not depend on it; constexpr BLOCK_SIZE does).
     for bs in (32, 64):
         add(32, 8, 128, [1] * 4, block_size=bs)
@@ -197,8 +222,9 @@ def record_vllm(src_path: str | None, seed: int) -> dict[str, Any]:
             q_dtype=case["q_dtype"], kv_dtype=case["kv_dtype"], sliding_window=case["sliding_window"],
             seq_threshold_3D=case["seq_threshold_3D"], num_par_softmax_segments=case["num_segments"],
             scratch_rows=case["scratch_rows"], block_size=case["block_size"], execute=False,
+            num_tokens=case["num_tokens"],
         )
-        inputs = dict(case, num_tokens=sum(case["query_lens"]), q_dtype_bytes=DTYPE_BYTES[case["q_dtype"]])
+        inputs = dict(case, q_dtype_bytes=DTYPE_BYTES[case["q_dtype"]])
         records.append({"inputs": inputs, "launches": [_launch_json(l, VLLM_KEYS) for l in call.launches]})
     elapsed = time.perf_counter() - t0
     src = kernels.source
@@ -361,7 +387,8 @@ def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang
                 seq_lens=tuple(i["seq_lens"]), query_lens=tuple(i["query_lens"]), q_dtype=i["q_dtype"],
                 kv_dtype=i["kv_dtype"], sliding_window=i["sliding_window"],
                 seq_threshold_3D=i["seq_threshold_3D"], num_par_softmax_segments=i["num_segments"],
-                scratch_rows=i["scratch_rows"], block_size=i["block_size"], execute=False, device=device)
+                scratch_rows=i["scratch_rows"], block_size=i["block_size"], execute=False, device=device,
+                num_tokens=i["num_tokens"])
             if [_launch_json(la, VLLM_KEYS) for la in call.launches] != rec["launches"]:
                 bad += 1
                 print("vllm DIFF", i)

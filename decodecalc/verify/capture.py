@@ -312,6 +312,7 @@ def call_vllm_unified(
     pool_blocks: int | None = 64,
     seed: int = 0,
     device: str = "cpu",
+    num_tokens: int | None = None,
 ) -> VllmCall:
     """Call vLLM's ``unified_attention`` as ``TritonAttentionImpl.forward`` does and record launches.
 
@@ -320,6 +321,9 @@ def call_vllm_unified(
     per-tensor scales then fold into the score) gets an fp8 KV cache.  ``seq_threshold_3D=None``
     passes no split-K scratch at all (then vLLM always takes the 2D path).
     ``pool_blocks=None`` allocates every KV block for real (needed when executing).
+    ``num_tokens`` (default ``sum(query_lens)``) is ``q.shape[0]``; a larger value models a
+    FULL CUDA-graph replay, whose padded requests have query length 0 and sequence length 0
+    and whose padded tokens follow the real ones.
     """
     import torch
 
@@ -335,7 +339,9 @@ def call_vllm_unified(
     out_dtype = torch.float16 if q_is_fp8 else qd  # fp8 query: output in the model dtype
 
     B = len(seq_lens)
-    T = sum(query_lens)
+    T = sum(query_lens) if num_tokens is None else num_tokens
+    if T < sum(query_lens):
+        raise DecodecalcError("num_tokens is smaller than the sum of the query lengths")
     d = head_size
     blocks_per_seq = [_cdiv(s, block_size) for s in seq_lens]
     max_blocks = max(blocks_per_seq) if blocks_per_seq else 1
