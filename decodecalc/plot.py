@@ -27,6 +27,8 @@ def plot_available() -> bool:
 
 
 def _region_value(v: Any) -> float:
+    if v == "n/a":  # a point the policy cannot serve
+        return math.nan
     return 1.0 if v in ("3D", "split") else 0.0
 
 
@@ -126,8 +128,10 @@ def render_terminal(g: SweepGrid, metric: str = "sm_coverage", *, rows: int = 16
     ci = _pick(g.seq_lens, cols)
     if metric == "region":
         def cell(v: Any) -> str:
+            if v == "n/a":
+                return "x"
             return "█" if _region_value(v) else "·"
-        legend = "█ split (3D)   · no split (2D)"
+        legend = "█ split (3D)   · no split (2D)   x not served"
     elif metric == "sm_coverage":
         def cell(v: Any) -> str:
             return RAMP[min(len(RAMP) - 1, int(v * (len(RAMP) - 1) + 0.5))]
@@ -150,4 +154,6 @@ def render_terminal(g: SweepGrid, metric: str = "sm_coverage", *, rows: int = 16
     lines.append(pad + "+" + "-" * len(ci))
     lines.append(pad + f"seq {first}" + " " * max(1, len(ci) - len(first) - len(last) - 4) + last)
     lines.append(pad + legend)
+    if g.reason:
+        lines.append(pad + f"note: {g.reason}")
     return lines

@@ -13,6 +13,7 @@ the full HBM bandwidth). That is a ranking proxy, documented as such, not a meas
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,8 @@ class Policy:
     #: True if a request's split count and boundaries depend only on its own length (by construction)
     batch_invariant: str
     run: Callable[[Workload, GPUSpec, PolicyOptions], "PolicyResult"]
+    #: the bare planner (no figures), for the sweep engine; None for vllm / sglang
+    build: Callable[[Workload, GPUSpec, PolicyOptions], LaunchPlan] | None = None
 
 
 @dataclass(slots=True)
@@ -150,6 +153,7 @@ def _simple(name: str, title: str, build: Callable[[Workload, GPUSpec, PolicyOpt
         fig = _figures(w, gpu, plan, live_rows=live_rows(w, plan), tile_keys=tile_keys(w, plan))
         return PolicyResult(name, title, True, plan=plan, figures=fig,
                             notes=notes(w, plan, opts) if notes else [])
+    run.build = build  # type: ignore[attr-defined]
     return run
 
 
@@ -238,14 +242,17 @@ def _fa3(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> LaunchPlan:
 
 
 def _capture_sizes(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> tuple[int, ...]:
+    return _capture_sizes_cached(opts.vllm, gpu.compute_capability[0] if gpu.compute_capability else 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _capture_sizes_cached(s: vllm_unified.VllmSettings, cc_major: int) -> tuple[int, ...]:
     from decodecalc.launchers import cudagraphs as cg
 
-    s = opts.vllm
     if s.cudagraph_mode == "NONE":
         return ()
     return cg.capture_sizes(max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-                            num_speculative_tokens=s.num_speculative_tokens,
-                            compute_capability_major=gpu.compute_capability[0] if gpu.compute_capability else 0,
+                            num_speculative_tokens=s.num_speculative_tokens, compute_capability_major=cc_major,
                             performance_mode=s.performance_mode, user_sizes=s.capture_sizes)
 
 
@@ -268,7 +275,8 @@ POLICIES: dict[str, Policy] = {}
 
 
 def _register(p: Policy) -> None:
-    POLICIES[p.name] = p
+    build = getattr(p.run, "build", None)
+    POLICIES[p.name] = Policy(p.name, p.title, p.upstream, p.platform, p.batch_invariant, p.run, build)
 
 
 _register(Policy("vllm", "vLLM Triton unified attention", "vllm 0.33.0 triton_unified_attention.py", "any",
