@@ -38,7 +38,16 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-if "--device" not in sys.argv or "cpu" in sys.argv:
+def _wants_cuda(argv: list[str]) -> bool:
+    for k, a in enumerate(argv):
+        if a == "--device" and k + 1 < len(argv):
+            return argv[k + 1] == "cuda"
+        if a.startswith("--device="):
+            return a.split("=", 1)[1] == "cuda"
+    return False
+
+
+if not _wants_cuda(sys.argv[1:]):
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 ROOT = Path(__file__).resolve().parents[1]
