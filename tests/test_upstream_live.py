@@ -184,3 +184,12 @@ def test_other_version_warns_not_crashes(tmp_path):
     with pytest.warns(upstream.UpstreamVersionWarning):
         src = upstream.locate("sglang", checkout)
     assert src.root == (checkout / "python").resolve()
+
+
+def test_missing_torch_or_triton_names_the_extra(monkeypatch):
+    import decodecalc.verify as verify
+    from decodecalc.verify import upstream
+
+    monkeypatch.setattr(verify, "missing_requirements", lambda: ["torch"])
+    with pytest.raises(DecodecalcError, match=r"pip install 'decodecalc\[verify\]'"):
+        upstream.load_sglang()
