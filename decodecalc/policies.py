@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc import analysis
-from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError, UnknownNameError, UnsupportedError
 from decodecalc.launchers import (
     aiter,
@@ -400,4 +400,4 @@ def splits_summary(values: tuple[int, ...] | list[int]) -> str:
 
 
 __all__ = ["POLICIES", "POLICY_NAMES", "Policy", "PolicyOptions", "PolicyResult", "best_policy", "chapter_g2d",
-           "evaluate", "evaluate_all", "resolve_policies", "splits_summary", "cdiv"]
+           "evaluate", "evaluate_all", "resolve_policies", "splits_summary"]
