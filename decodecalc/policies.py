@@ -298,7 +298,9 @@ _register(Policy(
     "fa2", "FlashAttention-2 (flash_attn_with_kvcache)", "flash-attention@0251105a csrc/flash_attn", "cuda",
     "no (num_splits from B, heads and the batch-max length)",
     _simple("fa2", "FlashAttention-2 (flash_attn_with_kvcache)", lambda w, g, o: flash_attn2.plan_flash_attn2(w, g, layer=o.layer),
-            lambda w, p: w.group_size if p.details["seqlenq_ngroups_swapped"] else 1, _const("kBlockN", 128))))
+            lambda w, p: w.group_size if p.details["seqlenq_ngroups_swapped"] else 1, _const("kBlockN", 128),
+            lambda w, p, o: [] if p.details["paged_kv"] else [
+                f"contiguous KV cache: upstream FA2 pages must be multiples of 256 (block size {w.block_size})"])))
 _register(Policy(
     "fa3", "FlashAttention-3 (as vLLM drives it)", "flash-attention@0251105a hopper/", "cuda",
     "no (static bound from max length, dynamic splits from the batch's total blocks); yes with VLLM_BATCH_INVARIANT",

@@ -295,3 +295,12 @@ def test_sliding_layer_changes_fa2_fa3_rocm():
         plan_vllm_rocm(w, MI300X, layer="sliding")
     with pytest.raises(UnsupportedError, match="head size 256"):  # Gemma-2's d = 256 is not compiled either
         plan_vllm_rocm(w, MI300X, layer="global")
+
+
+def test_fa2_page_size_rule():
+    # flash_api.cpp L613 / L1305: "Paged KV cache block size must be divisible by 256"
+    with pytest.raises(UnsupportedError, match="divisible by 256|% 256"):
+        plan_flash_attn2(W8B, H200, paged=True)
+    assert plan_flash_attn2(W8B, H200).details["paged_kv"] is False  # block 16: contiguous cache, same split rule
+    p = plan_flash_attn2(work(block_size=256), H200)
+    assert p.details["paged_kv"] is True and p.grid == (1, 20, 8)

@@ -74,10 +74,16 @@ def head_size_rounded(d: int) -> int:
 
 def plan_flash_attn2(
     w: Workload, gpu: GPUSpec, *, entry: str = "kvcache", num_splits: int = 0, layer: str = "auto",
-    check_platform: bool = True,
+    paged: bool | None = None, check_platform: bool = True,
 ) -> LaunchPlan:
-    """FA2 decode. ``entry``: "kvcache" (``flash_attn_with_kvcache``, paged, the decode API) or
-    "varlen" (``flash_attn_varlen_func``). ``num_splits`` 0 = heuristic (the default of both)."""
+    """FA2 decode. ``entry``: "kvcache" (``flash_attn_with_kvcache``, the decode API) or
+    "varlen" (``flash_attn_varlen_func``). ``num_splits`` 0 = heuristic (the default of both).
+
+    Upstream FA2 takes a paged KV cache only with ``page_block_size % 256 == 0``
+    (flash_api.cpp L613, L1305). ``paged=None`` models a paged cache when the block size allows
+    it and a contiguous cache (``cache_seqlens``) otherwise; the split rule is the same for both
+    entries except varlen without the GQA swap. vLLM's own FA fork accepts smaller pages (not
+    verified here)."""
     system = "FlashAttention-2"
     require_vendor(gpu, "nvidia", system, check_platform)
     require_not_mla(w, system)
@@ -95,6 +101,13 @@ def plan_flash_attn2(
     if entry == "kvcache" and len(set(w.query_lens)) != 1:
         raise UnsupportedError(f"{system}: flash_attn_with_kvcache takes one query length for the batch")
     ex = Explain()
+    page_ok = w.block_size % 256 == 0
+    if paged and not page_ok:
+        raise UnsupportedError(f"{system}: a paged KV cache needs page_block_size % 256 == 0, got {w.block_size} "
+                               f"({SRC_API} L613, L1305)")
+    paged = page_ok if paged is None else paged
+    ex.add("paged_kv", paged, "page_block_size % 256 == 0 (else a contiguous cache with cache_seqlens)",
+           f"{SRC_API} L613, L1305", page_block_size=w.block_size)
     B, h, h_kv = w.batch, w.num_heads, w.num_kv_heads
     s_q = w.max_seqlen_q
     window = bool(layer_window(w, layer))
@@ -153,6 +166,6 @@ def plan_flash_attn2(
         system="fa2", kernels=tuple(kernels), splits=(S,) * B, nonempty_splits=nonempty if S > 1 else (1,) * B,
         tokens_per_split=tps if S > 1 else w.seq_lens, partial_state_bytes=rows * per,
         partial_state_bytes_used=used, scratch_bytes=rows * per, explain=ex.items(),
-        details={"seqlenq_ngroups_swapped": swapped, "kBlockN": bN, "num_n_blocks": n_blocks,
+        details={"paged_kv": paged, "seqlenq_ngroups_swapped": swapped, "kBlockN": bN, "num_n_blocks": n_blocks,
                  "n_blocks_per_split": n_blocks_per_split, "entry": entry, "source": SRC_API},
     )
