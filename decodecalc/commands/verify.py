@@ -286,13 +286,11 @@ def _wrap(text: str, style: str) -> str:
 
 
 def _run_or_fail(inputs: Inputs, **kwargs: Any) -> None:
-    """Run; a domain error becomes `Error: ...` (markup-escaped: messages carry 'decodecalc[verify]')."""
-    from rich.markup import escape
-
+    """Run; a domain error becomes `Error: ...` (fail() escapes rich markup such as 'decodecalc[verify]')."""
     try:
         code = run_verify(inputs, **kwargs)
     except DecodecalcError as exc:
-        fail(escape(str(exc)), exc.exit_code)
+        fail(str(exc), exc.exit_code)
     if code:
         raise typer.Exit(code)
 
