@@ -1,0 +1,34 @@
+"""The README documents every command and every shared option (sqlite-utils style)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from decodecalc.cli import app
+from decodecalc.commands.options import SHARED_OPTIONS
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+GROUP = typer.main.get_command(app)  # a click group (typer vendors click in some releases)
+
+
+@pytest.mark.parametrize("name", sorted(GROUP.commands))
+def test_command_in_readme_and_has_help(name):
+    assert f"decodecalc {name}" in README, name
+    assert GROUP.commands[name].help, name
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_OPTIONS))
+def test_shared_option_in_readme(name):
+    flag = "--" + name.replace("_", "-")
+    if name == "cuda_graph":
+        flag = "--cuda-graph/--no-cuda-graph"
+    assert flag in README, flag
+
+
+def test_readme_set_up_commands_match_ci():
+    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
+    test_cmd = ci.strip().splitlines()[-1]
+    assert test_cmd in README
