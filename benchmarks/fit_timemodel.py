@@ -1,0 +1,213 @@
+"""Fit decodecalc's time model to H200 measurements of the real vLLM / SGLang decode kernels.
+
+    python benchmarks/fit_timemodel.py [--data FILE ...] [--write-profile] [--out benchmarks/results/timemodel-fit-h200.json]
+
+Data: ../shared/data/h200-upstream-dev-grid.json (40 shapes, when present) and every
+benchmarks/results/timemodel-h200-*.json (rows in the same format, written by
+benchmarks/measure_splits_h200.py). Shapes are split into a training set and a held-out set
+(every shape whose stable hash falls in the last ``--holdout`` fraction); the model is fitted
+on the training shapes only and its errors are reported on the held-out shapes, then refitted
+on everything for the shipped profile (``--write-profile`` writes decodecalc/profiles/h200.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decodecalc.calibrate import (  # noqa: E402
+    Measurement,
+    error_summary,
+    fit_profile,
+    measurements_from_rows,
+    recommendation_quality,
+)
+from decodecalc.timemodel import FamilyParams, dump_profile, launch_time_s, occupancy, packaged_profile  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data" / "h200-upstream-dev-grid.json"
+OCC_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+#: compiled kernel -> the model families it runs
+KERNEL_FAMILY = {
+    "kernel_unified_attention": ("vllm_2d", "vllm_3d"),
+    "reduce_segments": ("vllm_reduce",),
+    "_fwd_grouped_kernel_stage1": ("sglang_stage1",),
+    "_fwd_kernel_stage2": ("sglang_stage2",),
+    "ref_split_kv": ("ref_vllm_2d", "ref_vllm_3d"),
+    "ref_reduce_segments": ("ref_vllm_reduce",),
+    "ref_grouped_stage1": ("ref_sglang_stage1",),
+    "ref_stage2": ("ref_sglang_stage2",),
+}
+#: starting values of decodecalc's reference kernels: the upstream kernel of the same layout
+REF_FROM = {"ref_vllm_2d": "vllm_2d", "ref_vllm_3d": "vllm_3d", "ref_vllm_reduce": "vllm_reduce",
+            "ref_sglang_stage1": "sglang_stage1", "ref_sglang_stage2": "sglang_stage2"}
+
+
+def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
+    ms: list[Measurement] = []
+    origin: dict[str, str] = {}
+    for p in paths:
+        d = json.loads(p.read_text())
+        if isinstance(d, dict):
+            RESOURCES.update({k: v for k, v in (d.get("kernel_resources") or {}).items() if v})
+            ov = (d.get("env") or {}).get("graph_kernel_overhead_us")
+            for e in (d.get("env"), d.get("env_first_call")):
+                if e and e.get("graph_kernel_overhead_us"):
+                    LAUNCH_US.append(float(e["graph_kernel_overhead_us"]))
+        rows = d["cases"] if isinstance(d, dict) else d
+        got = measurements_from_rows(rows, num_sms=int((d.get("env") or {}).get("sm_count", 132)) if isinstance(d, dict) else 132)
+        for m in got:
+            origin.setdefault(m.shape.key, p.name)
+        ms += got
+    return ms, origin
+
+
+RESOURCES: dict[str, dict] = {}
+LAUNCH_US: list[float] = []
+
+
+def measured_occupancy() -> dict[str, int]:
+    """Resident programs per SM of each family, from the compiled kernels' registers and shared memory
+    (the median over the specializations measured: a merge kernel's shared memory grows with its split count)."""
+    occ: dict[str, int] = {}
+    for kernel, specs in RESOURCES.items():
+        vals = [occupancy(v["n_regs"], v["shared"], v["num_warps"]) for v in specs.values()
+                if isinstance(v, dict) and v.get("n_regs", -1) > 0]
+        if not vals:
+            continue
+        for fam in KERNEL_FAMILY.get(kernel, ()):
+            occ[fam] = sorted(vals)[len(vals) // 2]
+    return occ
+
+
+def is_holdout(key: str, frac: float) -> bool:
+    h = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return h >= 1.0 - frac
+
+
+def summary(profile, ms, origin=None):  # type: ignore[no-untyped-def]
+    out = {"all": error_summary(profile, ms)}
+    for k in sorted({m.kernel for m in ms}):
+        out[k] = error_summary(profile, [m for m in ms if m.kernel == k])
+    if origin:
+        for src in sorted(set(origin.values())):
+            sub = [m for m in ms if origin.get(m.shape.key) == src]
+            if sub:
+                out[f"source:{src}"] = error_summary(profile, sub)
+    out["recommendation"] = recommendation_quality(profile, ms)
+    out["engine_default_vs_best"] = default_vs_best(ms)
+    return out
+
+
+def default_vs_best(ms):  # type: ignore[no-untyped-def]
+    """Measured: each engine's own choice against the best measured split of its kernel (the baseline)."""
+    import math
+
+    groups: dict = {}
+    for m in ms:
+        groups.setdefault((m.shape.key, m.kernel), []).append(m)
+    out = {}
+    for kernel in ("vllm", "sglang"):
+        rs = []
+        for (key, k), cands in groups.items():
+            if k != kernel:
+                continue
+            d = [m for m in cands if m.is_default]
+            rest = [m for m in cands if not m.is_default]
+            if d and rest:
+                rs.append(d[0].time_s / min(m.time_s for m in rest))
+        if rs:
+            out[kernel] = {"shapes": len(rs), "geomean": math.exp(sum(map(math.log, rs)) / len(rs)), "worst": max(rs)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, nargs="*", help="measurement JSON files (default: shared + benchmarks/results/timemodel-h200-*.json)")
+    ap.add_argument("--holdout", type=float, default=0.3, help="fraction of shapes held out of the fit")
+    ap.add_argument("--write-profile", action="store_true", help="write the all-data fit to decodecalc/profiles/h200.yaml")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "timemodel-fit-h200.json")
+    ap.add_argument("--max-evals", type=int, default=2500)
+    ap.add_argument("--no-occupancy-search", action="store_true")
+    ap.add_argument("--restarts", type=int, default=2)
+    args = ap.parse_args()
+
+    paths = args.data or ([SHARED] if SHARED.exists() else []) + sorted((ROOT / "benchmarks" / "results").glob("timemodel-h200-*.json"))
+    ms, origin = load(paths)
+    base = packaged_profile("h200")
+    assert base is not None
+    fams = dict(base.families)
+    for ref, up in REF_FROM.items():
+        fams.setdefault(ref, fams[up])
+    occ_measured = measured_occupancy()
+    for f, o in occ_measured.items():
+        if f in fams:
+            fams[f] = dataclasses.replace(fams[f], max_programs_per_sm=o)
+    launch = sum(LAUNCH_US) / len(LAUNCH_US) * 1e-6 if LAUNCH_US else None
+    base = dataclasses.replace(base, families=fams, launch_overhead_s=launch or base.launch_overhead_s)
+    print(f"occupancy from registers / shared memory: {occ_measured}; launch overhead "
+          f"{'%.2f us (measured)' % (launch * 1e6) if launch else 'fitted'}", flush=True)
+    keys = sorted({m.shape.key for m in ms})
+    hold = {k for k in keys if is_holdout(k, args.holdout)}
+    train = [m for m in ms if m.shape.key not in hold]
+    test = [m for m in ms if m.shape.key in hold]
+    print(f"{len(ms)} rows, {len(keys)} shapes from {', '.join(p.name for p in paths)}; "
+          f"fit on {len(keys) - len(hold)} shapes, hold out {len(hold)}", flush=True)
+
+    t0 = time.time()
+    # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
+    # where measured): the starting occupancy; the search then picks it per family and head dim
+    fitted = fit_profile(train, base, occupancy=occ_measured or None, search_occupancy=not args.no_occupancy_search,
+                         max_evals=args.max_evals, launch_overhead_s=launch, restarts=args.restarts,
+                         progress=lambda s: print("  " + s, flush=True))
+    print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
+    res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys),
+                 "holdout_shapes": sorted(hold),
+                 "holdout_fit": {"train": summary(fitted, train, origin), "holdout": summary(fitted, test, origin),
+                                 "profile": fitted.to_mapping()}}
+    t0 = time.time()
+    final = fit_profile(ms, fitted, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
+                        launch_overhead_s=launch, restarts=args.restarts)
+    print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
+    res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
+    res["rows_detail"] = [
+        {"shape": m.shape.key, "model": m.model, "variant": m.variant, "kernel": m.kernel, "splits": m.splits,
+         "measured_us": round(m.time_s * 1e6, 3), "holdout_pred_us": round(launch_time_s(m.work, fitted) * 1e6, 3),
+         "all_pred_us": round(launch_time_s(m.work, final) * 1e6, 3), "held_out": m.shape.key in hold,
+         "source": origin.get(m.shape.key, "")}
+        for m in ms
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    ho = res["holdout_fit"]["holdout"]
+    print(json.dumps({"holdout": ho, "train": res["holdout_fit"]["train"]["all"],
+                      "all_fit": {k: v for k, v in res["all_fit"]["all"].items()}}, indent=1))
+    if args.write_profile:
+        n_shapes = len(keys)
+        prof = dataclasses.replace(
+            final, calibrated=True,
+            source=(f"fitted by benchmarks/fit_timemodel.py on {len(ms)} H200 measurements ({n_shapes} shapes) of "
+                    f"vLLM 0.33.0 unified_attention and SGLang 0.5.23 decode_attention_fwd; CUDA-graph replay "
+                    f"over rotating KV copies"),
+            fit={"rows": len(ms), "shapes": n_shapes,
+                 "median_abs_err": round(res["all_fit"]["all"]["all"]["median_abs_err"], 4),
+                 "p90_abs_err": round(res["all_fit"]["all"]["all"]["p90_abs_err"], 4),
+                 "holdout_median_abs_err": round(ho["all"]["median_abs_err"], 4),
+                 "holdout_p90_abs_err": round(ho["all"]["p90_abs_err"], 4)},
+        )
+        dest = ROOT / "decodecalc" / "profiles" / "h200.yaml"
+        dest.write_text(dump_profile(prof))
+        print(f"wrote {dest}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,581 @@
+"""Fit the time model's parameters to measured launches, and measure them on the local GPU.
+
+The fitting half is pure Python (used by ``benchmarks/fit_timemodel.py`` and by
+``decodecalc calibrate``); the measuring half imports torch and the verify machinery lazily,
+inside :func:`run_calibration` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decodecalc.errors import ConfigError, DecodecalcError
+from decodecalc.timemodel import (
+    FamilyParams,
+    LaunchWork,
+    TimeProfile,
+    launch_time_s,
+    sglang_splits_adaptive,
+    sglang_work,
+    vllm_work,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shape:
+    """The per-rank shape of one measured launch (the attributes the work functions read)."""
+
+    num_heads: int
+    num_kv_heads: int
+    seq_lens: tuple[int, ...]
+    head_size: int = 128
+    head_size_v: int = 128
+    kv_bytes_per_element: int = 2
+    q_bytes: int = 2
+    block_size: int = 16
+    query_lens: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.query_lens:
+            object.__setattr__(self, "query_lens", (1,) * len(self.seq_lens))
+
+    @property
+    def key(self) -> str:
+        lens = self.seq_lens
+        ls = str(lens[0]) if len(set(lens)) == 1 else "ragged:" + ",".join(map(str, lens))
+        return f"{self.num_heads}:{self.num_kv_heads} d{self.head_size} B{len(lens)} L{ls}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurement:
+    shape: Shape
+    kernel: str  # vllm | sglang | reference
+    variant: str  # e.g. vllm-3d-S16, vllm-2d, vllm-default, sglang-static-S8, sglang-adaptive
+    splits: int  # 1 = unsplit (2D for vLLM)
+    time_s: float
+    work: LaunchWork
+    is_default: bool = False
+    model: str = ""
+
+
+def work_for_variant(shape: Shape, variant: str, *, num_sms: int, row: Mapping[str, Any] | None = None) -> tuple[str, int, LaunchWork, bool]:
+    """(kernel, splits, work, is_default) for one measured variant name."""
+    if variant.startswith("vllm-"):
+        if variant == "vllm-2d":
+            return "vllm", 1, vllm_work(shape, splits=1, use_3d=False), False
+        if variant.startswith("vllm-3d-S"):
+            s = int(variant.removeprefix("vllm-3d-S"))
+            return "vllm", s, vllm_work(shape, splits=s, use_3d=True), False
+        if variant == "vllm-default":
+            used_3d = True
+            if row and "used_3d" in row:
+                used_3d = bool(row["used_3d"])
+            elif row and row.get("launches"):
+                used_3d = len(row["launches"][0]["grid"]) == 3
+            s = int(row.get("num_par_softmax_segments", 16)) if row else 16
+            if used_3d:
+                return "vllm", s, vllm_work(shape, splits=s, use_3d=True), True
+            return "vllm", 1, vllm_work(shape, splits=1, use_3d=False), True
+    if variant.startswith("sglang-"):
+        if variant.startswith("sglang-static-S"):
+            s = int(variant.removeprefix("sglang-static-S"))
+            return "sglang", s, sglang_work(shape, splits=s, max_kv_splits=s), False
+        if variant == "sglang-adaptive":
+            mx = int(row.get("max_kv_splits", 8)) if row else 8
+            if row and row.get("num_kv_splits") and len(row["num_kv_splits"]) == len(shape.seq_lens):
+                n_i = tuple(int(x) for x in row["num_kv_splits"])
+            else:
+                n_i = sglang_splits_adaptive(shape.seq_lens, num_heads=shape.num_heads,
+                                             num_kv_heads=shape.num_kv_heads, num_sms=num_sms, max_kv_splits=mx)
+            return "sglang", max(n_i), sglang_work(shape, splits=n_i, max_kv_splits=mx, adaptive=True), True
+    if variant == "reference-vllm-2d":
+        return "reference-vllm", 1, vllm_work(shape, splits=1, use_3d=False, prefix="ref_vllm"), False
+    if variant.startswith("reference-vllm-3d-S"):
+        s = int(variant.removeprefix("reference-vllm-3d-S"))
+        return "reference-vllm", s, vllm_work(shape, splits=s, use_3d=True, prefix="ref_vllm"), False
+    if variant.startswith("reference-sglang-S"):
+        # run_grouped: SGLang's split rule with an unbounded SM count, i.e. max_kv_splits for long sequences
+        s = int(variant.removeprefix("reference-sglang-S"))
+        if row and row.get("num_kv_splits") and len(row["num_kv_splits"]) == len(shape.seq_lens):
+            n_i: int | tuple[int, ...] = tuple(int(x) for x in row["num_kv_splits"])
+        else:
+            n_i = sglang_splits_adaptive(shape.seq_lens, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+                                         num_sms=1 << 20, max_kv_splits=s)
+        lw = sglang_work(shape, splits=n_i, max_kv_splits=s, prefix="ref_sglang")
+        return "reference-sglang", s, dataclasses.replace(lw, extra_launches=1), False
+    raise ConfigError(f"unknown measured variant {variant!r}")
+
+
+def measurements_from_rows(rows: Iterable[Mapping[str, Any]], *, num_sms: int = 132) -> list[Measurement]:
+    """Rows in the format of shared/data/h200-upstream-dev-grid.json (``cases``) or
+    benchmarks/results/timemodel-*.json; rows without an ok time are skipped."""
+    out: list[Measurement] = []
+    for r in rows:
+        if r.get("status", "ok") != "ok" or not r.get("t_us"):
+            continue
+        seq_lens = tuple(r["seq_lens"]) if r.get("seq_lens") else (int(r["seq_len"]),) * int(r["batch"])
+        shape = Shape(num_heads=int(r["num_q_heads"]), num_kv_heads=int(r["num_kv_heads"]), seq_lens=seq_lens,
+                      head_size=int(r["head_dim"]), head_size_v=int(r.get("head_dim_v", r["head_dim"])),
+                      block_size=int(r.get("block_size", 16)))
+        kernel, splits, work, is_default = work_for_variant(shape, r["variant"], num_sms=num_sms, row=r)
+        out.append(Measurement(shape=shape, kernel=kernel, variant=r["variant"], splits=splits,
+                               time_s=float(r["t_us"]) * 1e-6, work=work, is_default=is_default,
+                               model=str(r.get("model", ""))))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# fitting
+
+#: the continuous parameters of a family, fitted in log space
+_FAM_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_per_s", "program_overhead_s")
+#: physical ranges the fit keeps each parameter in (a degenerate fit must not leave them)
+_BOUNDS = {"latency_s": (1e-7, 5e-6), "program_bandwidth_bytes_per_s": (1e9, 1e12),
+           "sm_bandwidth_bytes_per_s": (5e9, 4e11), "program_overhead_s": (1e-9, 1e-5),
+           "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12)}
+_DEFAULT_FAMILY = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
+                       program_overhead_s=1e-6, max_programs_per_sm=4)
+
+
+def _families_in(ms: Sequence[Measurement]) -> list[str]:
+    seen: dict[str, None] = {}
+    for m in ms:
+        for k in m.work.kernels:
+            seen[k.family] = None
+    return list(seen)
+
+
+def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool) -> list[float]:
+    x = [math.log(_clamp("idle_program_s", profile.idle_program_s)),
+         math.log(_clamp("hbm_bandwidth_bytes_per_s", profile.hbm_bandwidth_bytes_per_s))] if free_globals else []
+    for f in fams:
+        p = profile.families[f]
+        x += [math.log(_clamp(k, getattr(p, k))) for k in _FAM_KEYS]
+    return x
+
+
+def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_globals: bool) -> TimeProfile:
+    families = dict(base.families)
+    off = 2 if free_globals else 0
+    for i, f in enumerate(fams):
+        vals = {k: _clamp(k, math.exp(v)) for k, v in zip(_FAM_KEYS, x[off + 4 * i: off + 4 * i + 4])}
+        families[f] = dataclasses.replace(families[f], **vals)
+    if free_globals:
+        return dataclasses.replace(base, idle_program_s=_clamp("idle_program_s", math.exp(x[0])),
+                                   hbm_bandwidth_bytes_per_s=_clamp("hbm_bandwidth_bytes_per_s", math.exp(x[1])),
+                                   families=families)
+    return dataclasses.replace(base, families=families)
+
+
+def _clamp(name: str, v: float) -> float:
+    lo, hi = _BOUNDS[name]
+    return min(hi, max(lo, v))
+
+
+def _with_occupancy(profile: TimeProfile, fam: str, head_dim: int, occ: int) -> TimeProfile:
+    p = profile.families[fam]
+    table = dict(p.occupancy_by_head_dim)
+    table[head_dim] = occ
+    newp = dataclasses.replace(p, occupancy_by_head_dim=tuple(sorted(table.items())),
+                               max_programs_per_sm=occ if head_dim == 128 else p.max_programs_per_sm)
+    return dataclasses.replace(profile, families={**profile.families, fam: newp})
+
+
+def log_errors(profile: TimeProfile, ms: Sequence[Measurement]) -> list[float]:
+    return [math.log(launch_time_s(m.work, profile) / m.time_s) for m in ms]
+
+
+def _loss(profile: TimeProfile, ms: Sequence[Measurement]) -> float:
+    # Soft-L1 on log error: robust to the odd noisy row, still smooth
+    tot = 0.0
+    for e in log_errors(profile, ms):
+        tot += 2.0 * (math.sqrt(1.0 + (e / 0.05) ** 2) - 1.0)
+    return tot / max(1, len(ms))
+
+
+def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], *, step: float = 0.3,
+                max_evals: int = 4000, tol: float = 1e-7) -> tuple[list[float], float]:
+    n = len(x0)
+    pts = [list(x0)]
+    for i in range(n):
+        p = list(x0)
+        p[i] += step
+        pts.append(p)
+    vals = [f(p) for p in pts]
+    evals = n + 1
+    while evals < max_evals:
+        order = sorted(range(n + 1), key=lambda i: vals[i])
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) <= tol * (abs(vals[0]) + 1e-12):
+            break
+        cen = [sum(p[j] for p in pts[:-1]) / n for j in range(n)]
+        xr = [c + (c - w) for c, w in zip(cen, pts[-1])]
+        fr = f(xr)
+        evals += 1
+        if fr < vals[0]:
+            xe = [c + 2 * (c - w) for c, w in zip(cen, pts[-1])]
+            fe = f(xe)
+            evals += 1
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = [c + 0.5 * (w - c) for c, w in zip(cen, pts[-1])]
+            fc = f(xc)
+            evals += 1
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                best = pts[0]
+                pts = [best] + [[b + 0.5 * (p - b) for b, p in zip(best, q)] for q in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+                evals += n
+    i = min(range(n + 1), key=lambda k: vals[k])
+    return pts[i], vals[i]
+
+
+def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str], free_globals: bool,
+               restarts: int, max_evals: int) -> tuple[TimeProfile, float]:
+    def f(x: list[float]) -> float:
+        return _loss(_unpack(x, base, fams, free_globals), ms)
+
+    best_x = _pack(base, fams, free_globals)
+    best_v = f(best_x)
+    rng = random.Random(0)
+    for r in range(max(1, restarts)):
+        start = best_x if r == 0 else [v + rng.gauss(0, 0.15) for v in best_x]
+        x, v = nelder_mead(f, start, max_evals=max_evals, step=0.4 if r == 0 else 0.2)
+        if v < best_v:
+            best_x, best_v = x, v
+    return _unpack(best_x, base, fams, free_globals), best_v
+
+
+#: resident programs per SM tried by the occupancy search (per family and padded head dim)
+OCCUPANCY_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
+
+
+def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapping[str, int] | None = None,
+                search_occupancy: bool = True, restarts: int = 2, max_evals: int = 2000,
+                launch_overhead_s: float | None = None, fit_globals: bool = True,
+                progress: Callable[[str], None] | None = None) -> TimeProfile:
+    """Least-squares fit (soft-L1 on log time), one kernel at a time: each family's latency, program
+    bandwidth, SM bandwidth and program overhead; with the first (largest) kernel group also the GPU's
+    achievable HBM bandwidth and the idle-program cost (``fit_globals``). Occupancy starts from
+    ``occupancy`` (registers / shared memory of the compiled kernels) and, with ``search_occupancy``, is
+    then chosen per family and padded head dim among OCCUPANCY_CHOICES (coordinate descent on the loss,
+    alternating with the continuous fit). ``launch_overhead_s`` (measured: a tiny kernel's CUDA-graph
+    replay) is fixed."""
+    if not ms:
+        raise DecodecalcError("no measurements to fit the time model to")
+    if launch_overhead_s is not None:
+        base = dataclasses.replace(base, launch_overhead_s=float(launch_overhead_s))
+    families = dict(base.families)
+    for f in _families_in(ms):
+        if f not in families:
+            families[f] = FamilyParams(**_DEFAULT_FAMILY)
+        if occupancy and f in occupancy:
+            families[f] = dataclasses.replace(families[f], max_programs_per_sm=int(occupancy[f]))
+    prof = dataclasses.replace(base, families=families)
+    groups: dict[str, list[Measurement]] = {}
+    for m in ms:
+        groups.setdefault(m.kernel, []).append(m)
+    order = sorted(groups, key=lambda k: -len(groups[k]))
+    for gi, kernel in enumerate(order):
+        sub = groups[kernel]
+        fams = _families_in(sub)
+        free = fit_globals and gi == 0
+        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals)
+        for _round in range(3 if search_occupancy else 0):
+            changed = False
+            for f in fams:
+                dims = sorted({k.head_dim for m in sub for k in m.work.kernels if k.family == f})
+                for d in dims:
+                    cur = prof.families[f].occupancy_for(d)
+                    best_l, best_o = _loss(prof, sub), cur
+                    for o in OCCUPANCY_CHOICES:
+                        if o != cur:
+                            lo = _loss(_with_occupancy(prof, f, d, o), sub)
+                            if lo < best_l - 1e-9:
+                                best_l, best_o = lo, o
+                    if best_o != cur:
+                        prof = _with_occupancy(prof, f, d, best_o)
+                        changed = True
+                        if progress:
+                            progress(f"{f} d{d}: occupancy {cur} -> {best_o}")
+            if not changed:
+                break
+            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals)
+        if progress:
+            progress(f"{kernel}: {len(sub)} rows, loss {v:.4f}")
+    return prof
+
+
+# --------------------------------------------------------------------------------------------
+# statistics
+
+
+def abs_pct_errors(profile: TimeProfile, ms: Sequence[Measurement]) -> list[float]:
+    return [abs(launch_time_s(m.work, profile) / m.time_s - 1.0) for m in ms]
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement]) -> dict[str, Any]:
+    """Per (shape, kernel): the measured time of the split the model picks (from the measured
+    candidates, defaults excluded) over the best measured candidate."""
+    groups: dict[tuple[str, str], list[Measurement]] = {}
+    for m in ms:
+        if m.is_default:
+            continue
+        groups.setdefault((m.shape.key, m.kernel), []).append(m)
+    ratios: dict[str, list[tuple[str, float, str, str]]] = {}
+    for (key, kernel), cands in groups.items():
+        if len(cands) < 2:
+            continue
+        pick = min(cands, key=lambda m: launch_time_s(m.work, profile))
+        best = min(cands, key=lambda m: m.time_s)
+        ratios.setdefault(kernel, []).append((key, pick.time_s / best.time_s, pick.variant, best.variant))
+    out: dict[str, Any] = {}
+    for kernel, rs in ratios.items():
+        vals = [r[1] for r in rs]
+        out[kernel] = {
+            "shapes": len(vals),
+            "geomean": math.exp(sum(math.log(v) for v in vals) / len(vals)),
+            "worst": max(vals),
+            "worst_shape": max(rs, key=lambda r: r[1])[0],
+            "within_1_10": sum(v <= 1.10 for v in vals) / len(vals),
+        }
+    all_vals = [r[1] for rs in ratios.values() for r in rs]
+    if all_vals:
+        out["all"] = {"shapes": len(all_vals), "geomean": math.exp(sum(math.log(v) for v in all_vals) / len(all_vals)),
+                      "worst": max(all_vals)}
+    return out
+
+
+def error_summary(profile: TimeProfile, ms: Sequence[Measurement]) -> dict[str, float]:
+    e = abs_pct_errors(profile, ms)
+    return {"rows": len(e), "median_abs_err": percentile(e, 0.5), "p90_abs_err": percentile(e, 0.9),
+            "max_abs_err": max(e) if e else float("nan")}
+
+
+# --------------------------------------------------------------------------------------------
+# measuring on the local GPU (lazy: torch, triton and decodecalc.verify are imported here only)
+
+#: the calibration microbenchmark: (h, h_kv, d, seq_lens) covering the latency-bound corner (one
+#: sequence, long context), the occupancy / tail regime (a few sequences) and the bandwidth-bound
+#: corner (many sequences), MHA and a large head dim, and a ragged batch.
+CALIBRATION_SHAPES: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
+    (8, 1, 128, (32768,)),
+    (8, 1, 128, (8192,) * 4),
+    (8, 1, 128, (4096,) * 64),
+    (32, 8, 128, (65536,)),
+    (32, 8, 128, (8192,) * 16),
+    (32, 8, 128, (2048,) * 64),
+    (32, 8, 128, (512,) * 4),
+    (32, 32, 128, (4096,) * 8),
+    (16, 2, 256, (16384,) * 4),
+    (32, 8, 128, (30000, 4000, 4000, 500, 500, 500, 500, 500)),
+)
+CALIBRATION_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64",
+                        "sglang-static-S1", "sglang-static-S4", "sglang-static-S16", "sglang-static-S64")
+QUICK_SHAPES = (0, 4, 5)
+
+
+def _cuda_or_error() -> Any:
+    from decodecalc.verify import missing_requirements
+
+    missing = missing_requirements()
+    if missing:
+        raise DecodecalcError(f"calibrate needs {' and '.join(missing)}: pip install 'decodecalc[verify]' on a machine "
+                              "with a CUDA GPU")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DecodecalcError("calibrate needs a CUDA GPU, and torch sees none (torch.cuda.is_available() is False); "
+                              "predictions without one use the packaged or datasheet profile")
+    return torch
+
+
+class _ShapeBench:
+    """Random bf16 paged KV cache (several disjoint copies) and the step functions of every variant."""
+
+    ROTATE_BYTES = 256 << 20
+
+    def __init__(self, torch: Any, vk: Any, sk: Any, h: int, h_kv: int, d: int, lens: tuple[int, ...],
+                 sms: int, seed: int) -> None:
+        from decodecalc.derived import cdiv, next_power_of_2
+
+        self.torch, self.vk, self.sk = torch, vk, sk
+        self.h, self.h_kv, self.d, self.lens, self.sms = h, h_kv, d, lens, sms
+        dev, dt, bs = "cuda", torch.bfloat16, 16
+        B = len(lens)
+        nb = [cdiv(L, bs) for L in lens]
+        per_copy = sum(nb)
+        self.kv_bytes = sum(lens) * h_kv * d * 2 * 2
+        self.copies = max(1, min(256, cdiv(self.ROTATE_BYTES, self.kv_bytes)))
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(seed)
+        nblocks = self.copies * per_copy + 1
+        self.k = torch.randn((nblocks, bs, h_kv, d), generator=gen, device=dev, dtype=dt)
+        self.v = torch.randn((nblocks, bs, h_kv, d), generator=gen, device=dev, dtype=dt)
+        perm = torch.randperm(nblocks - 1, generator=gen, device=dev).to(torch.int32) + 1
+        self.tables = torch.zeros((self.copies, B, max(nb)), dtype=torch.int32, device=dev)
+        self.indices = torch.empty((self.copies, sum(lens)), dtype=torch.int64, device=dev)  # as SGLang allocates them
+        ar = torch.arange(bs, device=dev, dtype=torch.int32)
+        for c in range(self.copies):
+            off, tok = c * per_copy, 0
+            for i, n in enumerate(nb):
+                blocks = perm[off:off + n]
+                self.tables[c, i, :n] = blocks
+                self.indices[c, tok:tok + lens[i]] = (blocks[:, None] * bs + ar[None, :]).reshape(-1)[:lens[i]].to(torch.int64)
+                tok += lens[i]
+                off += n
+        self.q = torch.randn((B, h, d), generator=gen, device=dev, dtype=dt)
+        self.out = torch.empty((B, h, d), device=dev, dtype=dt)
+        self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+        self.cu_q = torch.arange(B + 1, dtype=torch.int32, device=dev)
+        indptr = [0]
+        for L in lens:
+            indptr.append(indptr[-1] + L)
+        self.indptr = torch.tensor(indptr, dtype=torch.int32, device=dev)
+        self.d_pad = next_power_of_2(d)
+        self.scale = 1.0 / math.sqrt(d)
+
+    def step(self, variant: str) -> Callable[[int], None]:
+        torch, B, h, d = self.torch, len(self.lens), self.h, self.d
+        if variant.startswith("vllm-"):
+            S = 16 if variant == "vllm-2d" else int(variant.removeprefix("vllm-3d-S"))
+            thr = 0 if variant == "vllm-2d" else 1 << 20
+            so = torch.empty((B, h, S, self.d_pad), device="cuda", dtype=torch.float32)
+            sm_ = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
+            ss = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
+
+            def vstep(c: int) -> None:
+                self.vk.unified_attention(
+                    q=self.q, k=self.k, v=self.v, out=self.out, cu_seqlens_q=self.cu_q, max_seqlen_q=1,
+                    seqused_k=self.seq_lens, max_seqlen_k=max(self.lens), softmax_scale=self.scale, causal=True,
+                    window_size=(-1, -1), block_table=self.tables[c], softcap=0, q_descale=None, k_descale=None,
+                    v_descale=None, seq_threshold_3D=thr, num_par_softmax_segments=S, softmax_segm_output=so,
+                    softmax_segm_max=sm_, softmax_segm_expsum=ss)
+            return vstep
+        S = int(variant.removeprefix("sglang-static-S"))
+        po = torch.empty((B, h, S, d), device="cuda", dtype=torch.float32)
+        pl = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
+        ns = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        kb, vb = self.k.view(-1, self.h_kv, d), self.v.view(-1, self.h_kv, d)
+
+        def sstep(c: int) -> None:
+            self.sk.decode_attention_fwd(self.q, kb, vb, self.out, self.indptr, self.indices[c], po, pl, ns, S,
+                                         self.scale, 1.0, 1.0, use_pdl=True)
+        return sstep
+
+
+def _time_graph(torch: Any, step: Callable[[int], None], copies: int, *, target_ms: float = 2.0,
+                replays: int = 5) -> float:
+    """Median seconds per call: a CUDA graph of back-to-back calls over rotating KV copies (METHOD.md)."""
+    for c in range(min(copies, 4)):
+        step(c)
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    n_est = min(copies, 16)
+    s.record()
+    for c in range(n_est):
+        step(c)
+    e.record()
+    e.synchronize()
+    est_ms = max(s.elapsed_time(e) / n_est, 1e-3)
+    calls = max(min(copies, 256), min(1024, math.ceil(target_ms / est_ms)))
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(0)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            step(i % copies)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e-3 / calls)
+    return sorted(times)[len(times) // 2]
+
+
+def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | None = None,
+                    sglang_src: str | None = None,
+                    progress: Callable[[int, int, str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
+    """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
+    decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows)."""
+    torch = _cuda_or_error()
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    props = torch.cuda.get_device_properties(0)
+    sms = int(props.multi_processor_count)
+    if sms != gpu.num_sms:
+        raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
+                              "pass the --gpu that is installed (or --sms for a MIG slice)")
+    x = torch.zeros(1, device="cuda")  # per-kernel overhead of a graph replay: tiny kernels back to back
+    launch_s = _time_graph(torch, lambda c: x.add_(1.0), 1)
+    vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
+    sk = load_sglang(sglang_src, interpret=False)
+    shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
+    total = len(shapes) * len(CALIBRATION_VARIANTS)
+    rows: list[dict[str, Any]] = []
+    done = 0
+    for si, (h, h_kv, d, lens) in enumerate(shapes):
+        bench = _ShapeBench(torch, vk, sk, h, h_kv, d, lens, sms, seed=si)
+        for variant in CALIBRATION_VARIANTS:
+            row: dict[str, Any] = {"variant": variant, "num_q_heads": h, "num_kv_heads": h_kv, "head_dim": d,
+                                   "batch": len(lens), "seq_len": max(lens), "kv_bytes": bench.kv_bytes,
+                                   "model": f"{h}:{h_kv}-d{d}"}
+            if len(set(lens)) > 1:
+                row["seq_lens"] = list(lens)
+            try:
+                t = _time_graph(torch, bench.step(variant), bench.copies)
+                row.update({"t_us": t * 1e6, "status": "ok"})
+            except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the calibration
+                row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
+            rows.append(row)
+            done += 1
+            if progress:
+                progress(done, total, f"{h}:{h_kv} d{d} B{len(lens)} L{max(lens)} {variant}")
+        del bench
+        torch.cuda.empty_cache()
+    ms = measurements_from_rows(rows, num_sms=sms)
+    if len(ms) < len(rows) // 2:
+        errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
+        raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
+                              f"(first error: {errs[0] if errs else '?'})")
+    start = dataclasses.replace(base, gpu=gpu.name, num_sms=sms)
+    fitted = fit_profile(ms, start, restarts=1, max_evals=1500, launch_overhead_s=launch_s, fit_globals=True)
+    stats = error_summary(fitted, ms)
+    fams_seen = {k.family for m in ms for k in m.work.kernels}
+    uncal = sorted(set(fitted.families) - fams_seen)
+    prof = dataclasses.replace(
+        fitted, calibrated=True,
+        source=(f"decodecalc calibrate on {props.name} ({sms} SMs): {len(ms)} timings of vLLM "
+                f"{vk.source.version} and SGLang {sk.source.version} kernels"),
+        fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
+             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": props.name,
+             "uncalibrated_families": uncal})
+    return prof, rows

@@ -1,0 +1,65 @@
+"""`decodecalc calibrate`: fit the time model on the local GPU and save a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from decodecalc.commands.options import handle_errors
+
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
+OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: "
+                                                "$XDG_CONFIG_HOME/decodecalc/profiles/<gpu>.yaml).")]
+VllmSrcOpt = Annotated[Optional[str], typer.Option("--vllm-src", help="vLLM sources (checkout or unpacked wheel); "
+                                                   "default: installed vllm, then ./upstream/vllm-0.33.0.")]
+SglangSrcOpt = Annotated[Optional[str], typer.Option("--sglang-src", help="SGLang sources; default: installed "
+                                                     "sglang, then ./upstream/sglang-0.5.23.")]
+RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @handle_errors
+    def calibrate(
+        gpu: GpuOpt = "h200",
+        quick: QuickOpt = False,
+        output: OutOpt = None,
+        vllm_src: VllmSrcOpt = None,
+        sglang_src: SglangSrcOpt = None,
+        save_measurements: RowsOpt = None,
+    ) -> None:
+        """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
+        the profile that `recommend`, `grid` and `compare` then use."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from decodecalc.calibrate import _cuda_or_error, run_calibration
+        from decodecalc.commands.output import to_json, write_atomic
+        from decodecalc.specs.gpus import resolve_gpu
+        from decodecalc.timemodel import datasheet_profile, dump_profile, packaged_profile, user_profile_dir
+
+        spec = resolve_gpu(gpu)
+        dest = output or (user_profile_dir() / f"{spec.name}.yaml")
+        _cuda_or_error()  # a clear error before any progress bar
+        # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
+        base = packaged_profile(spec.name) or datasheet_profile(spec)
+        console = Console(stderr=True)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as bar:
+            task = bar.add_task("loading kernels", total=None)
+
+            def progress(done: int, total: int, what: str) -> None:
+                bar.update(task, completed=done, total=total, description=what)
+
+            prof, rows = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
+                                         progress=progress)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(dest, dump_profile(prof))
+        if save_measurements is not None:
+            write_atomic(save_measurements, to_json({"gpu": spec.name, "cases": rows}) + "\n")
+        fit = prof.fit
+        typer.echo(f"wrote {dest}: {fit.get('rows')} timings, fit median error {fit.get('median_abs_err', 0):.1%}, "
+                   f"90th percentile {fit.get('p90_abs_err', 0):.1%}")

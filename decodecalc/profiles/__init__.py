@@ -1,0 +1,1 @@
+"""Packaged time-model profiles, one YAML per GPU (see decodecalc.timemodel)."""

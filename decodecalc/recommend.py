@@ -1,0 +1,260 @@
+"""Which KV split count (and, for vLLM, 2D or 3D) makes one decode step fastest: pure Python.
+
+For each kernel every candidate split count is turned into the launch its engine would make
+(:func:`decodecalc.timemodel.vllm_work` / :func:`~decodecalc.timemodel.sglang_work`), timed by the
+time model, and compared with the engine's own choice for the same step (the launch plan of
+:mod:`decodecalc.launchers.vllm_unified` / :mod:`decodecalc.launchers.sglang_triton`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.timemodel import (
+    LaunchWork,
+    TimeProfile,
+    launch_time_s,
+    resolve_profile,
+    sglang_work,
+    vllm_work,
+    work_for_plan,
+)
+
+KERNELS = ("vllm", "sglang")
+#: candidate split counts when the user gives none (1 = unsplit: vLLM's 2D kernel, SGLang one split).
+#: The measured range on the H200: vLLM 3D segments 2..128, SGLang static splits 1..64.
+DEFAULT_CANDIDATES = {"vllm": (1, 2, 4, 8, 16, 32, 64, 128), "sglang": (1, 2, 4, 8, 16, 32, 64)}
+#: a candidate within this fraction of the fastest prediction is preferred when it has fewer splits
+#: (less scratch, less merge work, and the model's error is larger than this)
+TIE_FRACTION = 0.0
+
+VLLM_BACKEND_FILE = "vllm/v1/attention/backends/triton_attn.py"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Choice:
+    splits: int  # 1 = unsplit
+    mode: str  # vllm: "2d" | "3d"; sglang: "static" | "adaptive" | "deterministic"
+    predicted_time_s: float
+    label: str = ""
+    per_sequence_splits: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"splits": self.splits, "mode": self.mode, "predicted_time_s": self.predicted_time_s,
+                             "label": self.label}
+        if self.per_sequence_splits and len(set(self.per_sequence_splits)) > 1:
+            d["per_sequence_splits"] = list(self.per_sequence_splits)
+        return d
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelRecommendation:
+    kernel: str
+    candidates: tuple[Choice, ...]
+    recommended: Choice
+    default: Choice
+    apply: tuple[str, ...]
+    calibrated: bool
+    note: str = ""
+
+    @property
+    def speedup(self) -> float:
+        return self.default.predicted_time_s / self.recommended.predicted_time_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidates": [c.to_json() for c in self.candidates],
+            "recommended": self.recommended.to_json(),
+            "default": self.default.to_json(),
+            "speedup_vs_default": self.speedup,
+            "apply": list(self.apply),
+            "calibrated": self.calibrated,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommendation:
+    gpu: str
+    profile: TimeProfile
+    kernels: Mapping[str, KernelRecommendation]
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def calibrated(self) -> bool:
+        return self.profile.calibrated and all(k.calibrated for k in self.kernels.values())
+
+    @property
+    def warning(self) -> str | None:
+        if self.profile.calibrated:
+            return None
+        return (f"no calibrated time profile for {self.gpu}: predictions use datasheet figures and H200 latencies "
+                f"and are uncalibrated; run 'decodecalc calibrate' on this GPU")
+
+    @property
+    def best_kernel(self) -> str | None:
+        if not self.kernels:
+            return None
+        return min(self.kernels.values(), key=lambda k: k.recommended.predicted_time_s).kernel
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "calibrated": self.calibrated,
+            "warning": self.warning,
+            "profile": {"gpu": self.profile.gpu, "source": self.profile.source, "path": self.profile.path or "built-in",
+                        "calibrated": self.profile.calibrated},
+            "kernels": {k: v.to_json() for k, v in self.kernels.items()},
+            "skipped": dict(self.skipped),
+            "best_kernel": self.best_kernel,
+        }
+
+
+def choose(cands: Sequence[Choice], tie_fraction: float = TIE_FRACTION) -> Choice:
+    """The fastest predicted candidate; among those within ``tie_fraction`` of it, the fewest splits."""
+    if not cands:
+        raise ConfigError("no candidate split counts to choose from")
+    best = min(c.predicted_time_s for c in cands)
+    near = [c for c in cands if c.predicted_time_s <= best * (1.0 + tie_fraction)]
+    return min(near, key=lambda c: (c.splits, c.predicted_time_s)) if tie_fraction > 0 else min(
+        cands, key=lambda c: c.predicted_time_s)
+
+
+def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]] | None:
+    """``--candidates 1,4,16`` (every kernel) or ``--candidates vllm=1,16 --candidates sglang=4,8``."""
+    if not values:
+        return None
+    out: dict[str, tuple[int, ...]] = {}
+    for raw in values:
+        for part in raw.split(";"):
+            part = part.strip()
+            if not part:
+                continue
+            kernel, _, nums = part.rpartition("=") if "=" in part else ("", "", part)
+            kernel = kernel.strip().lower()
+            if kernel and kernel not in KERNELS:
+                raise ConfigError(f"--candidates {part!r}: unknown kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+            items = [t.strip() for t in nums.split(",") if t.strip()]
+            if not items:
+                raise ConfigError(f"--candidates {part!r}: give comma-separated split counts, e.g. 1,4,16")
+            vals = []
+            for t in items:
+                try:
+                    v = int(t)
+                except ValueError:
+                    raise ConfigError(f"--candidates: {t!r} is not an integer split count") from None
+                if v <= 0:
+                    raise ConfigError(f"--candidates: split counts must be >= 1 (1 = unsplit), got {v}")
+                vals.append(v)
+            vals = sorted(set(vals))
+            for k in ([kernel] if kernel else list(KERNELS)):
+                out[k] = tuple(vals)
+    return out
+
+
+def _tile(plan: Any) -> int | None:
+    try:
+        main = plan.kernels[0]
+        t = dict(main.constexprs or {}).get("TILE_SIZE")
+        return int(t) if t else None
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
+    from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
+
+    vp = plan_vllm(work, gpu, settings or VllmSettings())
+    running = vp.replay.plan if vp.replay is not None else vp.plan  # a FULL-graph replay runs the padded launch
+    dwork = work_for_plan(running, work, "vllm")
+    default = Choice(splits=dwork.splits, mode="3d" if dwork.splits > 1 else "2d",
+                     predicted_time_s=launch_time_s(dwork, profile),
+                     label=("vLLM default: " + dwork.label + (" (CUDA-graph replay)" if vp.replay is not None else "")))
+    choices = []
+    for s in cands:
+        lw = vllm_work(work, splits=s, use_3d=s > 1)
+        choices.append(Choice(splits=s, mode="3d" if s > 1 else "2d", predicted_time_s=launch_time_s(lw, profile),
+                              label=lw.label))
+    rec = choose(choices)
+    h_kv = work.num_kv_heads
+    b = work.batch
+    threshold_ok = b * h_kv <= 128  # the default MIN_LAUNCH_GRID_SIZE_2D keeps batches this small on 3D
+    if rec.splits == default.splits and rec.mode == default.mode:
+        apply = (f"nothing to change: vLLM's own choice ({default.label.removeprefix('vLLM default: ')}) is the best "
+                 "candidate",)
+    elif rec.splits > 1:
+        apply = (f"edit {VLLM_BACKEND_FILE}: NUM_PAR_SOFTMAX_SEGMENTS = {rec.splits} (default 16)",)
+        if threshold_ok:
+            apply += (f"this batch stays on the 3D path with the default MIN_LAUNCH_GRID_SIZE_2D = 128 "
+                      f"({b} sequences x {h_kv} KV heads <= 128)",)
+        else:
+            apply += (f"and raise MIN_LAUNCH_GRID_SIZE_2D (default 128) to >= {b * h_kv} so this batch takes the 3D "
+                      f"path (seq_threshold_3D = MIN_LAUNCH_GRID_SIZE_2D // {h_kv} KV heads, snapped to a CUDA-graph "
+                      f"capture size, must be >= {b} sequences); the 3D scratch grows with it",)
+        apply += ("both constants apply to every batch the engine runs",)
+    elif default.mode == "2d":
+        apply = ("nothing to change: vLLM already runs the 2D kernel for this batch",)
+    else:
+        apply = (
+            f"edit {VLLM_BACKEND_FILE}: MIN_LAUNCH_GRID_SIZE_2D <= {max(0, (b - 1) * h_kv)} (default 128) so that "
+            f"seq_threshold_3D < {b} sequences and this batch runs the 2D kernel; with CUDA graphs the "
+            "threshold snaps to the nearest capture size, so batch 1 stays 3D; this applies to every batch",
+        )
+    return KernelRecommendation(kernel="vllm", candidates=tuple(choices), recommended=rec, default=default,
+                                apply=apply, calibrated=_families_calibrated(profile, ("vllm_2d", "vllm_3d", "vllm_reduce")))
+
+
+def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
+    from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
+
+    sp = plan_sglang(work, gpu, settings or SglangSettings())
+    dwork: LaunchWork = sglang_work(work, splits=sp.num_kv_splits, max_kv_splits=sp.max_kv_splits,
+                                    adaptive=sp.mode == "adaptive")
+    label = {"adaptive": f"SGLang default: adaptive, max {sp.max_kv_splits}",
+             "static": f"SGLang static {sp.max_kv_splits}",
+             "deterministic": "SGLang deterministic (split tile)"}.get(sp.mode, sp.mode)
+    default = Choice(splits=max(sp.num_kv_splits), mode=sp.mode, predicted_time_s=launch_time_s(dwork, profile),
+                     label=label, per_sequence_splits=tuple(sp.num_kv_splits))
+    choices = []
+    for s in cands:
+        lw = sglang_work(work, splits=s, max_kv_splits=s)
+        choices.append(Choice(splits=s, mode="static", predicted_time_s=launch_time_s(lw, profile), label=lw.label))
+    rec = choose(choices)
+    apply = ((
+        f"launch the server with --triton-attention-num-kv-splits {rec.splits} and "
+        f"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1 (every sequence then gets exactly {rec.splits} "
+        f"split{'s' if rec.splits > 1 else ''}; without the variable {rec.splits} is only the adaptive rule's maximum)",
+    ),)[0]
+    return KernelRecommendation(kernel="sglang", candidates=tuple(choices), recommended=rec, default=default,
+                                apply=apply, calibrated=_families_calibrated(profile, ("sglang_stage1", "sglang_stage2")))
+
+
+def _families_calibrated(profile: TimeProfile, fams: Sequence[str]) -> bool:
+    uncal = set(profile.fit.get("uncalibrated_families", ()) or ())
+    return profile.calibrated and not (uncal & set(fams))
+
+
+def recommend(work: Any, gpu: Any, *, kernels: Sequence[str] = KERNELS,
+              candidates: Mapping[str, Sequence[int]] | None = None, profile: TimeProfile | None = None,
+              vllm_settings: Any = None, sglang_settings: Any = None) -> Recommendation:
+    """Best split count per kernel for one decode step of ``work`` (a Workload) on ``gpu`` (a GPUSpec)."""
+    prof = profile if profile is not None else resolve_profile(gpu)
+    out: dict[str, KernelRecommendation] = {}
+    skipped: dict[str, str] = {}
+    for k in kernels:
+        if k not in KERNELS:
+            raise ConfigError(f"unknown kernel {k!r}; valid: {', '.join(KERNELS)}")
+        cands = tuple((candidates or {}).get(k) or DEFAULT_CANDIDATES[k])
+        try:
+            if k == "vllm":
+                out[k] = _vllm(work, gpu, prof, cands, vllm_settings)
+            else:
+                out[k] = _sglang(work, gpu, prof, cands, sglang_settings)
+        except UnsupportedError as e:
+            skipped[k] = str(e)
+    if not out:
+        raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no kernel to recommend for")
+    return Recommendation(gpu=gpu.name, profile=prof, kernels=out, skipped=skipped)

@@ -1,0 +1,220 @@
+"""The time model: profiles, the work of each launch, fit and prediction on measured H200 rows.
+
+Data: tests/data/timemodel_h200_subset.json, 8 of the 40 shapes of
+shared/data/h200-upstream-dev-grid.json (every split count of vLLM 0.33.0 and SGLang 0.5.23).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from decodecalc.calibrate import (
+    Shape,
+    error_summary,
+    fit_profile,
+    measurements_from_rows,
+    percentile,
+    recommendation_quality,
+)
+from decodecalc.errors import ConfigError
+from decodecalc.timemodel import (
+    FamilyParams,
+    KernelWork,
+    datasheet_profile,
+    dump_profile,
+    kernel_time_s,
+    launch_time_s,
+    load_profile_file,
+    packaged_profile,
+    predict_time_s,
+    resolve_profile,
+    sglang_splits_adaptive,
+    sglang_work,
+    vllm_work,
+)
+from helpers import H200, LLAMA3_8B, gpu, model, work
+
+DATA = Path(__file__).parent / "data" / "timemodel_h200_subset.json"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return json.loads(DATA.read_text())["cases"]
+
+
+@pytest.fixture(scope="module")
+def ms(rows):
+    return measurements_from_rows(rows)
+
+
+@pytest.fixture(scope="module")
+def h200():
+    prof = packaged_profile("h200")
+    assert prof is not None
+    return prof
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+
+def test_packaged_h200_profile_is_calibrated_and_complete(h200):
+    assert h200.calibrated
+    assert h200.num_sms == 132
+    for fam in ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_stage2"):
+        p = h200.family(fam)
+        assert 1e-7 < p.latency_s < 1e-5  # one loop iteration: a fraction of a microsecond to a few
+        assert 5e9 < p.sm_bandwidth_bytes_per_s * 132 < 6e12  # aggregate: at most about the HBM peak
+        assert p.max_programs_per_sm >= 1
+
+
+def test_profile_roundtrip(tmp_path, h200):
+    f = tmp_path / "h200.yaml"
+    f.write_text(dump_profile(h200))
+    again = load_profile_file(f, expect_gpu="h200")
+    assert again.families == h200.families
+    assert again.launch_overhead_s == h200.launch_overhead_s
+
+
+def test_malformed_profile_names_the_file(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("gpu: h200\nfamilies: [1, 2\n")
+    with pytest.raises(ConfigError, match=str(f)):
+        load_profile_file(f)
+    f.write_text("gpu: h200\nnum_sms: 132\nlaunch_overhead_s: 1e-6\nfamilies:\n  vllm_2d: {latency_s: -1}\n")
+    with pytest.raises(ConfigError, match=f"{f}.*lacks"):
+        load_profile_file(f)
+
+
+def test_profile_from_another_gpu_is_refused(tmp_path, h200):
+    f = tmp_path / "h100-sxm.yaml"
+    f.write_text(dump_profile(h200))
+    with pytest.raises(ConfigError, match=rf"{f} was measured on 'h200', not on 'h100-sxm'"):
+        load_profile_file(f, expect_gpu="h100-sxm")
+
+
+def test_user_profile_dir_wins_and_bad_user_file_is_an_error(tmp_path, monkeypatch, h200):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    d = tmp_path / "decodecalc" / "profiles"
+    d.mkdir(parents=True)
+    mine = dataclasses.replace(h200, launch_overhead_s=9e-6, source="mine")
+    (d / "h200.yaml").write_text(dump_profile(mine))
+    assert resolve_profile(H200).source == "mine"
+    (d / "h200.yaml").write_text("::: not yaml")
+    with pytest.raises(ConfigError, match="h200.yaml"):
+        resolve_profile(H200)
+
+
+def test_unknown_gpu_falls_back_uncalibrated(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    from decodecalc.specs.gpus import resolve_gpu
+
+    a100 = resolve_gpu("a100-80gb")
+    prof = resolve_profile(a100)
+    assert not prof.calibrated and prof.num_sms == a100.num_sms
+    assert datasheet_profile(a100).families["vllm_3d"].sm_bandwidth_bytes_per_s > 0
+
+
+# -- the work of a launch ---------------------------------------------------------------------
+
+
+def test_vllm_3d_work_matches_segment_early_exit():
+    # 70B TP8: h=8, h_kv=1, L=131072, S=16 -> tiles_per_segment = cdiv(131072, 256) = 512 tiles of 16
+    s = Shape(num_heads=8, num_kv_heads=1, seq_lens=(131072,))
+    lw = vllm_work(s, splits=16)
+    main, red = lw.kernels
+    assert main.iters == ((512, 16),)
+    assert main.bytes_per_iter == 16 * 256 * 2
+    assert red.iters == ((1, 8),)
+    # short sequence: only cdiv(L, tps*TILE) segments work; the rest are idle programs
+    s2 = Shape(num_heads=32, num_kv_heads=8, seq_lens=(100,))
+    m2 = vllm_work(s2, splits=16).kernels[0]
+    assert m2.programs == 7 * 8 and m2.idle_programs == 9 * 8
+
+
+def test_vllm_2d_work_and_idle_q_blocks():
+    s = Shape(num_heads=8, num_kv_heads=1, seq_lens=(2560,) * 4)  # BLOCK_Q 2: 4//2 + 4 = 6 q blocks, 2 idle
+    main = vllm_work(s, splits=1).kernels[0]
+    assert main.iters == ((80, 4),) and main.idle_programs == 2
+
+
+def test_sglang_work_rounds_split_length_to_32():
+    s = Shape(num_heads=32, num_kv_heads=8, seq_lens=(100,))
+    st1, st2 = sglang_work(s, splits=8).kernels
+    # kv_len_per_split = 32 * cdiv(cdiv(100, 8), 32) = 32 -> 4 nonempty splits, 4 empty
+    assert st1.programs == 4 * 8 and st1.idle_programs == 4 * 8
+    assert st2.iters == ((4, 32),)
+
+
+def test_sglang_adaptive_rule_matches_reference_examples():
+    # upstream-launchers.md 2.3: Llama-3-8B L=2560 -> 8 splits at B=1, 3 at B=32, 2 at B=64
+    for b, n in ((1, 8), (32, 3), (64, 2)):
+        assert sglang_splits_adaptive((2560,) * b, num_heads=32, num_kv_heads=8, num_sms=132) == (n,) * b
+
+
+def test_kernel_time_waves_and_latency():
+    fam = FamilyParams(latency_s=1e-6, sm_bandwidth_bytes_per_s=30e9, program_overhead_s=0.0, max_programs_per_sm=2)
+    one = KernelWork(family="x", iters=((100, 1),), bytes_per_iter=8192)
+    assert kernel_time_s(one, fam, 132) == pytest.approx(100 * (1e-6 + 8192 / 30e9))
+    full = KernelWork(family="x", iters=((100, 264),), bytes_per_iter=8192)  # exactly one wave of 2/SM
+    two = KernelWork(family="x", iters=((100, 265),), bytes_per_iter=8192)  # one program in a second wave
+    assert kernel_time_s(two, fam, 132) > kernel_time_s(full, fam, 132) * 1.3
+    ragged = KernelWork(family="x", iters=((10, 100), (400, 1)), bytes_per_iter=8192)
+    assert kernel_time_s(ragged, fam, 132) >= 400 * 1e-6
+
+
+# -- prediction and fit on measured H200 rows -----------------------------------------------------
+
+
+def test_packaged_profile_predicts_measured_rows(ms, h200):
+    stats = error_summary(h200, ms)
+    assert stats["rows"] == 136
+    assert stats["median_abs_err"] <= 0.10
+    assert stats["p90_abs_err"] <= 0.25
+
+
+def test_recommendation_quality_on_measured_rows(ms, h200):
+    q = recommendation_quality(h200, ms)
+    assert q["vllm"]["shapes"] == 8 and q["sglang"]["shapes"] == 8
+    assert q["all"]["geomean"] <= 1.10
+    assert q["all"]["worst"] <= 1.30
+
+
+def test_fit_recovers_from_a_bad_start_on_held_out_shapes(ms, h200):
+    keys = sorted({m.shape.key for m in ms})
+    train = [m for m in ms if m.shape.key in keys[::2]]
+    test = [m for m in ms if m.shape.key not in keys[::2]]
+    bad = dataclasses.replace(h200, launch_overhead_s=h200.launch_overhead_s * 3, families={
+        k: dataclasses.replace(v, latency_s=v.latency_s * 2, sm_bandwidth_bytes_per_s=v.sm_bandwidth_bytes_per_s / 2)
+        for k, v in h200.families.items()})
+    before = error_summary(bad, test)["median_abs_err"]
+    fitted = fit_profile(train, bad, restarts=1, max_evals=600)
+    after = error_summary(fitted, test)["median_abs_err"]
+    assert after < before / 2
+    assert after <= 0.2
+
+
+def test_predict_time_s_from_launch_plans(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    from decodecalc.launchers.sglang_triton import plan_sglang
+    from decodecalc.launchers.vllm_unified import plan_vllm
+
+    w = work(model(8, 1), batch=1, seq_len=131072)
+    tv, cal = predict_time_s(plan_vllm(w, H200).plan, w, H200, "vllm")
+    ts, cal2 = predict_time_s(plan_sglang(w, H200).plan, w, H200, "sglang")
+    assert cal and cal2
+    # measured (shared data): vLLM default 658.8 us, SGLang adaptive 1288.0 us
+    assert tv == pytest.approx(658.8e-6, rel=0.25)
+    assert ts == pytest.approx(1288.0e-6, rel=0.25)
+    other = gpu(sms=108, name="a100-80gb")
+    _, cal3 = predict_time_s(plan_vllm(w, other).plan, w, other, "vllm")
+    assert not cal3
+
+
+def test_percentile():
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5
+    assert math.isnan(percentile([], 0.5))
