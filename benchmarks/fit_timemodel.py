@@ -137,6 +137,8 @@ def main() -> int:
     ap.add_argument("--max-evals", type=int, default=2500)
     ap.add_argument("--no-occupancy-search", action="store_true")
     ap.add_argument("--restarts", type=int, default=2)
+    ap.add_argument("--reevaluate", action="store_true",
+                    help="no fit: recompute every statistic of --out from the profiles stored in it")
     args = ap.parse_args()
 
     paths = args.data or ([SHARED] if SHARED.exists() else []) + sorted((ROOT / "benchmarks" / "results").glob("timemodel-h200-*.json"))
@@ -161,6 +163,20 @@ def main() -> int:
     print(f"{len(ms)} rows, {len(keys)} shapes from {', '.join(p.name for p in paths)}; "
           f"fit on {len(keys) - len(hold)} shapes, hold out {len(hold)}", flush=True)
 
+    if args.reevaluate:
+        from decodecalc.timemodel import profile_from_mapping
+
+        res = json.loads(args.out.read_text())
+        fitted = profile_from_mapping(res["holdout_fit"]["profile"], origin=str(args.out))
+        final = profile_from_mapping(res["all_fit"]["profile"], origin=str(args.out))
+        hold = set(res["holdout_shapes"])
+        train = [m for m in ms if m.shape.key not in hold]
+        test = [m for m in ms if m.shape.key in hold]
+        res["holdout_fit"].update({"train": summary(fitted, train, origin), "holdout": summary(fitted, test, origin)})
+        res["all_fit"]["all"] = summary(final, ms, origin)
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps({"holdout": res["holdout_fit"]["holdout"], "all_fit": res["all_fit"]["all"]}, indent=1))
+        return 0
     t0 = time.time()
     # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
     # where measured): the starting occupancy; the search then picks it per family and head dim

@@ -333,9 +333,12 @@ def percentile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement]) -> dict[str, Any]:
+def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement], *, robust: bool = True) -> dict[str, Any]:
     """Per (shape, kernel): the measured time of the split the model picks (from the measured
-    candidates, defaults excluded) over the best measured candidate."""
+    candidates, defaults excluded; ranked as ``recommend`` ranks them) over the best measured candidate."""
+    from decodecalc.timemodel import robust_time_s
+
+    score = (lambda m: robust_time_s(m.work, profile)) if robust else (lambda m: launch_time_s(m.work, profile))
     groups: dict[tuple[str, str], list[Measurement]] = {}
     for m in ms:
         if m.is_default:
@@ -345,7 +348,7 @@ def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement]) -> d
     for (key, kernel), cands in groups.items():
         if len(cands) < 2:
             continue
-        pick = min(cands, key=lambda m: launch_time_s(m.work, profile))
+        pick = min(cands, key=score)
         best = min(cands, key=lambda m: m.time_s)
         ratios.setdefault(kernel, []).append((key, pick.time_s / best.time_s, pick.variant, best.variant))
     out: dict[str, Any] = {}
@@ -521,6 +524,30 @@ def _time_graph(torch: Any, step: Callable[[int], None], copies: int, *, target_
     return sorted(times)[len(times) // 2]
 
 
+def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
+                         launch_overhead_s: float | None, device_name: str = "", versions: str = "",
+                         search_occupancy: bool = True) -> TimeProfile:
+    """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``."""
+    ms = measurements_from_rows(rows, num_sms=num_sms)
+    if len(ms) < max(1, len(rows) // 2):
+        errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
+        raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
+                              f"(first error: {errs[0] if errs else '?'})")
+    start = dataclasses.replace(base, gpu=gpu.name, num_sms=num_sms)
+    fitted = fit_profile(ms, start, restarts=1, max_evals=1500, launch_overhead_s=launch_overhead_s, fit_globals=True,
+                         search_occupancy=search_occupancy)
+    stats = error_summary(fitted, ms)
+    fams_seen = {k.family for m in ms for k in m.work.kernels}
+    uncal = sorted(set(fitted.families) - fams_seen)
+    return dataclasses.replace(
+        fitted, calibrated=True,
+        source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {len(ms)} timings of "
+                f"{versions or 'the upstream'} kernels; families not measured keep the starting profile's values"),
+        fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
+             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": device_name,
+             "uncalibrated_families": uncal})
+
+
 def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | None = None,
                     sglang_src: str | None = None,
                     progress: Callable[[int, int, str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
@@ -561,21 +588,8 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                 progress(done, total, f"{h}:{h_kv} d{d} B{len(lens)} L{max(lens)} {variant}")
         del bench
         torch.cuda.empty_cache()
-    ms = measurements_from_rows(rows, num_sms=sms)
-    if len(ms) < len(rows) // 2:
-        errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
-        raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
-                              f"(first error: {errs[0] if errs else '?'})")
-    start = dataclasses.replace(base, gpu=gpu.name, num_sms=sms)
-    fitted = fit_profile(ms, start, restarts=1, max_evals=1500, launch_overhead_s=launch_s, fit_globals=True)
-    stats = error_summary(fitted, ms)
-    fams_seen = {k.family for m in ms for k in m.work.kernels}
-    uncal = sorted(set(fitted.families) - fams_seen)
-    prof = dataclasses.replace(
-        fitted, calibrated=True,
-        source=(f"decodecalc calibrate on {props.name} ({sms} SMs): {len(ms)} timings of vLLM "
-                f"{vk.source.version} and SGLang {sk.source.version} kernels"),
-        fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
-             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": props.name,
-             "uncalibrated_families": uncal})
+    prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
+                                device_name=str(props.name),
+                                versions=f"vLLM {vk.source.version} and SGLang {sk.source.version}",
+                                search_occupancy=not quick)  # three shapes are too few to choose occupancies
     return prof, rows

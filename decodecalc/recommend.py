@@ -18,6 +18,7 @@ from decodecalc.timemodel import (
     TimeProfile,
     launch_time_s,
     resolve_profile,
+    robust_time_s,
     sglang_work,
     vllm_work,
     work_for_plan,
@@ -41,10 +42,18 @@ class Choice:
     predicted_time_s: float
     label: str = ""
     per_sequence_splits: tuple[int, ...] = ()
+    #: what candidates are ranked by: the predicted time averaged over occupancy +-1 (timemodel.robust_time_s)
+    score_s: float = 0.0
+
+    @property
+    def rank(self) -> float:
+        return self.score_s or self.predicted_time_s
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"splits": self.splits, "mode": self.mode, "predicted_time_s": self.predicted_time_s,
                              "label": self.label}
+        if self.score_s:
+            d["ranking_score_s"] = self.score_s
         if self.per_sequence_splits and len(set(self.per_sequence_splits)) > 1:
             d["per_sequence_splits"] = list(self.per_sequence_splits)
         return d
@@ -114,13 +123,13 @@ class Recommendation:
 
 
 def choose(cands: Sequence[Choice], tie_fraction: float = TIE_FRACTION) -> Choice:
-    """The fastest predicted candidate; among those within ``tie_fraction`` of it, the fewest splits."""
+    """The best-ranked candidate (robust predicted time); among those within ``tie_fraction`` of it,
+    the fewest splits."""
     if not cands:
         raise ConfigError("no candidate split counts to choose from")
-    best = min(c.predicted_time_s for c in cands)
-    near = [c for c in cands if c.predicted_time_s <= best * (1.0 + tie_fraction)]
-    return min(near, key=lambda c: (c.splits, c.predicted_time_s)) if tie_fraction > 0 else min(
-        cands, key=lambda c: c.predicted_time_s)
+    best = min(c.rank for c in cands)
+    near = [c for c in cands if c.rank <= best * (1.0 + tie_fraction)]
+    return min(near, key=lambda c: (c.splits, c.rank)) if tie_fraction > 0 else min(cands, key=lambda c: c.rank)
 
 
 def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]] | None:
@@ -177,7 +186,7 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
     for s in cands:
         lw = vllm_work(work, splits=s, use_3d=s > 1)
         choices.append(Choice(splits=s, mode="3d" if s > 1 else "2d", predicted_time_s=launch_time_s(lw, profile),
-                              label=lw.label))
+                              label=lw.label, score_s=robust_time_s(lw, profile)))
     rec = choose(choices)
     h_kv = work.num_kv_heads
     b = work.batch
@@ -221,7 +230,8 @@ def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], set
     choices = []
     for s in cands:
         lw = sglang_work(work, splits=s, max_kv_splits=s)
-        choices.append(Choice(splits=s, mode="static", predicted_time_s=launch_time_s(lw, profile), label=lw.label))
+        choices.append(Choice(splits=s, mode="static", predicted_time_s=launch_time_s(lw, profile), label=lw.label,
+                              score_s=robust_time_s(lw, profile)))
     rec = choose(choices)
     apply = ((
         f"launch the server with --triton-attention-num-kv-splits {rec.splits} and "

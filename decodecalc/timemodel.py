@@ -219,7 +219,12 @@ def _occ_map(v: Any, name: str) -> tuple[tuple[int, int], ...]:
         return ()
     if not isinstance(v, Mapping):
         raise ConfigError(f"{name} must be a mapping of head dim to programs per SM, got {v!r}")
-    return tuple(sorted((_int(d, name), _int(o, name)) for d, o in v.items()))
+    out = []
+    for d, o in v.items():
+        if isinstance(d, str) and d.isdigit():
+            d = int(d)  # a JSON copy of a profile has string keys
+        out.append((_int(d, name), _int(o, name)))
+    return tuple(sorted(out))
 
 
 def _int(v: Any, name: str) -> int:
@@ -462,7 +467,7 @@ def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int |
 
 
 def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_program_s: float = 0.0,
-                  hbm_bandwidth_bytes_per_s: float = 4.0e12) -> float:
+                  hbm_bandwidth_bytes_per_s: float = 4.0e12, occupancy_delta: int = 0) -> float:
     """Time of one kernel's programs (no launch overhead): waves of resident programs, each iteration
     ``max(latency + c * bytes / sm_bandwidth, resident programs * bytes / hbm_bandwidth)``, the last
     wave at its own (lower) concurrency."""
@@ -470,7 +475,7 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     idle_cost = work.idle_programs * idle_program_s / num_sms
     if n == 0:
         return idle_cost
-    occ = fam.occupancy_for(work.head_dim)
+    occ = max(1, fam.occupancy_for(work.head_dim) + occupancy_delta)
     slots = occ * num_sms
     b = work.bytes_per_iter
 
@@ -507,12 +512,21 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     return max(heap) + idle_cost
 
 
-def launch_time_s(lw: LaunchWork, profile: TimeProfile) -> float:
+def launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
     t = (len(lw.kernels) + lw.extra_launches) * profile.launch_overhead_s
     for kw in lw.kernels:
         t += kernel_time_s(kw, profile.family(kw.family), profile.num_sms, profile.idle_program_s,
-                           profile.hbm_bandwidth_bytes_per_s)
+                           profile.hbm_bandwidth_bytes_per_s, occupancy_delta)
     return t
+
+
+def robust_time_s(lw: LaunchWork, profile: TimeProfile) -> float:
+    """The score ``recommend`` ranks candidates by: the geometric mean of the predicted time at the
+    profile's occupancy and one program per SM either side. Occupancy is the least certain input (it
+    comes from one compiled specialization per kernel) and a wrong value moves the wave boundaries,
+    so a candidate that is fast only at exactly the assumed occupancy is not preferred."""
+    ts = [launch_time_s(lw, profile, d) for d in (-1, 0, 1)]
+    return math.exp(sum(math.log(t) for t in ts) / len(ts))
 
 
 # --------------------------------------------------------------------------------------------
