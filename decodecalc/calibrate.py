@@ -336,9 +336,16 @@ def percentile(xs: Sequence[float], q: float) -> float:
 def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement], *, robust: bool = True) -> dict[str, Any]:
     """Per (shape, kernel): the measured time of the split the model picks (from the measured
     candidates, defaults excluded; ranked as ``recommend`` ranks them) over the best measured candidate."""
+    from decodecalc.recommend import TIE_FRACTION
     from decodecalc.timemodel import robust_time_s
 
     score = (lambda m: robust_time_s(m.work, profile)) if robust else (lambda m: launch_time_s(m.work, profile))
+
+    def pick_of(cands: list[Measurement]) -> Measurement:  # recommend.choose on measured candidates
+        sc = {id(m): score(m) for m in cands}
+        best = min(sc.values())
+        tie = TIE_FRACTION if robust else 0.0
+        return max((m for m in cands if sc[id(m)] <= best * (1 + tie)), key=lambda m: (m.splits, -sc[id(m)]))
     groups: dict[tuple[str, str], list[Measurement]] = {}
     for m in ms:
         if m.is_default:
@@ -348,7 +355,7 @@ def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement], *, r
     for (key, kernel), cands in groups.items():
         if len(cands) < 2:
             continue
-        pick = min(cands, key=score)
+        pick = pick_of(cands)
         best = min(cands, key=lambda m: m.time_s)
         ratios.setdefault(kernel, []).append((key, pick.time_s / best.time_s, pick.variant, best.variant))
     out: dict[str, Any] = {}

@@ -41,7 +41,7 @@ def test_json_contract_names():
         best = min(c["predicted_time_s"] for c in kr["candidates"])
         rec = kr["recommended"]
         assert rec["splits"] in [c["splits"] for c in kr["candidates"]]
-        assert rec["predicted_time_s"] <= best * 1.05  # ranked by the occupancy-robust score, near the fastest
+        assert rec["predicted_time_s"] <= best * 1.10  # ranked by the occupancy-robust score, near the fastest
         assert kr["speedup_vs_default"] == pytest.approx(kr["default"]["predicted_time_s"] / rec["predicted_time_s"])
         assert kr["apply"]
     assert data["calibrated"] is True and data["warning"] is None
@@ -138,9 +138,10 @@ def test_recommend_api_and_choose():
     assert rec.best_kernel == "vllm"
     assert [c.splits for c in rec.kernels["vllm"].candidates] == [1, 16, 64]
     cs = [Choice(splits=s, mode="3d", predicted_time_s=t) for s, t in ((4, 1.0), (8, 0.995), (16, 2.0))]
-    assert choose([Choice(splits=2, mode="3d", predicted_time_s=1.0, score_s=3.0),
-                   Choice(splits=4, mode="3d", predicted_time_s=1.1, score_s=1.2)]).splits == 4
-    assert choose(cs).splits == 8
-    assert choose(cs, tie_fraction=0.01).splits == 4
+    assert choose([Choice(splits=4, mode="3d", predicted_time_s=1.0, score_s=3.0),
+                   Choice(splits=2, mode="3d", predicted_time_s=1.1, score_s=1.2)]).splits == 2
+    assert choose(cs, tie_fraction=0.0).splits == 8
+    assert choose(cs, tie_fraction=0.01).splits == 8  # within 1%: the most splits
+    assert choose(cs + [Choice(splits=32, mode="3d", predicted_time_s=1.04)], tie_fraction=0.05).splits == 32
     with pytest.raises(ConfigError):
         parse_candidates(["vllm="])
