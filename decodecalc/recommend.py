@@ -216,7 +216,7 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
             "threshold snaps to the nearest capture size, so batch 1 stays 3D; this applies to every batch",
         )
     return KernelRecommendation(kernel="vllm", candidates=tuple(choices), recommended=rec, default=default,
-                                apply=apply, calibrated=_families_calibrated(profile, ("vllm_2d", "vllm_3d", "vllm_reduce")))
+                                apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, ("vllm_2d", "vllm_3d", "vllm_reduce")))
 
 
 def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
@@ -242,7 +242,14 @@ def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], set
         f"split{'s' if rec.splits > 1 else ''}; without the variable {rec.splits} is only the adaptive rule's maximum)",
     ),)[0]
     return KernelRecommendation(kernel="sglang", candidates=tuple(choices), recommended=rec, default=default,
-                                apply=apply, calibrated=_families_calibrated(profile, ("sglang_stage1", "sglang_stage2")))
+                                apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, ("sglang_stage1", "sglang_stage2")))
+
+
+def _tie_note(rec: Choice, default: Choice) -> str:
+    if rec.predicted_time_s >= default.predicted_time_s * (1.0 - TIE_FRACTION):
+        return (f"the recommendation and the default are within the model's error ({TIE_FRACTION:.0%}); the larger "
+                "split count is preferred because measured times kept falling with more programs near the optimum")
+    return ""
 
 
 def _families_calibrated(profile: TimeProfile, fams: Sequence[str]) -> bool:

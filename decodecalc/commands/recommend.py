@@ -79,6 +79,8 @@ def print_recommendation(rec: Any, inputs: Inputs) -> None:
         console.print(f"[bold]{k}[/]: how to apply")
         for line in kr.apply:
             console.print(f"  - {line}")
+        if kr.note:
+            console.print(f"  [dim]note: {kr.note}[/]")
     for k, why in rec.skipped.items():
         console.print(f"[dim]{k}: not modelled for this step: {why}[/]")
     src = rec.profile.path or "built-in"
