@@ -247,7 +247,7 @@ def _resources(fn) -> dict:  # type: ignore[no-untyped-def]
             except Exception:  # noqa: BLE001
                 pass
             md = k.metadata
-            out[str(key)[-160:]] = {"n_regs": int(getattr(k, "n_regs", -1) or -1), "n_spills": int(getattr(k, "n_spills", -1) or -1),
+            out[str(key)] = {  # the whole specialization key: head dim, segments, ... are in it"n_regs": int(getattr(k, "n_regs", -1) or -1), "n_spills": int(getattr(k, "n_spills", -1) or -1),
                                    "shared": int(md.shared), "num_warps": int(md.num_warps), "num_stages": int(getattr(md, "num_stages", 0))}
     return out
 

@@ -237,3 +237,28 @@ def test_calibration_fit_from_device_rows(h200):
     bad = [dict(r, status="error", error="boom") for r in rows]
     with pytest.raises(Exception, match="calibration failed"):
         fit_calibration_rows(bad, gpu=H200, base=h200, num_sms=132, launch_overhead_s=None)
+
+
+def test_reference_kernels_are_predicted_from_the_same_plans(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    from decodecalc.launchers.sglang_triton import plan_sglang
+    from decodecalc.launchers.vllm_unified import plan_vllm
+
+    w = work(LLAMA3_8B, batch=4, seq_len=8192)
+    tv, cal = predict_time_s(plan_vllm(w, H200).plan, w, H200, "reference")
+    ts, cal2 = predict_time_s(plan_sglang(w, H200).plan, w, H200, "reference")
+    assert cal and cal2 and tv > 0 and ts > 0
+    with pytest.raises(ConfigError, match="no time model"):
+        predict_time_s(plan_vllm(w, H200).plan, w, H200, "flashinfer")
+
+
+def test_core_modules_stay_pure():
+    """timemodel and recommend are imported by the CLI for every prediction: no torch, typer or rich."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import decodecalc.timemodel, decodecalc.recommend, decodecalc.calibrate; "
+            "bad = [m for m in ('torch', 'triton', 'typer', 'rich') if m in sys.modules]; print(bad); "
+            "sys.exit(1 if bad else 0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
