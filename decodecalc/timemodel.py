@@ -283,14 +283,16 @@ def packaged_profile(gpu_name: str) -> TimeProfile | None:
 
 
 def datasheet_profile(gpu: Any) -> TimeProfile:
-    """Uncalibrated fallback: the H200's measured latencies and overheads, this GPU's SM count and
-    datasheet bandwidth (times 0.85, the achievable share measured on the H200)."""
+    """Uncalibrated fallback: the H200's fitted latencies, overheads and occupancies, this GPU's SM count,
+    and its datasheet bandwidth scaled by the share of the datasheet the H200 achieves."""
     base = _builtin_h200()
     scale = (gpu.hbm_bandwidth_bytes_per_s * 0.85 / gpu.num_sms) / (4.8e12 * 0.85 / 132)
     fams = {k: dataclasses.replace(v, sm_bandwidth_bytes_per_s=v.sm_bandwidth_bytes_per_s * scale)
             for k, v in base.families.items()}
+    hbm = base.hbm_bandwidth_bytes_per_s * gpu.hbm_bandwidth_bytes_per_s / 4.8e12  # same achievable share
     return TimeProfile(gpu=gpu.name, num_sms=gpu.num_sms, launch_overhead_s=base.launch_overhead_s,
                        idle_program_s=base.idle_program_s, families=fams, calibrated=False,
+                       hbm_bandwidth_bytes_per_s=hbm,
                        source=f"datasheet fallback: {gpu.name} SM count and bandwidth, H200 latencies (uncalibrated)")
 
 

@@ -262,3 +262,16 @@ def test_core_modules_stay_pure():
             "sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_datasheet_fallback_scales_bandwidth(h200):
+    from decodecalc.specs.gpus import resolve_gpu
+
+    h100 = resolve_gpu("h100-sxm")  # 3.35 TB/s datasheet against the H200's 4.8
+    fb = datasheet_profile(h100)
+    assert fb.hbm_bandwidth_bytes_per_s == pytest.approx(h200.hbm_bandwidth_bytes_per_s * 3.35 / 4.8)
+    w = work(model(8, 1), batch=64, seq_len=32768)
+    from decodecalc.timemodel import vllm_work
+
+    lw = vllm_work(w, splits=1)
+    assert launch_time_s(lw, fb) > launch_time_s(lw, h200)  # bandwidth-bound: slower on the H100
