@@ -36,6 +36,7 @@ uncalibrated.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
 import os
@@ -47,6 +48,7 @@ from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
+from decodecalc.yamlio import safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
 FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_stage2",
@@ -245,7 +247,7 @@ def load_profile_file(path: Path, *, expect_gpu: str | None = None) -> TimeProfi
     except OSError as e:
         raise ConfigError(f"time profile {path}: cannot read ({e.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"time profile {path}: malformed YAML ({str(e).splitlines()[0]})") from None
     return profile_from_mapping(data, origin=str(path), expect_gpu=expect_gpu)
@@ -268,15 +270,14 @@ def _profile_key(gpu_name: str) -> str:
     return _norm(gpu_name)
 
 
+@functools.cache
 def packaged_profile(gpu_name: str) -> TimeProfile | None:
     key = _profile_key(gpu_name)
     try:
         ref = resources.files("decodecalc.profiles").joinpath(f"{key}.yaml")
         if not ref.is_file():
             return None
-        import yaml
-
-        data = yaml.safe_load(ref.read_text())
+        data = safe_load(ref.read_text())
     except (ModuleNotFoundError, FileNotFoundError):
         return None
     return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from decodecalc.errors import ConfigError, UnknownNameError
+from decodecalc.yamlio import safe_load
 
 DTYPES = ("float32", "bfloat16", "float16", "fp8")
 _OPTIONAL_INTS = (
@@ -154,7 +155,7 @@ def load_model_file(path: Path) -> ModelConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
