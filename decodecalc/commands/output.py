@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,8 @@ def write_atomic(path: Path, text: str) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise ConfigError(f"cannot write {path}: folder {folder} does not exist")
+    import tempfile  # only when writing a file: keeps the plain CLI path light
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:
