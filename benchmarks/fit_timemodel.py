@@ -30,7 +30,7 @@ from decodecalc.calibrate import (  # noqa: E402
     measurements_from_rows,
     recommendation_quality,
 )
-from decodecalc.timemodel import FamilyParams, dump_profile, launch_time_s, occupancy, packaged_profile  # noqa: E402
+from decodecalc.timemodel import dump_profile, launch_time_s, occupancy, packaged_profile  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "h200-upstream-dev-grid.json"
 OCC_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)

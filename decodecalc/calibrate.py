@@ -493,42 +493,14 @@ class _ShapeBench:
         return sstep
 
 
-def _time_graph(torch: Any, step: Callable[[int], None], copies: int, *, target_ms: float = 2.0,
-                replays: int = 5) -> float:
-    """Median seconds per call: a CUDA graph of back-to-back calls over rotating KV copies (METHOD.md)."""
-    for c in range(min(copies, 4)):
-        step(c)
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    n_est = min(copies, 16)
-    s.record()
-    for c in range(n_est):
-        step(c)
-    e.record()
-    e.synchronize()
-    est_ms = max(s.elapsed_time(e) / n_est, 1e-3)
-    calls = max(min(copies, 256), min(1024, math.ceil(target_ms / est_ms)))
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step(0)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            step(i % copies)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3 / calls)
-    return sorted(times)[len(times) // 2]
+def _time_graph(step: Callable[[int], None], copies: int) -> float:
+    """Median seconds per call: CUDA-graph replay over rotating KV copies (verify.timing, METHOD.md)."""
+    from decodecalc.verify.timing import time_calls
+
+    timing = time_calls(step, copies, target_ms=2.0, replays=5)
+    if timing.t_us is None or timing.timer != "graph":
+        raise DecodecalcError(f"calibrate could not time with a CUDA graph: {timing.note}")
+    return timing.t_us * 1e-6
 
 
 def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
@@ -569,7 +541,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
         raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
                               "pass the --gpu that is installed (or --sms for a MIG slice)")
     x = torch.zeros(1, device="cuda")  # per-kernel overhead of a graph replay: tiny kernels back to back
-    launch_s = _time_graph(torch, lambda c: x.add_(1.0), 1)
+    launch_s = _time_graph(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
     sk = load_sglang(sglang_src, interpret=False)
     shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
@@ -585,7 +557,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
             if len(set(lens)) > 1:
                 row["seq_lens"] = list(lens)
             try:
-                t = _time_graph(torch, bench.step(variant), bench.copies)
+                t = _time_graph(bench.step(variant), bench.copies)
                 row.update({"t_us": t * 1e6, "status": "ok"})
             except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the calibration
                 row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})

@@ -268,7 +268,6 @@ def _sweep_sglang(model: ModelConfig, tp: int, gpu: GPUSpec, batches, lens, opts
     else:
         fixed = None
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
-    n_l = len(lens)
     for b in batches:
         if fixed is not None:
             info = fixed

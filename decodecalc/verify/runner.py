@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
-from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
+from decodecalc.errors import DecodecalcError, UnsupportedError
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.workload import Workload
 
@@ -525,7 +525,6 @@ def _count_vllm(r: _Runner, launches: list[Any]) -> tuple[list[int], list[int], 
     """Working programs per attention launch, allocated and written segments per sequence."""
     torch = r.torch
     work, inp = r.work, r.inp
-    T = inp.t_run
     h, h_kv = work.num_heads, work.num_kv_heads
     g = h // h_kv
     main = launches[0]
@@ -646,7 +645,7 @@ def verify_workload(
     import torch
 
     from decodecalc.verify import timing as tm
-    from decodecalc.verify.torch_ref import compare, reference_attention
+    from decodecalc.verify.torch_ref import reference_attention
 
     check_workload(work)
     notes: list[str] = []
