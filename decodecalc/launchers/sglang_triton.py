@@ -258,6 +258,22 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
                       padded_rows=padded_rows)
 
 
+CUDA_GRAPH_BS_SOURCE = ("sglang python/sglang/srt/server_args.py _generate_cuda_graph_batch_sizes "
+                        "(read from a repository copy; release not pinned)")
+
+
+def cuda_graph_batch_sizes(cuda_graph_max_bs: int, *, disable_padding: bool = False) -> tuple[int, ...]:
+    """SGLang's decode CUDA-graph batch sizes without speculative decoding: [1, 2, 4, 8, 12], then
+    steps of 8 to 256, 16 to 512 and 32 beyond, up to ``cuda_graph_max_bs`` (CUDA_GRAPH_BS_SOURCE)."""
+    if cuda_graph_max_bs <= 0:
+        raise ConfigError(f"--sglang-cuda-graph-max-bs must be positive, got {cuda_graph_max_bs}")
+    if disable_padding:
+        return tuple(range(1, cuda_graph_max_bs + 1))
+    bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(
+        range(512, cuda_graph_max_bs + 1, 32))
+    return tuple(b for b in bs if b <= cuda_graph_max_bs)
+
+
 def _compact(values: tuple[int, ...]) -> object:
     """One value if all equal, else the tuple (keeps --explain readable for big batches)."""
     return values[0] if len(set(values)) == 1 else values
