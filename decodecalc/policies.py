@@ -173,15 +173,12 @@ def _one(w: Workload, p: LaunchPlan) -> int:
 # vLLM and SGLang: the lead's launch models, with the figures of decodecalc.report
 
 
-def _predicted(plan: LaunchPlan, w: Workload, gpu: GPUSpec, kernel: str) -> dict[str, Any]:
-    """The lead's calibrated time model (decodecalc.timemodel), where it covers the kernel; never fails."""
-    try:
-        from decodecalc import timemodel
+_PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_time_error")
 
-        t, calibrated = timemodel.predict_time_s(plan, w, gpu, kernel)
-    except Exception:  # noqa: BLE001 - an optional figure must never break the comparison
-        return {}
-    return {"predicted_time_s": t, "predicted_calibrated": calibrated}
+
+def _predicted(data: dict[str, Any]) -> dict[str, Any]:
+    """The time model's prediction that decodecalc.report already attached to a system's data."""
+    return {k: data[k] for k in _PREDICTION_KEYS if k in data}
 
 
 def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
@@ -205,7 +202,7 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     return PolicyResult("vllm", title, True, plan=vp.plan, figures=res.figures, notes=notes,
                         extra={"path": "3D" if vp.launch.use_3d else "2D",
                                "seq_threshold_3d": vp.backend.seq_threshold_3D, "replay": vp.replay_mode,
-                               **_predicted(vp.plan, w, gpu, "vllm")})
+                               **_predicted(res.data)})
 
 
 def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
@@ -222,7 +219,7 @@ def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     return PolicyResult("sglang", title, True, plan=sp.plan, figures=res.figures,
                         notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"],
                         extra={"mode": sp.mode, "max_kv_splits": sp.max_kv_splits,
-                               **_predicted(sp.plan, w, gpu, "sglang")})
+                               **_predicted(res.data)})
 
 
 # ------------------------------------------------------------------------------------------

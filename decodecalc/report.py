@@ -7,7 +7,7 @@ from typing import Any
 
 from decodecalc import analysis
 from decodecalc.derived import Derived, cdiv
-from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 from decodecalc.launchers import sglang_triton, vllm_unified
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -87,6 +87,21 @@ def _launches_json(plan: Any) -> list[dict[str, Any]]:
              "constexprs": {n: v for n, v in k.constexprs.items() if v is not None}} for k in plan.kernels]
 
 
+def predicted(plan: Any, work: Workload, gpu: GPUSpec, kernel: str) -> dict[str, Any]:
+    """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note.
+
+    A malformed user profile is reported by `recommend`/`calibrate` as an error; here it must not
+    hide the launch report, so it is carried as ``predicted_time_error``.
+    """
+    from decodecalc import timemodel
+
+    try:
+        t, calibrated = timemodel.predict_time_s(plan, work, gpu, kernel)
+    except DecodecalcError as exc:
+        return {"predicted_time_error": str(exc)}
+    return {"predicted_time_s": t, "predicted_calibrated": calibrated}
+
+
 def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings, layer: str = "global") -> SystemResult:
     try:
         vp = vllm_unified.plan_vllm(work, gpu, settings, layer=layer)
@@ -136,6 +151,7 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
             "partial_state_bytes_per_layer": r.plan.partial_state_bytes,
         }
     data.update(_figures_json(fig))
+    data.update(predicted(vp.plan, work, gpu, "vllm"))
     return SystemResult("vllm", data, vp.plan.explain + fig.explain, model=vp, figures=fig)
 
 
@@ -166,6 +182,7 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
         "padded_rows": sp.padded_rows,
     }
     data.update(_figures_json(fig))
+    data.update(predicted(sp.plan, work, gpu, "sglang"))
     return SystemResult("sglang", data, sp.plan.explain + fig.explain, model=sp, figures=fig)
 
 

@@ -31,7 +31,6 @@ def run_grid(inputs: Inputs, system: str | None, json_out: bool, output: Path | 
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
     if system is not None and report.systems[0].error:
         raise UnsupportedError(report.systems[0].error)
-    _attach_predictions(report)
     data = report.to_json()
     if output is not None:
         write_atomic(output, to_json(data) + "\n")
@@ -44,26 +43,6 @@ def run_grid(inputs: Inputs, system: str | None, json_out: bool, output: Path | 
 
         print_grid(Console(), report, explain=explain)
     return data
-
-
-def _attach_predictions(report) -> None:
-    """Predicted kernel time next to the roofline, when the time model is available."""
-    try:
-        from decodecalc import timemodel  # written alongside; optional until it lands
-    except ImportError:
-        return
-    predict = getattr(timemodel, "predict_time_s", None)
-    if predict is None:
-        return
-    for s in report.systems:
-        if s.error or s.model is None:
-            continue
-        try:
-            t, calibrated = predict(s.model.plan, report.work, report.gpu, s.name)
-        except Exception:  # a prediction problem must never break the launch report
-            continue
-        s.data["predicted_time_s"] = t
-        s.data["predicted_calibrated"] = calibrated
 
 
 def register(app: typer.Typer) -> None:
