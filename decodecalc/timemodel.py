@@ -48,7 +48,7 @@ from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
-from decodecalc.yamlio import safe_load
+from decodecalc.yamlio import load_yaml_file, safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
 FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_stage2",
@@ -240,16 +240,7 @@ def _norm(name: str) -> str:
 
 
 def load_profile_file(path: Path, *, expect_gpu: str | None = None) -> TimeProfile:
-    import yaml  # a core dependency; imported here so the module stays cheap to import
-
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"time profile {path}: cannot read ({e.strerror})") from None
-    try:
-        data = safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"time profile {path}: malformed YAML ({str(e).splitlines()[0]})") from None
+    data = load_yaml_file(path, "time profile")
     return profile_from_mapping(data, origin=str(path), expect_gpu=expect_gpu)
 
 

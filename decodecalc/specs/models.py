@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from decodecalc.errors import ConfigError, UnknownNameError
-from decodecalc.yamlio import safe_load
+from decodecalc.yamlio import load_yaml_file
 
 DTYPES = ("float32", "bfloat16", "float16", "fp8")
 _OPTIONAL_INTS = (
@@ -150,17 +148,7 @@ def _config_dirs() -> tuple[Path, ...]:
 
 
 def load_model_file(path: Path) -> ModelConfig:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: malformed YAML{at}") from None
-    return model_from_mapping(data, str(path))
+    return model_from_mapping(load_yaml_file(path), str(path))
 
 
 @functools.cache
