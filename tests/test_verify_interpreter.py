@@ -298,3 +298,14 @@ def test_cli_verify_bad_input(tiny_model, args, needle):
     assert r.exit_code == 1
     assert "Error:" in r.output and needle in r.output
     assert "Traceback" not in r.output
+
+
+def test_cli_verify_batch_invariant_runs_2d(tiny_model, tmp_path):
+    """--batch-invariant reaches the kernels (VLLM_BATCH_INVARIANT for vLLM's module, the same gate in
+    ours): the 2D launch decodecalc predicts is the one that runs (found on the H200 when it did not)."""
+    out = tmp_path / "v.json"
+    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40,70", "--kernels", "reference", "--system", "vllm",
+                "--batch-invariant", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["status"] == "ok" and len(run["launches"][0]["observed_grid"]) == 2

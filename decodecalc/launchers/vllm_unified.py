@@ -350,6 +350,7 @@ class VllmPlan:
     plan: LaunchPlan
     launch: UnifiedLaunch
     backend: TritonBackend
+    settings: VllmSettings  # the engine settings this plan was made for
     replay_mode: str  # "FULL", "PIECEWISE" or "eager"
     replay: "VllmReplay | None"
     segments_per_seq: tuple[int, ...]  # allocated segments per sequence (1 on 2D)
@@ -435,7 +436,8 @@ def plan_vllm(work: Workload, gpu: GPUSpec, settings: VllmSettings | None = None
         # Replayed with the real lengths; padded requests (query length 0, seq_len 0) exit at once.
         replay_plan, *_ = _launch_plan(work, padded, backend, window, "vllm (CUDA-graph replay)")
         replay_out = VllmReplay(b_pad, t_pad, padded, replay_plan)
-    return VllmPlan(plan=plan, launch=launch, backend=backend, replay_mode=replay.mode, replay=replay_out,
+    return VllmPlan(plan=plan, launch=launch, backend=backend, settings=settings, replay_mode=replay.mode,
+                    replay=replay_out,
                     segments_per_seq=segs, active_segments=active, tiles_per_segment=tps)
 
 

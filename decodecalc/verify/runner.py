@@ -779,15 +779,17 @@ def vllm_call(vplan: Any) -> EngineCall:
     """From :func:`decodecalc.launchers.vllm_unified.plan_vllm`'s result: the launch the engine runs
     (the padded FULL-graph replay when one runs), with the backend's threshold, segments, scratch."""
     be = vplan.backend
+    invariant = vplan.settings.batch_invariant  # VLLM_BATCH_INVARIANT for the upstream module
     if vplan.replay is not None:
         rp = vplan.replay
         return EngineCall(
             system="vllm", plan=rp.plan, seq_threshold_3d=be.seq_threshold_3D,
             num_segments=be.num_par_softmax_segments, scratch_rows=be.scratch_rows,
-            pad_reqs=rp.num_reqs_padded, pad_tokens=rp.num_tokens_padded,
+            pad_reqs=rp.num_reqs_padded, pad_tokens=rp.num_tokens_padded, batch_invariant=invariant,
         )
     return EngineCall(system="vllm", plan=vplan.plan, seq_threshold_3d=be.seq_threshold_3D,
-                      num_segments=be.num_par_softmax_segments, scratch_rows=be.scratch_rows)
+                      num_segments=be.num_par_softmax_segments, scratch_rows=be.scratch_rows,
+                      batch_invariant=invariant)
 
 
 def sglang_call(splan: Any, gpu: Any) -> EngineCall:
