@@ -103,7 +103,8 @@ def figures(
     main = plan.main
     cov = coverage(main.working_programs, main.programs, n_sm)
     ex.add("sm_coverage", f"{cov.programs_working}/{n_sm} SMs ({cov.fraction:.1%}), {cov.waves} wave(s)",
-           "min(programs_working, N_SM) / N_SM; waves = ceil(programs_working / N_SM)", CHAPTER + " 'The grid'",
+           "min(programs_working, N_SM) / N_SM; waves = ceil(programs_working / N_SM); "
+           "programs_launched - programs_working exit early", CHAPTER + " 'The grid'",
            programs_launched=cov.programs_launched, programs_working=cov.programs_working, N_SM=n_sm)
 
     per_pos = kv_bytes_per_token_position(work)
@@ -112,7 +113,7 @@ def figures(
                       CHAPTER + " 'What the merge costs'", unit="B", h_kv=work.num_kv_heads, d_k=work.head_size,
                       d_v=work.head_size_v, b=work.kv_bytes_per_element)
     kv_all = _kv_all_layers(work, per_pos)
-    ex.add("kv_bytes_all_layers", kv_all, "sum over layers of kv_bytes_per_layer (windowed layers read min(s, W))",
+    ex.add("kv_bytes_all_layers", kv_all, "sum over layers of kv_bytes_per_layer (windowed layers read min(s, sliding_window))",
            CHAPTER + " 'seven-step trace'", unit="B", layers=work.model.num_layers,
            sliding_window=work.model.sliding_window or 0)
     ps = plan.partial_state_bytes
@@ -139,7 +140,7 @@ def figures(
                    d_k=d_qk, d_v=work.head_size_v)
     q_o_bytes = work.num_tokens * work.num_heads * (d_qk + work.head_size_v) * work.q_bytes
     total_bytes = ex.add("bytes_per_layer", kv_layer + merge + q_o_bytes,
-                         "kv_bytes_per_layer + merge_traffic_bytes_per_layer + query and output bytes",
+                         "kv_bytes_per_layer + merge_traffic_bytes_per_layer + q_o_bytes (query and output)",
                          CHAPTER + " 'What the merge costs'", unit="B", kv_bytes_per_layer=kv_layer,
                          merge_traffic_bytes_per_layer=merge, q_o_bytes=q_o_bytes)
     tile_flops = 2 * 2 * tile_live_rows * tile_keys * d_qk
@@ -150,9 +151,10 @@ def figures(
     ai = ex.add("arithmetic_intensity", flops / total_bytes, "flops_per_layer / bytes_per_layer",
                 CHAPTER + " 'Where GQA enters'", flops_per_layer=flops, bytes_per_layer=total_bytes)
     ridge = gpu.ridge_flop_per_byte
-    below = ex.add("times_below_ridge", ridge / ai if ai else float("inf"), "I* / arithmetic_intensity, "
-                   "I* = peak bf16 FLOP/s / HBM bytes/s", CHAPTER + " 'Where GQA enters'", I_star=round(ridge, 1))
-    tile_below = ex.add("tile_times_below_ridge", ridge / tile_ai, "I* / tile_arithmetic_intensity",
+    below = ex.add("times_below_ridge", ridge / ai if ai else float("inf"), "I_star / arithmetic_intensity, "
+                   "I_star = peak bf16 FLOP/s / HBM bytes/s", CHAPTER + " 'Where GQA enters'", I_star=round(ridge, 1),
+                   arithmetic_intensity=ai)
+    tile_below = ex.add("tile_times_below_ridge", ridge / tile_ai, "I_star / tile_arithmetic_intensity",
                         CHAPTER + " 'Where GQA enters'", I_star=round(ridge, 1), tile_arithmetic_intensity=tile_ai)
     t = ex.add("roofline_time_s", max(total_bytes / gpu.hbm_bandwidth_bytes_per_s,
                                       flops / gpu.bf16_dense_flops_per_s),

@@ -153,3 +153,20 @@ def test_python_m_and_no_torch_import():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["systems"]["vllm"]["grid"] == [1, 8, 16]
+
+
+@pytest.mark.parametrize("kw", [dict(batch=1), dict(batch=64), dict(seq_lens=(100, 5000)),
+                                dict(batch=2, num_speculative_tokens=3)])
+def test_every_explained_number_names_its_inputs_and_source(kw):
+    """House style: each Derived's inputs appear in its formula, and each has a source."""
+    from decodecalc.report import grid_report
+    from decodecalc.specs.gpus import resolve_gpu
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import make_workload
+
+    r = grid_report(make_workload(resolve_model("llama3-8b"), **kw), resolve_gpu("h200"))
+    for s in r.systems:
+        for d in s.explain:
+            assert d.source and d.formula, d.name
+            for k in d.inputs:
+                assert k in d.formula, (s.name, d.name, k, d.formula)

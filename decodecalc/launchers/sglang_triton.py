@@ -148,7 +148,7 @@ class SglangPlan:
 
 def resolve_max_kv_splits(work: Workload, gpu: GPUSpec, settings: SglangSettings, ex: Explain) -> int:
     base = settings.max_kv_splits or (DEFAULT_MAX_KV_SPLITS_HIP if gpu.is_rocm else DEFAULT_MAX_KV_SPLITS)
-    ex.add("max_kv_splits_arg", base, "--triton-attention-num-kv-splits (default 8; 16 on HIP)",
+    ex.add("max_kv_splits_arg", base, "user if user is not None else (16 if rocm else 8)  (--triton-attention-num-kv-splits)",
            src("python/sglang/srt/arg_groups/fields/exec_.py", "L413-416"), user=settings.max_kv_splits,
            rocm=gpu.is_rocm)
     context_len = settings.context_len or work.max_seqlen_k
@@ -163,7 +163,8 @@ def resolve_max_kv_splits(work: Workload, gpu: GPUSpec, settings: SglangSettings
             value = min(value, 256)
         return ex.add("max_kv_splits", value, "max(base, min(np2(SM), np2(cdiv(context_len, 32)))) (MLA)",
                       src(_BACKEND, "L80-90, L328-338"), base=base, SM=gpu.num_sms, context_len=context_len)
-    return ex.add("max_kv_splits", base, "server argument", src(_BACKEND, "L328-338"), base=base)
+    return ex.add("max_kv_splits", base, "base (the server argument, no MLA adjustment)", src(_BACKEND, "L328-338"),
+                  base=base)
 
 
 def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = None) -> SglangPlan:

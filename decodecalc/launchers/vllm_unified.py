@@ -158,7 +158,7 @@ def unified_attention_grid(
             reasons.append(f"2D grid already large: total_num_q_blocks * num_kv_heads = "
                            f"{total_num_q_blocks * num_kv_heads} > {MIN_LAUNCH_GRID_SIZE_2D}")
     use_3d = not reasons
-    ex.add("use_3d", use_3d, "not any(disqualifying condition)", src(version, path, lines[3]),
+    ex.add("use_3d", use_3d, "not any(reasons_2d)", src(version, path, lines[3]),
            reasons_2d="; ".join(reasons) or "none")
 
     if version == "0.11.0":
@@ -181,7 +181,8 @@ def unified_attention_grid(
         ex.add("grid", grid, "(total_num_q_blocks, num_kv_heads)", src(version, path, lines[4]),
                total_num_q_blocks=total_num_q_blocks, num_kv_heads=num_kv_heads)
     ex.add("TILE_SIZE", tile,
-           "32 if Gemma-3 (window 1024, head 128/256) else (32 on 2D; 3D: 16 if q.element_size() >= 2 else 32)",
+           "32 if sliding_window == 1024 and head_size in (128, 256) (Gemma-3) else 32 if not is_3d "
+           "else 16 if element_size >= 2 else 32",
            src(version, path, lines[6]), head_size=head_size, sliding_window=window,
            element_size=q_dtype_bytes, is_3d=use_3d)
     return UnifiedLaunch(
@@ -288,7 +289,7 @@ def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> Trito
     if settings.model_runner == "v1" and settings.cudagraph_mode in cg.FULL_DECODE_MODES:
         builder_sizes = cg.round_sizes_for_spec_decode(sizes, q)
     ex.add("cudagraph_capture_sizes", _short(sizes), "VllmConfig._set_cudagraph_sizes(max_num_seqs, "
-           "max_num_batched_tokens, 1 + num_speculative_tokens)", cg.SOURCE_SIZES,
+           "max_num_batched_tokens, 1 + num_speculative_tokens), empty when mode is NONE", cg.SOURCE_SIZES,
            max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
            num_speculative_tokens=settings.num_speculative_tokens, mode=settings.cudagraph_mode)
     raw = MIN_LAUNCH_GRID_SIZE_2D // work.num_kv_heads
