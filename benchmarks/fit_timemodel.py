@@ -30,7 +30,13 @@ from decodecalc.calibrate import (  # noqa: E402
     measurements_from_rows,
     recommendation_quality,
 )
-from decodecalc.timemodel import dump_profile, launch_time_s, occupancy, packaged_profile  # noqa: E402
+from decodecalc.timemodel import (  # noqa: E402
+    FAMILY_FALLBACKS,
+    dump_profile,
+    launch_time_s,
+    occupancy,
+    packaged_profile,
+)
 
 SHARED = ROOT.parent / "shared" / "data" / "h200-upstream-dev-grid.json"
 OCC_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -39,6 +45,7 @@ KERNEL_FAMILY = {
     "kernel_unified_attention": ("vllm_2d", "vllm_3d"),
     "reduce_segments": ("vllm_reduce",),
     "_fwd_grouped_kernel_stage1": ("sglang_stage1",),
+    "_fwd_kernel_stage1": ("sglang_mha_stage1",),  # SGLang's MHA stage 1 (num_heads == num_kv_heads)
     "_fwd_kernel_stage2": ("sglang_stage2",),
     "ref_split_kv": ("ref_vllm_2d", "ref_vllm_3d"),
     "ref_reduce_segments": ("ref_vllm_reduce",),
@@ -149,11 +156,16 @@ def main() -> int:
     for ref, up in REF_FROM.items():
         fams.setdefault(ref, fams[up])
     occ_measured = measured_occupancy()
+    # a family the starting profile lacks (it borrowed its parent's numbers, e.g. SGLang's MHA stage 1 from the
+    # grouped kernel) starts from its own kernel's registers / shared memory, not the parent's occupancy table
+    borrowed = set(base.fit.get("uncalibrated_families") or ()) & set(FAMILY_FALLBACKS)
     for f, o in occ_measured.items():
         if f in fams:
-            fams[f] = dataclasses.replace(fams[f], max_programs_per_sm=o)
+            fams[f] = dataclasses.replace(fams[f], max_programs_per_sm=o,
+                                          occupancy_by_head_dim=() if f in borrowed else fams[f].occupancy_by_head_dim)
     launch = sum(LAUNCH_US) / len(LAUNCH_US) * 1e-6 if LAUNCH_US else None
-    base = dataclasses.replace(base, families=fams, launch_overhead_s=launch or base.launch_overhead_s)
+    # fit={}: the statistics (and any uncalibrated_families of a profile that predates a family) are recomputed
+    base = dataclasses.replace(base, families=fams, launch_overhead_s=launch or base.launch_overhead_s, fit={})
     print(f"occupancy from registers / shared memory: {occ_measured}; launch overhead "
           f"{'%.2f us (measured)' % (launch * 1e6) if launch else 'fitted'}", flush=True)
     keys = sorted({m.shape.key for m in ms})

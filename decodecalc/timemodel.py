@@ -2,8 +2,10 @@
 
 Pure Python (no torch, no numpy): the CLI imports it for ``recommend``, ``grid`` and ``compare``.
 
-The model, per kernel family (``vllm_2d``, ``vllm_3d``, ``vllm_reduce``, ``sglang_stage1``,
-``sglang_stage2``, ``reference_stage1``, ``reference_merge``):
+The model, per kernel family (``vllm_2d``, ``vllm_3d``, ``vllm_reduce``, ``sglang_stage1`` (SGLang's
+grouped GQA/MQA kernel ``_fwd_grouped_kernel_stage1``), ``sglang_mha_stage1`` (SGLang's MHA kernel
+``_fwd_kernel_stage1``: one query head per program, BLOCK_N 64, no tensor-core dot), ``sglang_stage2``,
+and the ``ref_*`` families of decodecalc's own kernels):
 
 * A launch is a set of *working programs*; program ``i`` runs ``n_i`` loop iterations, each
   moving ``b`` bytes from HBM (one KV tile of K and V, or one partial state for a merge).
@@ -51,8 +53,11 @@ from decodecalc.errors import ConfigError
 from decodecalc.yamlio import load_yaml_file, safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
-FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_stage2",
+FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
             "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2")
+#: families added after profiles were first written: a profile without one loads with the parameters of the
+#: family named here, and that family is listed in its fit's ``uncalibrated_families``
+FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1"}
 
 def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: int = 65536,
               shared_per_sm: int = 233472, max_threads_per_sm: int = 2048, max_blocks_per_sm: int = 32,
@@ -69,7 +74,7 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: in
 #: the --kernel names of predict_time_s / recommend and the families of their kernels
 KERNEL_FAMILIES = {
     "vllm": ("vllm_2d", "vllm_3d", "vllm_reduce"),
-    "sglang": ("sglang_stage1", "sglang_stage2"),
+    "sglang": ("sglang_stage1", "sglang_mha_stage1", "sglang_stage2"),
     # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
     "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),
     "reference-sglang": ("ref_sglang_stage1", "ref_sglang_stage2"),
@@ -184,6 +189,12 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 max_programs_per_sm=_int(raw["max_programs_per_sm"], f"{name}.max_programs_per_sm"),
                 occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
             )
+        fit = dict(data.get("fit") or {})
+        borrowed = [new for new, old in FAMILY_FALLBACKS.items() if new not in fams and old in fams]
+        for new in borrowed:  # an older profile: the new family borrows its parent's numbers, uncalibrated
+            fams[new] = fams[FAMILY_FALLBACKS[new]]
+        if borrowed:
+            fit["uncalibrated_families"] = sorted({*(fit.get("uncalibrated_families") or ()), *borrowed})
         prof = TimeProfile(
             gpu=gpu,
             num_sms=_int(data["num_sms"], "num_sms"),
@@ -194,7 +205,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             calibrated=bool(data.get("calibrated", True)),
             source=str(data.get("source", "")),
             path=origin,
-            fit=dict(data.get("fit") or {}),
+            fit=fit,
         )
     except KeyError as e:
         raise ConfigError(f"time profile {origin}: missing field {e.args[0]!r}") from None
@@ -422,9 +433,16 @@ def sglang_splits_adaptive(seq_lens: Sequence[int], *, num_heads: int, num_kv_he
 
 
 def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
-                adaptive: bool = False, prefix: str = "sglang") -> LaunchWork:
+                adaptive: bool = False, prefix: str = "sglang", mha: bool | None = None) -> LaunchWork:
     """SGLang 0.5.23 ``decode_attention_fwd``: stage 1 (B, cdiv(h, min(16, g)), max_kv_splits) with
-    per-sequence split counts, split length rounded up to 32 (empty splits exit), stage 2 (B, h)."""
+    per-sequence split counts, split length rounded up to 32 (empty splits exit), stage 2 (B, h).
+
+    Stage 1 is one of two kernels: ``_fwd_grouped_kernel_stage1`` (GQA / MQA: BLOCK_H 16 query heads
+    of one KV head per program, BLOCK_N 32 keys per iteration, ``tl.dot``; family ``sglang_stage1``)
+    or, when num_heads == num_kv_heads (``mha``; from the shape when None), ``_fwd_kernel_stage1``
+    (one query head per program, grid (B, h, max_kv_splits), BLOCK_N 64 keys of that head's K and V
+    per iteration, an elementwise product and sum; family ``sglang_mha_stage1``). decodecalc's
+    reference kernels (``prefix`` ref_sglang) keep one stage-1 family."""
     seq_lens = tuple(shape.seq_lens)
     n_i = tuple(splits) if not isinstance(splits, int) else (splits,) * len(seq_lens)
     max_s = max_kv_splits if max_kv_splits is not None else max(n_i)
@@ -432,10 +450,13 @@ def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int |
     g = h // h_kv
     d, dv = shape.head_size, shape.head_size_v
     kvb = shape.kv_bytes_per_element
+    if mha is None:
+        mha = g == 1
     if g == 1:
         block_n, head_progs = 64, h
     else:
         block_n, head_progs = 32, cdiv(h, min(16, g))
+    stage1_family = f"{prefix}_mha_stage1" if mha and prefix == "sglang" else f"{prefix}_stage1"
     per: list[int] = []
     idle = 0
     nonempty_per_seq: list[int] = []
@@ -446,7 +467,7 @@ def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int |
         for s in range(ne):
             per.append(cdiv(min(kvps, L - s * kvps), block_n))
         idle += max_s - ne
-    stage1 = KernelWork(family=f"{prefix}_stage1", iters=_scaled(_hist(per), head_progs),
+    stage1 = KernelWork(family=stage1_family, iters=_scaled(_hist(per), head_progs),
                         bytes_per_iter=block_n * (d + dv) * kvb, idle_programs=idle * head_progs,
                         head_dim=next_power_of_2(d))
     stage2 = KernelWork(family=f"{prefix}_stage2", iters=_scaled(_hist(nonempty_per_seq), h),
@@ -566,8 +587,10 @@ def work_for_plan(plan: Any, workload: Any, kernel: str) -> LaunchWork:
             if "stage1" in k.name and len(k.grid) == 3:
                 max_s = k.grid[2]
         seq = per_seq if per_seq and len(per_seq) == len(workload.seq_lens) else (s,)
+        # which stage-1 kernel the launch runs: SGLang's MHA kernel or its grouped one (else: from the heads)
+        mha = True if "_fwd_kernel_stage1" in names else False if "_fwd_grouped_kernel_stage1" in names else None
         lw = sglang_work(workload, splits=seq if len(seq) > 1 else seq[0], max_kv_splits=max_s, adaptive=adaptive,
-                         prefix="sglang" if kernel == "sglang" else "ref_sglang")
+                         prefix="sglang" if kernel == "sglang" else "ref_sglang", mha=mha)
         if kernel == "reference-sglang":  # run_grouped always launches its split-count kernel
             lw = dataclasses.replace(lw, extra_launches=1)
         return lw

@@ -66,7 +66,8 @@ def test_packaged_h200_profile_is_calibrated_and_complete(h200):
     assert h200.calibrated
     assert h200.num_sms == 132
     assert 3e12 < h200.hbm_bandwidth_bytes_per_s < 4.8e12  # achievable, under the 4.8 TB/s datasheet
-    for fam in ("vllm_2d", "vllm_3d", "sglang_stage1", "ref_vllm_3d", "ref_sglang_stage1"):
+    assert not h200.fit.get("uncalibrated_families")  # every family fitted, SGLang's MHA stage 1 included
+    for fam in ("vllm_2d", "vllm_3d", "sglang_stage1", "sglang_mha_stage1", "ref_vllm_3d", "ref_sglang_stage1"):
         p = h200.family(fam)
         assert 2e-7 < p.latency_s < 5e-6  # one loop iteration's round trip: about a microsecond
         assert 5e9 <= p.sm_bandwidth_bytes_per_s <= 4e11  # an SM's load path: tens to ~250 GB/s
@@ -79,6 +80,36 @@ def test_profile_roundtrip(tmp_path, h200):
     again = load_profile_file(f, expect_gpu="h200")
     assert again.families == h200.families
     assert again.launch_overhead_s == h200.launch_overhead_s
+
+
+def test_profile_without_the_mha_family_still_loads(tmp_path, monkeypatch, h200):
+    """A profile written before SGLang's MHA stage 1 had its own family: the MHA kernel borrows the grouped
+    kernel's numbers and its predictions are marked uncalibrated; everything else stays calibrated."""
+    import yaml
+
+    from decodecalc.launchers.sglang_triton import plan_sglang
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    old = h200.to_mapping()
+    del old["families"]["sglang_mha_stage1"]
+    f = tmp_path / "h200.yaml"
+    f.write_text(yaml.safe_dump(old, sort_keys=False))
+    prof = load_profile_file(f, expect_gpu="h200")
+    assert prof.calibrated
+    assert prof.family("sglang_mha_stage1") == h200.family("sglang_stage1")
+    assert prof.fit["uncalibrated_families"] == ["sglang_mha_stage1"]
+    w_mha = work(model(32, 32), batch=4, seq_len=2000)
+    t_old, cal = predict_time_s(plan_sglang(w_mha, H200).plan, w_mha, H200, "sglang", profile=prof)
+    assert t_old > 0 and not cal
+    _, cal_new = predict_time_s(plan_sglang(w_mha, H200).plan, w_mha, H200, "sglang", profile=h200)
+    assert cal_new
+    w_gqa = work(LLAMA3_8B, batch=4, seq_len=2000)
+    _, cal_gqa = predict_time_s(plan_sglang(w_gqa, H200).plan, w_gqa, H200, "sglang", profile=prof)
+    assert cal_gqa
+    # a profile that lists other uncalibrated families keeps them
+    old["fit"] = {"uncalibrated_families": ["ref_vllm_3d"]}
+    f.write_text(yaml.safe_dump(old, sort_keys=False))
+    assert load_profile_file(f).fit["uncalibrated_families"] == ["ref_vllm_3d", "sglang_mha_stage1"]
 
 
 def test_malformed_profile_names_the_file(tmp_path):
@@ -149,6 +180,53 @@ def test_sglang_work_rounds_split_length_to_32():
     # kv_len_per_split = 32 * cdiv(cdiv(100, 8), 32) = 32 -> 4 nonempty splits, 4 empty
     assert st1.programs == 4 * 8 and st1.idle_programs == 4 * 8
     assert st2.iters == ((4, 32),)
+
+
+def test_sglang_mha_launch_uses_the_mha_family(monkeypatch, tmp_path):
+    """SGLang runs _fwd_kernel_stage1 (one head per program, BLOCK_N 64) when num_heads == num_kv_heads and
+    _fwd_grouped_kernel_stage1 (BLOCK_H 16, BLOCK_N 32) otherwise: two families."""
+    from decodecalc.launchers.sglang_triton import plan_sglang
+    from decodecalc.timemodel import work_for_plan
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    mha = Shape(num_heads=32, num_kv_heads=32, seq_lens=(2000,) * 4, head_size=96, head_size_v=96)
+    st1, st2 = sglang_work(mha, splits=6, max_kv_splits=8).kernels
+    assert st1.family == "sglang_mha_stage1" and st2.family == "sglang_stage2"
+    # grid (4, 32, 8): split length 32 * cdiv(334, 32) = 352 -> 5 splits of 6 iterations of 64 keys, one of 4
+    assert st1.iters == ((4, 4 * 32), (6, 5 * 4 * 32)) and st1.idle_programs == 2 * 4 * 32
+    assert st1.bytes_per_iter == 64 * (96 + 96) * 2 and st1.head_dim == 128
+    gqa = sglang_work(Shape(num_heads=32, num_kv_heads=8, seq_lens=(2000,) * 4), splits=6).kernels[0]
+    assert gqa.family == "sglang_stage1" and gqa.bytes_per_iter == 32 * 256 * 2
+    # decodecalc's reference kernels keep one stage-1 family
+    assert sglang_work(mha, splits=6, prefix="ref_sglang").kernels[0].family == "ref_sglang_stage1"
+    # from a launch plan: the kernel name decides
+    w = work(model(32, 32, d=96), batch=4, seq_len=2000)
+    plan = plan_sglang(w, H200).plan
+    assert "_fwd_kernel_stage1" in [k.name for k in plan.kernels]
+    assert work_for_plan(plan, w, "sglang").kernels[0].family == "sglang_mha_stage1"
+    assert work_for_plan(plan, w, "reference").kernels[0].family == "ref_sglang_stage1"
+    wg = work(LLAMA3_8B, batch=4, seq_len=2000)
+    assert work_for_plan(plan_sglang(wg, H200).plan, wg, "sglang").kernels[0].family == "sglang_stage1"
+    # its own parameters in the packaged profile: occupancy from its registers (88 per thread, 4 warps -> 5/SM)
+    h200 = packaged_profile("h200")
+    assert h200.family("sglang_mha_stage1") != h200.family("sglang_stage1")
+
+
+def test_calibration_measures_an_mha_shape():
+    """`calibrate` measures at least one MHA shape, so its fit covers SGLang's MHA stage 1."""
+    from decodecalc.calibrate import (
+        CALIBRATION_SHAPES,
+        CALIBRATION_VARIANTS,
+        work_for_variant,
+    )
+
+    mha = [(h, kv, d, lens) for h, kv, d, lens in CALIBRATION_SHAPES if h == kv]
+    assert mha
+    h, kv, d, lens = mha[0]
+    fams = {k.family for v in CALIBRATION_VARIANTS if v.startswith("sglang-")
+            for k in work_for_variant(Shape(num_heads=h, num_kv_heads=kv, head_size=d, head_size_v=d, seq_lens=lens),
+                                      v, num_sms=132)[2].kernels}
+    assert "sglang_mha_stage1" in fams
 
 
 def test_sglang_adaptive_rule_matches_reference_examples():
@@ -234,9 +312,41 @@ def test_calibration_fit_from_device_rows(h200):
     assert prof.calibrated and prof.gpu == "h200" and prof.launch_overhead_s == 1.5e-6
     assert prof.fit["rows"] == 24 and prof.fit["median_abs_err"] < 0.15
     assert "ref_vllm_3d" in prof.fit["uncalibrated_families"]
+    assert "sglang_mha_stage1" in prof.fit["uncalibrated_families"]  # --quick measures no MHA shape
+    assert "sglang_stage1" not in prof.fit["uncalibrated_families"]
     bad = [dict(r, status="error", error="boom") for r in rows]
     with pytest.raises(Exception, match="calibration failed"):
         fit_calibration_rows(bad, gpu=H200, base=h200, num_sms=132, launch_overhead_s=None)
+
+
+def test_calibration_fit_covers_the_mha_family(h200):
+    """With rows of calibrate's MHA shape, the fitting half fits SGLang's MHA stage 1, starting from a profile
+    that lacks it (borrowed from the grouped kernel); here rows 25% slower than the packaged profile predicts."""
+    import yaml
+
+    from decodecalc.calibrate import (
+        CALIBRATION_SHAPES,
+        fit_calibration_rows,
+        work_for_variant,
+    )
+    from decodecalc.timemodel import profile_from_mapping
+
+    old = h200.to_mapping()
+    del old["families"]["sglang_mha_stage1"]
+    base = profile_from_mapping(yaml.safe_load(yaml.safe_dump(old)), origin="old")
+    rows = json.loads((Path(__file__).parent / "data" / "calibrate_h200_quick_rows.json").read_text())["cases"]
+    h, kv, d, lens = next(s for s in CALIBRATION_SHAPES if s[0] == s[1])
+    shape = Shape(num_heads=h, num_kv_heads=kv, head_size=d, head_size_v=d, seq_lens=lens)
+    mha_rows = []
+    for v in ("sglang-static-S1", "sglang-static-S4", "sglang-static-S16", "sglang-static-S64"):
+        t = launch_time_s(work_for_variant(shape, v, num_sms=132)[2], h200) * 1.25
+        mha_rows.append({"variant": v, "num_q_heads": h, "num_kv_heads": kv, "head_dim": d, "batch": len(lens),
+                         "seq_len": max(lens), "t_us": t * 1e6, "status": "ok"})
+    prof = fit_calibration_rows(rows + mha_rows, gpu=H200, base=base, num_sms=132, launch_overhead_s=1.5e-6,
+                                device_name="NVIDIA H200", search_occupancy=False)
+    assert "sglang_mha_stage1" not in prof.fit["uncalibrated_families"]
+    mha_ms = measurements_from_rows(mha_rows)
+    assert error_summary(prof, mha_ms)["median_abs_err"] < 0.5 * error_summary(base, mha_ms)["median_abs_err"]
 
 
 def test_reference_kernels_are_predicted_from_the_same_plans(monkeypatch, tmp_path):
