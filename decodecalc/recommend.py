@@ -186,8 +186,10 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
                      predicted_time_s=launch_time_s(dwork, profile),
                      label=("vLLM default: " + dwork.label + (" (CUDA-graph replay)" if vp.replay is not None else "")))
     choices = []
+    works = [dwork]
     for s in cands:
         lw = vllm_work(work, splits=s, use_3d=s > 1)
+        works.append(lw)
         choices.append(Choice(splits=s, mode="3d" if s > 1 else "2d", predicted_time_s=launch_time_s(lw, profile),
                               label=lw.label, score_s=robust_time_s(lw, profile)))
     rec = choose(choices)
@@ -216,7 +218,7 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
             "threshold snaps to the nearest capture size, so batch 1 stays 3D; this applies to every batch",
         )
     return KernelRecommendation(kernel="vllm", candidates=tuple(choices), recommended=rec, default=default,
-                                apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, ("vllm_2d", "vllm_3d", "vllm_reduce")))
+                                apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, works))
 
 
 def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
@@ -231,8 +233,10 @@ def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], set
     default = Choice(splits=max(sp.num_kv_splits), mode=sp.mode, predicted_time_s=launch_time_s(dwork, profile),
                      label=label, per_sequence_splits=tuple(sp.num_kv_splits))
     choices = []
+    works = [dwork]
     for s in cands:
         lw = sglang_work(work, splits=s, max_kv_splits=s)
+        works.append(lw)
         choices.append(Choice(splits=s, mode="static", predicted_time_s=launch_time_s(lw, profile), label=lw.label,
                               score_s=robust_time_s(lw, profile)))
     rec = choose(choices)
@@ -242,7 +246,7 @@ def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], set
         f"split{'s' if rec.splits > 1 else ''}; without the variable {rec.splits} is only the adaptive rule's maximum)",
     ),)[0]
     return KernelRecommendation(kernel="sglang", candidates=tuple(choices), recommended=rec, default=default,
-                                apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, ("sglang_stage1", "sglang_stage2")))
+                                apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, works))
 
 
 def _tie_note(rec: Choice, default: Choice) -> str:
@@ -252,9 +256,11 @@ def _tie_note(rec: Choice, default: Choice) -> str:
     return ""
 
 
-def _families_calibrated(profile: TimeProfile, fams: Sequence[str]) -> bool:
+def _families_calibrated(profile: TimeProfile, works: Sequence[LaunchWork]) -> bool:
+    """Calibrated only if no kernel family these launches use is marked uncalibrated in the profile."""
     uncal = set(profile.fit.get("uncalibrated_families", ()) or ())
-    return profile.calibrated and not (uncal & set(fams))
+    used = {k.family for w in works for k in w.kernels}
+    return profile.calibrated and not (uncal & used)
 
 
 def recommend(work: Any, gpu: Any, *, kernels: Sequence[str] = KERNELS,

@@ -145,3 +145,20 @@ def test_recommend_api_and_choose():
     assert choose(cs + [Choice(splits=32, mode="3d", predicted_time_s=1.04)], tie_fraction=0.05).splits == 32
     with pytest.raises(ConfigError):
         parse_candidates(["vllm="])
+
+
+def test_mha_recommendation_from_a_profile_without_the_mha_family_is_uncalibrated(tmp_path):
+    """recommend's 'calibrated' follows the kernel families the launches actually use."""
+    import yaml
+
+    from decodecalc.timemodel import dump_profile, load_profile_file, packaged_profile
+
+    data = yaml.safe_load(dump_profile(packaged_profile("h200")))
+    data["families"].pop("sglang_mha_stage1")
+    f = tmp_path / "h200.yaml"
+    f.write_text(yaml.safe_dump(data))
+    old = load_profile_file(f, expect_gpu="h200")
+    mha = recommend(work(model(32, 32), batch=4, seq_len=2000), H200, profile=old)
+    assert mha.kernels["sglang"].calibrated is False and mha.kernels["vllm"].calibrated is True
+    gqa = recommend(work(model(32, 8), batch=4, seq_len=2000), H200, profile=old)
+    assert gqa.kernels["sglang"].calibrated is True
