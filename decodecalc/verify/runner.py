@@ -504,17 +504,17 @@ def _quiet_versions() -> Iterator[None]:
 
 
 def reference_use_3d(work: Workload, call: EngineCall, b_run: int, t_run: int, max_q: int) -> bool:
-    """Our reference launcher's 2D/3D choice: the same gate as vLLM 0.33.0's wrapper (L1070-1091)."""
-    from decodecalc.verify.reference_kernels import vllm_block_shape
+    """Our reference launcher takes the 2D/3D choice from the same model of vLLM 0.33.0's gate
+    (decodecalc.launchers.vllm_unified.unified_attention_grid; only max query length, token and
+    sequence counts enter it)."""
+    from decodecalc.launchers.vllm_unified import unified_attention_grid
 
-    _, block_q = vllm_block_shape(work.num_heads, work.num_kv_heads)
-    if call.seq_threshold_3d is None or call.scratch_rows <= 0 or call.batch_invariant:
-        return False
-    if max_q > 1 and max_q > 8:
-        return False
-    if b_run * cdiv(max_q, block_q) > call.seq_threshold_3d:
-        return False
-    return call.scratch_rows >= t_run
+    return unified_attention_grid(
+        num_tokens=t_run, seq_lens=(1,) * b_run, query_lens=(max_q,) * b_run, num_heads=work.num_heads,
+        num_kv_heads=work.num_kv_heads, head_size=work.head_size, q_dtype_bytes=work.q_bytes, sliding_window=None,
+        seq_threshold_3D=call.seq_threshold_3d, num_par_softmax_segments=call.num_segments,
+        scratch_rows=call.scratch_rows if call.scratch_rows > 0 else None, batch_invariant=call.batch_invariant,
+    ).use_3d
 
 
 # --------------------------------------------------------------------------------------------
