@@ -57,6 +57,13 @@ def get_tile_size(head_size: int, sliding_window: int, element_size: int, is_pre
     return 16 if element_size >= 2 else 32
 
 
+def block_shape(num_queries_per_kv: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_Q): query heads of one KV group x query tokens packed into one program
+    (0.33.0 L958-961): BLOCK_M = 16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)."""
+    block_m = 16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)
+    return block_m, block_m // num_queries_per_kv
+
+
 @dataclass(frozen=True, slots=True)
 class UnifiedLaunch:
     """What ``unified_attention`` launches for one call."""
@@ -103,10 +110,9 @@ def unified_attention_grid(
     path = _OPS if version != "0.11.0" else "vllm/attention/ops/triton_unified_attention.py"
     qpk = ex.add("num_queries_per_kv", num_heads // num_kv_heads, "num_query_heads // num_kv_heads",
                  src(version, path, lines[0]), num_query_heads=num_heads, num_kv_heads=num_kv_heads)
-    block_m = ex.add("BLOCK_M", 16 if qpk <= 16 else next_power_of_2(qpk),
-                     "16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)",
-                     src(version, path, lines[0]), num_queries_per_kv=qpk)
-    block_q = block_m // qpk
+    block_m, block_q = block_shape(qpk)
+    ex.add("BLOCK_M", block_m, "16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)",
+           src(version, path, lines[0]), num_queries_per_kv=qpk)
     # SM100-only tuned path for head size 256 prefill-shaped calls (0.33.0 L971-980)
     tuned_large_head = version == "0.33.0" and is_sm100 and head_size == 256 and max_seqlen_q > 1 and qpk <= 16
     if tuned_large_head:

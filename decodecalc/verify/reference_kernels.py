@@ -248,16 +248,17 @@ def ref_reduce_segments(
 
 
 def vllm_block_shape(num_heads: int, num_kv_heads: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_Q) as vLLM packs query heads and tokens into one program."""
-    g = num_heads // num_kv_heads
-    block_m = 16 if g <= 16 else triton.next_power_of_2(g)
-    return block_m, block_m // g
+    """(BLOCK_M, BLOCK_Q) as vLLM packs query heads and tokens into one program (the core's model)."""
+    from decodecalc.launchers.vllm_unified import block_shape
+
+    return block_shape(num_heads // num_kv_heads)
 
 
 def vllm_tile_size(q_dtype: torch.dtype, is_3d: bool) -> int:
-    if not is_3d:
-        return 32
-    return 16 if torch.tensor([], dtype=q_dtype).element_size() >= 2 else 32
+    """vLLM's TILE_SIZE for a global-attention layer (the core's ``get_tile_size``)."""
+    from decodecalc.launchers.vllm_unified import get_tile_size
+
+    return get_tile_size(0, 0, torch.tensor([], dtype=q_dtype).element_size(), is_prefill=not is_3d)
 
 
 def run_split_kv(
