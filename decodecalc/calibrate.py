@@ -102,11 +102,11 @@ def work_for_variant(shape: Shape, variant: str, *, num_sms: int, row: Mapping[s
         # run_grouped: SGLang's split rule with an unbounded SM count, i.e. max_kv_splits for long sequences
         s = int(variant.removeprefix("reference-sglang-S"))
         if row and row.get("num_kv_splits") and len(row["num_kv_splits"]) == len(shape.seq_lens):
-            n_i: int | tuple[int, ...] = tuple(int(x) for x in row["num_kv_splits"])
+            ref_n_i: tuple[int, ...] = tuple(int(x) for x in row["num_kv_splits"])
         else:
-            n_i = sglang_splits_adaptive(shape.seq_lens, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-                                         num_sms=1 << 20, max_kv_splits=s)
-        lw = sglang_work(shape, splits=n_i, max_kv_splits=s, prefix="ref_sglang")
+            ref_n_i = sglang_splits_adaptive(shape.seq_lens, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
+                                             num_sms=1 << 20, max_kv_splits=s)
+        lw = sglang_work(shape, splits=ref_n_i, max_kv_splits=s, prefix="ref_sglang")
         return "reference-sglang", s, dataclasses.replace(lw, extra_launches=1), False
     raise ConfigError(f"unknown measured variant {variant!r}")
 
@@ -138,7 +138,7 @@ _FAM_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_p
 _BOUNDS = {"latency_s": (1e-7, 5e-6), "program_bandwidth_bytes_per_s": (1e9, 1e12),
            "sm_bandwidth_bytes_per_s": (5e9, 4e11), "program_overhead_s": (1e-9, 1e-5),
            "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12)}
-_DEFAULT_FAMILY = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
+_DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
                        program_overhead_s=1e-6, max_programs_per_sm=4)
 
 
@@ -163,7 +163,7 @@ def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_glo
     families = dict(base.families)
     off = 2 if free_globals else 0
     for i, f in enumerate(fams):
-        vals = {k: _clamp(k, math.exp(v)) for k, v in zip(_FAM_KEYS, x[off + 4 * i: off + 4 * i + 4])}
+        vals: dict[str, Any] = {k: _clamp(k, math.exp(v)) for k, v in zip(_FAM_KEYS, x[off + 4 * i: off + 4 * i + 4])}
         families[f] = dataclasses.replace(families[f], **vals)
     if free_globals:
         return dataclasses.replace(base, idle_program_s=_clamp("idle_program_s", math.exp(x[0])),

@@ -387,7 +387,7 @@ def best_policy(results: list[PolicyResult]) -> str | None:
     ok = [r for r in results if r.applicable and r.figures is not None and r.plan is not None]
     if not ok:
         return None
-    return min(ok, key=lambda r: (r.sm_limited_time_s, r.plan.partial_state_bytes_used)).name
+    return min(ok, key=lambda r: (r.sm_limited_time_s, r.plan.partial_state_bytes_used)).name  # type: ignore[union-attr]  # ok keeps plan is not None
 
 
 def splits_summary(values: tuple[int, ...] | list[int]) -> str:

@@ -197,7 +197,7 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
     b = work.batch
     threshold_ok = b * h_kv <= 128  # the default MIN_LAUNCH_GRID_SIZE_2D keeps batches this small on 3D
     if rec.splits == default.splits and rec.mode == default.mode:
-        apply = (f"nothing to change: vLLM's own choice ({default.label.removeprefix('vLLM default: ')}) is the best "
+        apply: tuple[str, ...] = (f"nothing to change: vLLM's own choice ({default.label.removeprefix('vLLM default: ')}) is the best "
                  "candidate",)
     elif rec.splits > 1:
         apply = (f"edit {VLLM_BACKEND_FILE}: NUM_PAR_SOFTMAX_SEGMENTS = {rec.splits} (default 16)",)

@@ -81,7 +81,7 @@ def grid_table(r: GridReport) -> Table:
         t.add_column(head, overflow="fold")
 
     def row(label: str, fn: Any) -> None:
-        cells = []
+        cells: list[Text | str] = []
         for s in cols:
             if s.error:
                 cells.append(Text("n/a", style="dim"))

@@ -29,10 +29,11 @@ import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
+from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.specs.models import ModelConfig
 from decodecalc.workload import make_workload
@@ -381,7 +382,7 @@ def _sweep_generic(name: str, model: ModelConfig, tp: int, gpu: GPUSpec, batches
         memo: dict[Any, Any] = {}
         for L in lens:
             key = keyed[0](L) if keyed else None
-            p = memo.get(key) if keyed else None
+            p: LaunchPlan | Literal[False] | None = memo.get(key) if keyed else None
             if p is None:
                 try:
                     w = make_workload(model, tp=tp, batch=b, seq_len=L, **common)
@@ -476,7 +477,7 @@ def run_sweep(spec: SweepSpec, opts: Any = None, progress: ProgressFn | None = N
             from decodecalc.errors import UnknownNameError
 
             raise UnknownNameError("policy", name, pol.POLICY_NAMES)
-    common = {"dtype": spec.dtype, "kv_cache_dtype": spec.kv_cache_dtype, "block_size": spec.block_size}
+    common: dict[str, Any] = {"dtype": spec.dtype, "kv_cache_dtype": spec.kv_cache_dtype, "block_size": spec.block_size}
     # validate every (model, tp) before any work starts
     for m in spec.models:
         for tp in spec.tps:

@@ -93,6 +93,7 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
          f"({1 - live / la.block_m:.0%} masked); online softmax updates M, L, acc"),
     ))
     if la.use_3d:
+        assert la.reduce_grid is not None  # the 3D launch always sets reduce_grid
         steps.append(Step(
             "6. IS_3D epilogue",
             "vllm 0.33.0 triton_unified_attention.py L587-642",

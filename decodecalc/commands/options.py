@@ -230,6 +230,6 @@ def with_workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
         shared_values = {name: kwargs.pop(name) for name in SHARED_OPTIONS}
         return func(inputs=build_inputs(**shared_values), **kwargs)
 
-    wrapper.__signature__ = sig.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
-                                        + shared)  # type: ignore[attr-defined]
+    wrapper.__signature__ = sig.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]  # type: ignore[attr-defined]  # inspect.signature reads it
+                                        + shared)
     return handle_errors(wrapper)

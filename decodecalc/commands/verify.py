@@ -120,11 +120,11 @@ def run_verify(
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
     calls = []
     skipped = {}
-    for s in report.systems:
-        if s.error or s.model is None:
-            skipped[s.name] = s.error or "no model"
+    for sr in report.systems:
+        if sr.error or sr.model is None:
+            skipped[sr.name] = sr.error or "no model"
             continue
-        calls.append(R.vllm_call(s.model) if s.name == "vllm" else R.sglang_call(s.model, gpu))
+        calls.append(R.vllm_call(sr.model) if sr.name == "vllm" else R.sglang_call(sr.model, gpu))
     if not calls:
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "nothing to run")
     for name, why in skipped.items():

@@ -73,7 +73,7 @@ def plan_vllm_paged_attention(
         raise UnsupportedError(f"{system}: v2 needs 512 % block_size == 0")
     if v1:
         grid = (h, B, 1)
-        kernels = (KernelLaunch(name="paged_attention_v1_kernel", grid=grid, working_programs=h * B,
+        kernels: tuple[KernelLaunch, ...] = (KernelLaunch(name="paged_attention_v1_kernel", grid=grid, working_programs=h * B,
                                 constexprs={"NUM_THREADS": NUM_THREADS, "BLOCK_SIZE": w.block_size,
                                             "HEAD_SIZE": d}),)
         return LaunchPlan(

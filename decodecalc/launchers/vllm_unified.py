@@ -122,7 +122,7 @@ def unified_attention_grid(
            BLOCK_M=block_m, num_queries_per_kv=qpk)
     total_num_q_blocks = ex.add("total_num_q_blocks", num_tokens // block_q + num_seqs,
                                 "q.shape[0] // BLOCK_Q + num_seqs", src(version, path, lines[2]),
-                                **{"q.shape[0]": num_tokens, "BLOCK_Q": block_q, "num_seqs": num_seqs})
+                                **{"q.shape[0]": num_tokens, "BLOCK_Q": block_q, "num_seqs": num_seqs})  # type: ignore[arg-type]  # input labels, not parameters
     window = sliding_window or 0
     tile_prefill = get_tile_size(head_size, window, q_dtype_bytes, True)
     tile_decode = get_tile_size(head_size, window, q_dtype_bytes, False)
@@ -179,7 +179,7 @@ def unified_attention_grid(
                src(version, path, lines[4]), total_num_q_blocks=total_num_q_blocks, num_kv_heads=num_kv_heads,
                num_par_softmax_segments=segments)
         ex.add("reduce_grid", reduce_grid, "(q.shape[0], num_query_heads)", src(version, path, lines[5]),
-               **{"q.shape[0]": num_tokens, "num_query_heads": num_heads})
+               **{"q.shape[0]": num_tokens, "num_query_heads": num_heads})  # type: ignore[arg-type]  # input labels, not parameters
     else:
         grid = (total_num_q_blocks, num_kv_heads)
         reduce_grid = None
@@ -486,14 +486,14 @@ def _launch_plan(
         per_token_head = s * (hd_pad + 2) * 4
         ps_bytes = ex.add("partial_state_bytes_per_layer", num_tokens_launched * work.num_heads * per_token_head,
                           "q.shape[0] * num_query_heads * NUM_SEGMENTS * (HEAD_SIZE_PADDED + 2) * 4",
-                          src("0.33.0", _BACKEND, "L177-210"), **{"q.shape[0]": num_tokens_launched},
+                          src("0.33.0", _BACKEND, "L177-210"), **{"q.shape[0]": num_tokens_launched},  # type: ignore[arg-type]  # input label, not a parameter
                           num_query_heads=work.num_heads, NUM_SEGMENTS=s, HEAD_SIZE_PADDED=hd_pad)
         used = sum(ql * a for ql, a in zip(work.query_lens, active)) * work.num_heads * (hd_pad + 2) * 4
         ex.add("partial_state_bytes_used_per_layer", used,
                "sum_i(query_len_i * active_segments_i) * num_query_heads * (HEAD_SIZE_PADDED + 2) * 4",
                src("0.33.0", _OPS, "L324-327, L741-747"), num_query_heads=work.num_heads, HEAD_SIZE_PADDED=hd_pad)
         reduce_working = work.num_tokens * work.num_heads
-        kernels = (
+        kernels: tuple[KernelLaunch, ...] = (
             KernelLaunch(name="kernel_unified_attention", grid=launch.grid, working_programs=working_main,
                          constexprs={"IS_3D": True, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
                                      "TILE_SIZE": tile, "NUM_SEGMENTS_PER_SEQ": s, "BLOCK_SIZE": work.block_size,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from decodecalc.errors import ConfigError, UnknownNameError
 
@@ -180,7 +181,7 @@ def resolve_gpu(
     gpu = table.get(key)
     if gpu is None:
         raise UnknownNameError("GPU", name, [g.name for g in GPUS])
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if sms is not None:
         if sms <= 0:
             raise ConfigError(f"--sms must be a positive SM count, got {sms}")

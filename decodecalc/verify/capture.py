@@ -161,12 +161,12 @@ def _patch_classes() -> None:
     for cls in classes:
         if cls not in _ORIGINALS:
             _ORIGINALS[cls] = cls.__dict__["run"]
-            cls.run = _make_wrapper(cls)
+            cls.run = _make_wrapper(cls)  # type: ignore[attr-defined]  # triton JITFunction/InterpretedFunction.run
 
 
 def _unpatch_classes() -> None:
     for cls, original in list(_ORIGINALS.items()):
-        cls.run = original
+        cls.run = original  # type: ignore[attr-defined]  # restores the triton method saved above
         del _ORIGINALS[cls]
 
 

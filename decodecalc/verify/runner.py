@@ -386,6 +386,7 @@ class _Runner:
         self.torch = torch
         self.work, self.inp, self.call, self.source, self.env = work, inp, call, source, env
         self.version = "reference"
+        self.mod: Any  # VllmKernels or SglangKernels, set below for the upstream source only
         dev = env.device
         h, d = work.num_heads, work.head_size
         d_pad = next_power_of_2(d)

@@ -234,11 +234,11 @@ def _injected(mods: dict[str, types.ModuleType], env: dict[str, str] | None = No
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
-        for k, v in saved_env.items():
-            if v is None:
+        for k, val in saved_env.items():
+            if val is None:
                 os.environ.pop(k, None)
             else:
-                os.environ[k] = v
+                os.environ[k] = val
 
 
 _COUNTER = [0]
@@ -360,7 +360,7 @@ def _vllm_envs_module(root: Path) -> types.ModuleType:
             return bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0")))
         raise AttributeError(name)
 
-    mod.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    mod.__getattr__ = __getattr__  # type: ignore[attr-defined,method-assign]  # module-level __getattr__ (PEP 562)
     return mod
 
 
