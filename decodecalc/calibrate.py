@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -527,8 +528,8 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              "uncalibrated_families": uncal})
 
 
-def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | None = None,
-                    sglang_src: str | None = None,
+def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | os.PathLike[str] | None = None,
+                    sglang_src: str | os.PathLike[str] | None = None,
                     progress: Callable[[int, int, str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows)."""

@@ -7,16 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from decodecalc.commands.options import handle_errors
+from decodecalc.commands.options import SglangSrcOpt, VllmSrcOpt, handle_errors
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: "
                                                 "$XDG_CONFIG_HOME/decodecalc/profiles/<gpu>.yaml).")]
-VllmSrcOpt = Annotated[Optional[str], typer.Option("--vllm-src", help="vLLM sources (checkout or unpacked wheel); "
-                                                   "default: installed vllm, then ./upstream/vllm-0.33.0.")]
-SglangSrcOpt = Annotated[Optional[str], typer.Option("--sglang-src", help="SGLang sources; default: installed "
-                                                     "sglang, then ./upstream/sglang-0.5.23.")]
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
 
 

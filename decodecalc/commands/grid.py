@@ -7,13 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from decodecalc.commands.options import Inputs, with_workload_options
+from decodecalc.commands.options import Inputs, SystemOpt, with_workload_options
 from decodecalc.commands.output import to_json, write_atomic
 from decodecalc.errors import UnsupportedError
 from decodecalc.report import SYSTEMS, grid_report
 
-SystemOpt = Annotated[Optional[str], typer.Option("--system", help="Only one system: vllm or sglang "
-                                                  "(default both).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON contract instead of tables.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Show formula, inputs and upstream source of every number.")]
@@ -51,7 +49,7 @@ def register(app: typer.Typer) -> None:
     def grid(
         inputs: Inputs,
         system: SystemOpt = None,
-        json_out: Annotated[bool, typer.Option("--json", help="Print the JSON contract instead of tables.")] = False,
+        json_out: JsonOpt = False,
         output: OutputOpt = None,
         explain: ExplainOpt = False,
         verify: VerifyOpt = False,

@@ -8,6 +8,7 @@ possible with typer, so commands list the Annotated aliases below and pass them 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -57,6 +58,12 @@ StaticSplitsOpt = Annotated[bool, typer.Option("--static-kv-splits", help="SGLan
                                                "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1.")]
 ContextLenOpt = Annotated[Optional[int], typer.Option("--context-len", help="Model context length (SGLang sizes "
                                                       "max_kv_splits from it in deterministic and MLA modes).")]
+SystemOpt = Annotated[Optional[str], typer.Option("--system", help="Only one system: vllm or sglang "
+                                                  "(default both).")]
+VllmSrcOpt = Annotated[Optional[Path], typer.Option("--vllm-src", help="vLLM source checkout or unpacked wheel. "
+                                                    "Default: installed vllm, else ./upstream/vllm-0.33.0.")]
+SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLang source checkout or unpacked "
+                                                      "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
 LayerOpt = Annotated[str, typer.Option("--layer", help="Which attention layer: global, or sliding (uses the "
                                        "model's sliding window).")]
 

@@ -12,19 +12,14 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from decodecalc.commands.options import Inputs, fail, with_workload_options
+from decodecalc.commands.options import Inputs, SglangSrcOpt, SystemOpt, VllmSrcOpt, fail, with_workload_options
 from decodecalc.commands.output import to_json, write_atomic
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 
 KERNELS = ("upstream", "reference", "both")
 
-SystemOpt = Annotated[Optional[str], typer.Option("--system", help="Only one system: vllm or sglang (default both).")]
 KernelsOpt = Annotated[str, typer.Option("--kernels", help="Which kernels run: upstream (vLLM / SGLang's own, "
                                          "unmodified), reference (decodecalc's), or both.")]
-VllmSrcOpt = Annotated[Optional[Path], typer.Option("--vllm-src", help="vLLM source checkout or unpacked wheel. "
-                                                    "Default: installed vllm, else ./upstream/vllm-0.33.0.")]
-SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLang source checkout or unpacked "
-                                                      "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print everything as JSON instead of tables.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic; "
                                                    "partial results are written if a later run fails).")]
