@@ -28,8 +28,11 @@ SRC_SCHED = f"FlashMLA@{MLA_COMMIT} csrc/smxx/decode/get_decoding_sched_meta/get
 SRC_MAIN = f"FlashMLA@{MLA_COMMIT} csrc/sm90/decode/dense/splitkv_mla.cuh L1344"
 SRC_COMBINE = f"FlashMLA@{MLA_COMMIT} csrc/smxx/decode/combine/combine.cu L203"
 
+# get_decoding_sched_meta.cu (SRC_SCHED): 64-token blocks, and each request costs 5 blocks of fixed
+# overhead when the scheduler packs work into SM parts (upstream names kept)
 block_size_n = 64
 fixed_overhead_num_blocks = 5
+# combine.cu L203 (SRC_COMBINE): rows of (token, head) per combine program
 BLOCK_SIZE_M_COMBINE = 8
 
 

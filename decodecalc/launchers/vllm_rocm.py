@@ -26,10 +26,14 @@ SRC_LAUNCH = "vllm csrc/rocm/attention.cu @4388f06c paged_attention_custom_launc
 SRC_RULE = "vllm 0.33.0 vllm/platforms/rocm.py L458-494 use_rocm_custom_paged_attention"
 SRC_CALLER = "vllm 0.33.0 vllm/v1/attention/ops/chunked_prefill_paged_decode.py L391-454"
 
+# csrc/rocm/attention.cu @4388f06c, paged_attention_custom_launcher (SRC_LAUNCH): PARTITION_SIZE is
+# "fixed at 256 since both mfma4 and mfma16 kernels support it"; NTHR threads per workgroup;
+# the reduce runs WARP_SIZE lanes x npar_loops, and supports npar_loops <= MAX_NPAR_LOOPS.
 PARTITION_SIZE = 256
 NTHR = 256
 WARP_SIZE = 64
 MAX_NPAR_LOOPS = 8  # reduce supports up to 8 * 64 partitions = 128 K tokens
+# vllm 0.33.0 vllm/platforms/rocm.py L458-494 (SRC_RULE): max_seq_len <= 128 K for the custom kernel
 MAX_SEQ_LEN = 128 * 1024
 
 
