@@ -1,4 +1,4 @@
-"""Benchmark: 256 batch sizes x 1,024 lengths x 2 policies (vllm, sglang) through decodecalc.sweep.
+"""Benchmark: 256 batch sizes x 1,024 lengths x 2 policies (vllm, sglang) through decodecalc.reports.sweep.
 
 Prints the sweep time (median of --repeat runs), the CSV serialisation time, and the ratio
 against a baseline measured in the same run: one full launch plan per point
@@ -28,7 +28,7 @@ def main() -> int:
     from decodecalc.launchers.vllm_unified import plan_vllm
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.specs.models import resolve_model
-    from decodecalc.sweep import SweepSpec, run_sweep
+    from decodecalc.reports.sweep import SweepSpec, run_sweep
     from decodecalc.workload import make_workload
 
     model, gpu = resolve_model(args.model), resolve_gpu(args.gpu)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import DecodecalcError
-from decodecalc.sweep import SweepGrid, SweepResult
+from decodecalc.reports.sweep import SweepGrid, SweepResult
 
 PANELS = (("sm_coverage", "SM coverage (first wave)"), ("nonempty_splits", "splits that read keys"),
           ("region", "split (3D) vs no split (2D)"))

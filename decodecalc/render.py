@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from decodecalc.derived import Derived
-from decodecalc.report import GridReport, SystemResult
+from decodecalc.reports.grid import GridReport, SystemResult
 
 
 def fmt_bytes(n: float) -> str:

@@ -12,7 +12,7 @@ import pytest
 from helpers import H200, LLAMA3_8B, LLAMA3_70B, gpu, model, work
 
 from decodecalc.launchers import sglang_triton, vllm_unified
-from decodecalc.report import grid_report, paging_figures
+from decodecalc.reports.grid import grid_report, paging_figures
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.errors import ConfigError
 

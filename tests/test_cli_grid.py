@@ -159,7 +159,7 @@ def test_python_m_and_no_torch_import():
                                 dict(batch=2, num_speculative_tokens=3)])
 def test_every_explained_number_names_its_inputs_and_source(kw):
     """House style: each Derived's inputs appear in its formula, and each has a source."""
-    from decodecalc.report import grid_report
+    from decodecalc.reports.grid import grid_report
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.specs.models import resolve_model
     from decodecalc.workload import make_workload

@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from decodecalc import policies as pol
+from decodecalc.reports import compare as pol
 from decodecalc.cli import app
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model

@@ -24,7 +24,7 @@ def core_modules() -> list[str]:
 
 def test_core_is_pure():
     mods = core_modules()
-    assert "decodecalc.launchers.vllm_unified" in mods and "decodecalc.report" in mods
+    assert "decodecalc.launchers.vllm_unified" in mods and "decodecalc.reports.grid" in mods
     code = ("import importlib, sys\n"
             f"for m in {mods!r}: importlib.import_module(m)\n"
             "bad = sorted(m for m in ('typer', 'rich', 'torch', 'triton', 'numpy', 'matplotlib') if m in sys.modules)\n"

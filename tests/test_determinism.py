@@ -1,4 +1,4 @@
-"""Batch invariance (decodecalc.determinism) and `decodecalc determinism` through CliRunner."""
+"""Batch invariance (decodecalc.reports.determinism) and `decodecalc determinism` through CliRunner."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from decodecalc import determinism as det
-from decodecalc import policies as pol
+from decodecalc.reports import determinism as det
+from decodecalc.reports import compare as pol
 from decodecalc.cli import app
 from decodecalc.errors import ConfigError
 from decodecalc.specs.gpus import resolve_gpu

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from decodecalc.derived import cdiv
 from decodecalc.launchers import sglang_triton, vllm_unified
-from decodecalc.report import grid_report
+from decodecalc.reports.grid import grid_report
 
 seq = st.integers(min_value=1, max_value=300_000)
 heads = st.sampled_from([(32, 8), (8, 1), (64, 8), (16, 1), (32, 32), (28, 4), (40, 8), (12, 2), (96, 8), (20, 4),

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from decodecalc.cli import app
 from decodecalc.errors import ConfigError
-from decodecalc.recommend import Choice, choose, parse_candidates, recommend
+from decodecalc.reports.recommend import Choice, choose, parse_candidates, recommend
 from helpers import H200, model, work
 
 runner = CliRunner()

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decodecalc import policies as pol
+from decodecalc.reports import compare as pol
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
 from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
-from decodecalc.sweep import METRICS, SweepSpec, parse_range, run_sweep
+from decodecalc.reports.sweep import METRICS, SweepSpec, parse_range, run_sweep
 from decodecalc.workload import make_workload
 
 H200 = resolve_gpu("h200")
@@ -131,7 +131,7 @@ def test_core_modules_import_no_cli_or_plot_libraries():
     import subprocess
     import sys
 
-    code = ("import sys; import decodecalc.policies, decodecalc.sweep, decodecalc.determinism, decodecalc.plot; "
+    code = ("import sys; import decodecalc.reports.compare, decodecalc.reports.sweep, decodecalc.reports.determinism, decodecalc.plot; "
             "import decodecalc.launchers.flashinfer, decodecalc.launchers.flashmla, decodecalc.launchers.aiter; "
             "bad = [m for m in ('typer', 'rich', 'matplotlib', 'torch', 'numpy') if m in sys.modules]; "
             "print(bad); sys.exit(bool(bad))")

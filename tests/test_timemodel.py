@@ -367,7 +367,7 @@ def test_core_modules_stay_pure():
     import subprocess
     import sys
 
-    code = ("import sys; import decodecalc.timemodel, decodecalc.recommend, decodecalc.calibrate; "
+    code = ("import sys; import decodecalc.timemodel, decodecalc.reports.recommend, decodecalc.calibrate; "
             "bad = [m for m in ('torch', 'triton', 'typer', 'rich') if m in sys.modules]; print(bad); "
             "sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

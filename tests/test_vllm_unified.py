@@ -10,7 +10,7 @@ import pytest
 from helpers import H200, LLAMA3_8B, LLAMA3_70B, gpu, model, work
 
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers import cudagraphs as cg
+from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.launchers.vllm_unified import (
     VllmSettings,
     build_backend,

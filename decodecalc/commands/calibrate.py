@@ -32,14 +32,14 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from decodecalc.calibrate import _cuda_or_error, run_calibration
+        from decodecalc.verify.calibration import cuda_or_error, run_calibration
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
         from decodecalc.timemodel import datasheet_profile, dump_profile, packaged_profile, user_profile_dir
 
         spec = resolve_gpu(gpu)
         dest = output or (user_profile_dir() / f"{spec.name}.yaml")
-        _cuda_or_error()  # a clear error before any progress bar
+        cuda_or_error()  # a clear error before any progress bar
         # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
         base = packaged_profile(spec.name) or datasheet_profile(spec)
         console = Console(stderr=True)

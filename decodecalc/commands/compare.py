@@ -1,7 +1,7 @@
 """`decodecalc compare`: every modeled split policy side by side for one decode step.
 
 Policies that cannot serve the configuration are listed with the reason. The best row (the
-smallest roofline time divided by first-wave SM coverage, see :mod:`decodecalc.policies`) is
+smallest roofline time divided by first-wave SM coverage, see :mod:`decodecalc.reports.compare`) is
 highlighted. ``--json`` prints ``{"policies": [...], "best": name}``; ``--csv`` one row per policy.
 """
 
@@ -32,7 +32,7 @@ CSV_FIELDS = ("name", "applicable", "reason", "grid", "programs", "working_progr
 
 
 def compare_data(inputs: Inputs, policies: str | None, occupancy: int | None) -> tuple[dict[str, Any], list]:
-    from decodecalc import policies as pol
+    from decodecalc.reports import compare as pol
 
     if occupancy is not None and occupancy < 1:
         raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")

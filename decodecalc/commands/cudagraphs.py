@@ -1,4 +1,4 @@
-"""`decodecalc cudagraphs`: parse, call decodecalc.cudagraph_report, render."""
+"""`decodecalc cudagraphs`: parse, call decodecalc.reports.cudagraphs, render."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """CUDA graphs: captured sizes, the padded batch a real batch runs as, the geometry frozen at capture,
         vLLM's threshold snapping, and SGLang's padded rows (seq_len 1) raising split counts."""
-        from decodecalc.cudagraph_report import DEFAULT_BATCHES, cudagraph_report
+        from decodecalc.reports.cudagraphs import DEFAULT_BATCHES, cudagraph_report
 
         sizes = parse_int_list(batches, "--batches") if batches is not None else DEFAULT_BATCHES
         assert sizes is not None

@@ -17,8 +17,8 @@ from decodecalc.errors import ConfigError
 
 def run_determinism(inputs: Inputs, batches: str | None, others: int | None, policies: str | None,
                     json_out: bool) -> dict[str, Any]:
-    from decodecalc import determinism as det
-    from decodecalc import policies as pol
+    from decodecalc.reports import determinism as det
+    from decodecalc.reports import compare as pol
 
     w = inputs.work
     if len(set(w.seq_lens)) != 1:

@@ -10,7 +10,7 @@ import typer
 from decodecalc.commands.options import Inputs, SystemOpt, with_workload_options
 from decodecalc.commands.output import to_json, write_atomic
 from decodecalc.errors import UnsupportedError
-from decodecalc.report import SYSTEMS, grid_report
+from decodecalc.reports.grid import SYSTEMS, grid_report
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON contract instead of tables.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic).")]

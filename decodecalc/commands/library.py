@@ -68,8 +68,8 @@ def register(app: typer.Typer) -> None:
     def explain(inputs: Inputs, json_out: JsonOpt = False) -> None:
         """The chapter's seven-step trace of one layer through vLLM's Triton backend, for this config."""
         from decodecalc.errors import UnsupportedError
-        from decodecalc.report import grid_report
-        from decodecalc.trace import seven_steps
+        from decodecalc.reports.grid import grid_report
+        from decodecalc.reports.explain import seven_steps
 
         report = grid_report(inputs.work, inputs.gpu, systems=("vllm",), vllm=inputs.vllm,
                              kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)

@@ -21,7 +21,7 @@ OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write
 
 def run_recommend(inputs: Inputs, kernel: str | None, candidates: list[str] | None, profile: Path | None) -> Any:
     from decodecalc.errors import ConfigError
-    from decodecalc.recommend import KERNELS, parse_candidates, recommend
+    from decodecalc.reports.recommend import KERNELS, parse_candidates, recommend
     from decodecalc.timemodel import resolve_profile
 
     kernels = KERNELS if kernel is None else (kernel.lower(),)

@@ -25,11 +25,11 @@ def _names(text: str, option: str) -> tuple[str, ...]:
 
 def build_spec(*, models: str, tps: str, gpus: str, policies: str, batch: str, seq_len: str, dtype: str | None,
                kv_cache_dtype: str, block_size: int, sms: int | None):
-    from decodecalc import policies as pol
+    from decodecalc.reports import compare as pol
     from decodecalc.commands.options import parse_int_list
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.specs.models import resolve_model
-    from decodecalc.sweep import MAX_BATCH, MAX_SEQ_LEN, SweepSpec, parse_range
+    from decodecalc.reports.sweep import MAX_BATCH, MAX_SEQ_LEN, SweepSpec, parse_range
 
     batches = parse_range(batch, "--batch", upper=MAX_BATCH)
     lens = parse_range(seq_len, "--seq-len", upper=MAX_SEQ_LEN)
@@ -77,12 +77,12 @@ def register(app: typer.Typer) -> None:
         max_kv_splits: Annotated[Optional[int], typer.Option("--max-kv-splits", help="SGLang max_kv_splits.")] = None,
     ) -> None:
         """Sweep batch x sequence length for chosen policies: CSV/JSON, heatmaps (SM coverage, splits, 2D/3D)."""
-        from decodecalc import policies as pol
+        from decodecalc.reports import compare as pol
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.launchers.sglang_triton import SglangSettings
         from decodecalc.launchers.vllm_unified import VllmSettings
         from decodecalc.plot import plot_available, plot_sweep, render_terminal
-        from decodecalc.sweep import run_sweep
+        from decodecalc.reports.sweep import run_sweep
 
         if metric not in ("sm_coverage", "nonempty_splits", "splits", "region"):
             raise ConfigError(f"--metric {metric!r}; valid: sm_coverage, nonempty_splits, splits, region")

@@ -32,7 +32,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for the KV cac
 
 
 def _systems(system: str | None) -> tuple[str, ...]:
-    from decodecalc.report import SYSTEMS
+    from decodecalc.reports.grid import SYSTEMS
 
     if system is None:
         return SYSTEMS
@@ -68,7 +68,7 @@ def run_verify(
 
     from rich.console import Console
 
-    from decodecalc.report import grid_report
+    from decodecalc.reports.grid import grid_report
     from decodecalc.verify import runner as R
 
     systems = _systems(system)

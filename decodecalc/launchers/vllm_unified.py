@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, UnsupportedError
-from decodecalc.launchers import cudagraphs as cg
+from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload

@@ -4,8 +4,8 @@ A policy that cannot serve a configuration (MLA where unsupported, head size not
 block size not allowed, wrong GPU vendor) is reported with ``applicable=False`` and the
 planner's reason instead of failing the whole comparison.
 
-``vllm`` and ``sglang`` reuse :mod:`decodecalc.report` (the lead's launch models and figures);
-the others call their launcher module and :func:`decodecalc.analysis.figures`. The "best"
+``vllm`` and ``sglang`` reuse :mod:`decodecalc.reports.grid` (the lead's launch models and figures);
+the others call their launcher module and :func:`decodecalc.figures.figures`. The "best"
 policy is the one with the smallest ``sm_limited_time_s``: the roofline time divided by the
 first-wave SM coverage of the main kernel (a launch that keeps 8 of 132 SMs busy cannot pull
 the full HBM bandwidth). That is a ranking proxy, documented as such, not a measured time.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from decodecalc import analysis
+from decodecalc import figures as analysis
 from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError, UnknownNameError, UnsupportedError
 from decodecalc.launchers import (
@@ -170,19 +170,19 @@ def _one(w: Workload, p: LaunchPlan) -> int:
 
 
 # ------------------------------------------------------------------------------------------
-# vLLM and SGLang: the lead's launch models, with the figures of decodecalc.report
+# vLLM and SGLang: the lead's launch models, with the figures of decodecalc.reports.grid
 
 
 _PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_time_error")
 
 
 def _predicted(data: dict[str, Any]) -> dict[str, Any]:
-    """The time model's prediction that decodecalc.report already attached to a system's data."""
+    """The time model's prediction that decodecalc.reports.grid already attached to a system's data."""
     return {k: data[k] for k in _PREDICTION_KEYS if k in data}
 
 
 def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
-    from decodecalc import report
+    from decodecalc.reports import grid as report
 
     title = POLICIES["vllm"].title
     try:
@@ -206,7 +206,7 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
 
 
 def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
-    from decodecalc import report
+    from decodecalc.reports import grid as report
 
     title = POLICIES["sglang"].title
     try:
@@ -244,7 +244,7 @@ def _capture_sizes(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> tuple[int,
 
 @functools.lru_cache(maxsize=64)
 def _capture_sizes_cached(s: vllm_unified.VllmSettings, cc_major: int) -> tuple[int, ...]:
-    from decodecalc.launchers import cudagraphs as cg
+    from decodecalc.launchers import vllm_cudagraphs as cg
 
     if s.cudagraph_mode == "NONE":
         return ()

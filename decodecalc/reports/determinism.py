@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from decodecalc import policies as pol
+from decodecalc.reports import compare as pol
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec

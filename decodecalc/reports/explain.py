@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.launchers.vllm_unified import VllmPlan, segment_ranges
-from decodecalc.report import GridReport
+from decodecalc.reports.grid import GridReport
 
 
 @dataclass(frozen=True, slots=True)

@@ -364,7 +364,7 @@ def _l_keys(name: str, w1: Any) -> tuple[Callable[[int], Any], Callable[[Any, in
 
 
 def _sweep_generic(name: str, model: ModelConfig, tp: int, gpu: GPUSpec, batches, lens, opts, common, tick) -> SweepGrid:
-    from decodecalc import policies as pol
+    from decodecalc.reports import compare as pol
 
     g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, name, batches, lens, fast=False)
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
@@ -468,7 +468,7 @@ class SweepSpec:
 
 def run_sweep(spec: SweepSpec, opts: Any = None, progress: ProgressFn | None = None) -> SweepResult:
     """Evaluate every (model, TP, GPU, policy) grid. Inapplicable combinations carry their reason."""
-    from decodecalc import policies as pol
+    from decodecalc.reports import compare as pol
 
     spec.validate()
     opts = opts or pol.PolicyOptions()

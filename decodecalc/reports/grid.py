@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from decodecalc import analysis
+from decodecalc import figures as analysis
 from decodecalc.derived import Derived, cdiv
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 from decodecalc.launchers import sglang_triton, vllm_unified

@@ -1,6 +1,6 @@
 """What CUDA graphs freeze, and what a real decode batch runs as (pure; `decodecalc cudagraphs`).
 
-vLLM (reusing decodecalc.launchers.cudagraphs and vllm_unified, upstream-launchers.md 3.3): the
+vLLM (reusing decodecalc.launchers.vllm_cudagraphs and vllm_unified, upstream-launchers.md 3.3): the
 capture sizes, the FULL decode sizes, ``seq_threshold_3D`` snapped to a capture size, and for each
 real batch the padded batch (B_pad, T_pad) it replays as, with the 2D/3D geometry decided at capture.
 
@@ -23,7 +23,7 @@ import dataclasses
 from typing import Any
 
 from decodecalc.errors import ConfigError, DecodecalcError
-from decodecalc.launchers import cudagraphs as cg
+from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.launchers import flashinfer, sglang_triton, vllm_unified
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload, make_workload
