@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from decodecalc.calibrate import (  # noqa: E402
+from decodecalc.timemodel.fit import (  # noqa: E402
     Measurement,
     error_summary,
     fit_profile,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from decodecalc.calibrate import (
+from decodecalc.timemodel.fit import (
     Shape,
     error_summary,
     fit_profile,
@@ -214,7 +214,7 @@ def test_sglang_mha_launch_uses_the_mha_family(monkeypatch, tmp_path):
 
 def test_calibration_measures_an_mha_shape():
     """`calibrate` measures at least one MHA shape, so its fit covers SGLang's MHA stage 1."""
-    from decodecalc.calibrate import (
+    from decodecalc.timemodel.fit import (
         CALIBRATION_SHAPES,
         CALIBRATION_VARIANTS,
         work_for_variant,
@@ -304,7 +304,7 @@ def test_percentile():
 
 def test_calibration_fit_from_device_rows(h200):
     """The fitting half of `decodecalc calibrate`, on the rows `calibrate --quick` measured on the H200."""
-    from decodecalc.calibrate import fit_calibration_rows
+    from decodecalc.timemodel.fit import fit_calibration_rows
 
     rows = json.loads((Path(__file__).parent / "data" / "calibrate_h200_quick_rows.json").read_text())["cases"]
     prof = fit_calibration_rows(rows, gpu=H200, base=h200, num_sms=132, launch_overhead_s=1.5e-6,
@@ -324,7 +324,7 @@ def test_calibration_fit_covers_the_mha_family(h200):
     that lacks it (borrowed from the grouped kernel); here rows 25% slower than the packaged profile predicts."""
     import yaml
 
-    from decodecalc.calibrate import (
+    from decodecalc.timemodel.fit import (
         CALIBRATION_SHAPES,
         fit_calibration_rows,
         work_for_variant,
@@ -367,7 +367,7 @@ def test_core_modules_stay_pure():
     import subprocess
     import sys
 
-    code = ("import sys; import decodecalc.timemodel, decodecalc.reports.recommend, decodecalc.calibrate; "
+    code = ("import sys; import decodecalc.timemodel, decodecalc.reports.recommend, decodecalc.timemodel.fit; "
             "bad = [m for m in ('torch', 'triton', 'typer', 'rich') if m in sys.modules]; print(bad); "
             "sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

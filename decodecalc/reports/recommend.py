@@ -14,6 +14,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.timemodel import (
+    TIE_FRACTION,
     LaunchWork,
     TimeProfile,
     launch_time_s,
@@ -28,12 +29,6 @@ KERNELS = ("vllm", "sglang")
 #: candidate split counts when the user gives none (1 = unsplit: vLLM's 2D kernel, SGLang one split).
 #: The measured range on the H200: vLLM 3D segments 2..128, SGLang static splits 1..64.
 DEFAULT_CANDIDATES = {"vllm": (1, 2, 4, 8, 16, 32, 64, 128), "sglang": (1, 2, 4, 8, 16, 32, 64)}
-#: candidates whose ranking scores lie within this fraction of the best are indistinguishable to the model
-#: (its median error on the H200 training shapes is 4.5%); among them the one with the most splits is
-#: recommended, because on the H200 the measured time kept falling with more programs a little longer than
-#: the model predicts (more bytes in flight, a smaller last wave). benchmarks/fit_timemodel.py reports the
-#: effect: worst recommended/best 1.34 -> 1.18 on the training shapes, 1.43 -> 1.15 on the held-out ones.
-TIE_FRACTION = 0.05
 
 VLLM_BACKEND_FILE = "vllm/v1/attention/backends/triton_attn.py"
 

@@ -1,7 +1,7 @@
 """Measure the time model's calibration microbenchmarks on the local GPU (``decodecalc calibrate``).
 
 The real upstream kernels (loaded by :mod:`decodecalc.verify.upstream`) are timed under CUDA graphs
-(:mod:`decodecalc.verify.timing`), then :func:`decodecalc.calibrate.fit_calibration_rows` fits the profile.
+(:mod:`decodecalc.verify.timing`), then :func:`decodecalc.timemodel.fit.fit_calibration_rows` fits the profile.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from decodecalc.calibrate import CALIBRATION_SHAPES, CALIBRATION_VARIANTS, QUICK_SHAPES, fit_calibration_rows
+from decodecalc.timemodel.fit import CALIBRATION_SHAPES, CALIBRATION_VARIANTS, QUICK_SHAPES, fit_calibration_rows
 from decodecalc.errors import DecodecalcError
 from decodecalc.timemodel import TimeProfile
 

@@ -15,15 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError, DecodecalcError
-from decodecalc.timemodel import (
-    FamilyParams,
-    LaunchWork,
-    TimeProfile,
-    launch_time_s,
-    sglang_splits_adaptive,
-    sglang_work,
-    vllm_work,
-)
+from decodecalc.timemodel.predict import TIE_FRACTION, launch_time_s, robust_time_s
+from decodecalc.timemodel.profile import FamilyParams, TimeProfile
+from decodecalc.timemodel.work import LaunchWork, sglang_splits_adaptive, sglang_work, vllm_work
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,9 +330,6 @@ def percentile(xs: Sequence[float], q: float) -> float:
 def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement], *, robust: bool = True) -> dict[str, Any]:
     """Per (shape, kernel): the measured time of the split the model picks (from the measured
     candidates, defaults excluded; ranked as ``recommend`` ranks them) over the best measured candidate."""
-    from decodecalc.reports.recommend import TIE_FRACTION
-    from decodecalc.timemodel import robust_time_s
-
     score = (lambda m: robust_time_s(m.work, profile)) if robust else (lambda m: launch_time_s(m.work, profile))
 
     def pick_of(cands: list[Measurement]) -> Measurement:  # recommend.choose on measured candidates

@@ -1,0 +1,289 @@
+"""The time model's parameters: :class:`FamilyParams` per kernel family, :class:`TimeProfile` per GPU,
+and where a profile comes from (an explicit file, the user's calibrated file, the packaged one, or the
+uncalibrated datasheet fallback). What each parameter means: :mod:`decodecalc.timemodel`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from decodecalc.derived import cdiv
+from decodecalc.errors import ConfigError
+from decodecalc.yamlio import load_yaml_file, safe_load
+
+#: kernel families the model knows; each has its own FamilyParams in a profile
+FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
+            "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2")
+#: families added after profiles were first written: a profile without one loads with the parameters of the
+#: family named here, and that family is listed in its fit's ``uncalibrated_families``
+FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1"}
+
+def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: int = 65536,
+              shared_per_sm: int = 233472, max_threads_per_sm: int = 2048, max_blocks_per_sm: int = 32,
+              reg_unit: int = 256, shared_reserved: int = 1024) -> int:
+    """Resident programs per SM from a compiled kernel's registers and shared memory (CUDA's occupancy
+    rules; defaults: compute capability 9.0, as on the H100 / H200)."""
+    regs_per_warp = cdiv(max(n_regs, 1) * 32, reg_unit) * reg_unit
+    by_regs = regs_per_sm // (regs_per_warp * num_warps)
+    by_smem = shared_per_sm // (shared_bytes + shared_reserved) if shared_bytes else max_blocks_per_sm
+    by_threads = max_threads_per_sm // (32 * num_warps)
+    return max(1, min(by_regs, by_smem, by_threads, max_blocks_per_sm))
+
+
+#: the --kernel names of predict_time_s / recommend and the families of their kernels
+KERNEL_FAMILIES = {
+    "vllm": ("vllm_2d", "vllm_3d", "vllm_reduce"),
+    "sglang": ("sglang_stage1", "sglang_mha_stage1", "sglang_stage2"),
+    # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
+    "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),
+    "reference-sglang": ("ref_sglang_stage1", "ref_sglang_stage2"),
+}
+
+PROFILE_SCHEMA = 1
+
+
+# --------------------------------------------------------------------------------------------
+# parameters
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FamilyParams:
+    """The four physical numbers of one kernel family on one GPU."""
+
+    latency_s: float  # one loop iteration of a lone program (unloaded dependent-load round trip)
+    program_bandwidth_bytes_per_s: float  # bytes/s one program's warps stream (their own loads in flight)
+    sm_bandwidth_bytes_per_s: float  # bytes/s one SM's load path takes in, shared by its resident programs
+    program_overhead_s: float  # prologue + epilogue of one program (load Q, store O / partials)
+    max_programs_per_sm: int  # occupancy: resident programs per SM (registers, shared memory)
+    #: occupancy where it differs by padded head dim (registers and shared memory grow with it)
+    occupancy_by_head_dim: tuple[tuple[int, int], ...] = ()
+
+    def occupancy_for(self, head_dim: int) -> int:
+        for d, o in self.occupancy_by_head_dim:
+            if d == head_dim:
+                return o
+        return self.max_programs_per_sm
+
+    def __post_init__(self) -> None:
+        for name in ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_per_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        if not (isinstance(self.program_overhead_s, (int, float)) and self.program_overhead_s >= 0):
+            raise ConfigError(f"program_overhead_s must be >= 0, got {self.program_overhead_s!r}")
+        if not (isinstance(self.max_programs_per_sm, int) and self.max_programs_per_sm >= 1):
+            raise ConfigError(f"max_programs_per_sm must be a positive integer, got {self.max_programs_per_sm!r}")
+        for d, o in self.occupancy_by_head_dim:
+            if not (isinstance(d, int) and isinstance(o, int) and d > 0 and o >= 1):
+                raise ConfigError(f"occupancy_by_head_dim entries must be positive integers, got {d!r}: {o!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["occupancy_by_head_dim"] = {d: o for d, o in self.occupancy_by_head_dim}
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeProfile:
+    """Every parameter of the time model for one GPU, with where it came from."""
+
+    gpu: str
+    num_sms: int
+    launch_overhead_s: float  # per kernel in a replayed CUDA graph
+    idle_program_s: float  # a program that exits at once, per program, before dividing by SMs
+    families: Mapping[str, FamilyParams]
+    hbm_bandwidth_bytes_per_s: float = 4.0e12  # achievable HBM bandwidth of the whole GPU (all programs together)
+    calibrated: bool
+    source: str = ""
+    path: str = ""  # file it was read from ("" for built-in)
+    fit: Mapping[str, Any] = field(default_factory=dict)  # fit statistics, informational
+
+    def family(self, name: str) -> FamilyParams:
+        try:
+            return self.families[name]
+        except KeyError:
+            raise ConfigError(f"time profile for {self.gpu!r} ({self.path or 'built-in'}) has no "
+                              f"parameters for kernel family {name!r}") from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "schema": PROFILE_SCHEMA,
+            "gpu": self.gpu,
+            "num_sms": self.num_sms,
+            "calibrated": self.calibrated,
+            "source": self.source,
+            "launch_overhead_s": self.launch_overhead_s,
+            "idle_program_s": self.idle_program_s,
+            "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s,
+            "families": {k: v.as_dict() for k, v in self.families.items()},
+            "fit": dict(self.fit),
+        }
+
+
+def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = None) -> TimeProfile:
+    """Build a TimeProfile from parsed YAML; ConfigError naming ``origin`` on any problem."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"time profile {origin}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        gpu = str(data["gpu"])
+        fams_raw = data["families"]
+        if not isinstance(fams_raw, Mapping) or not fams_raw:
+            raise ConfigError("'families' must be a non-empty mapping")
+        fams: dict[str, FamilyParams] = {}
+        for name, raw in fams_raw.items():
+            if name not in FAMILIES:
+                raise ConfigError(f"unknown kernel family {name!r} (known: {', '.join(FAMILIES)})")
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"family {name!r} must be a mapping")
+            known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim"}
+            missing = known - set(raw)
+            if missing:
+                raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
+            fams[name] = FamilyParams(
+                latency_s=_num(raw["latency_s"], f"{name}.latency_s"),
+                program_bandwidth_bytes_per_s=_num(raw["program_bandwidth_bytes_per_s"],
+                                                   f"{name}.program_bandwidth_bytes_per_s"),
+                sm_bandwidth_bytes_per_s=_num(raw["sm_bandwidth_bytes_per_s"], f"{name}.sm_bandwidth_bytes_per_s"),
+                program_overhead_s=_num(raw["program_overhead_s"], f"{name}.program_overhead_s"),
+                max_programs_per_sm=_int(raw["max_programs_per_sm"], f"{name}.max_programs_per_sm"),
+                occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
+            )
+        fit = dict(data.get("fit") or {})
+        borrowed = [new for new, old in FAMILY_FALLBACKS.items() if new not in fams and old in fams]
+        for new in borrowed:  # an older profile: the new family borrows its parent's numbers, uncalibrated
+            fams[new] = fams[FAMILY_FALLBACKS[new]]
+        if borrowed:
+            fit["uncalibrated_families"] = sorted({*(fit.get("uncalibrated_families") or ()), *borrowed})
+        prof = TimeProfile(
+            gpu=gpu,
+            num_sms=_int(data["num_sms"], "num_sms"),
+            launch_overhead_s=_num(data["launch_overhead_s"], "launch_overhead_s"),
+            idle_program_s=_num(data.get("idle_program_s", 0.0), "idle_program_s"),
+            hbm_bandwidth_bytes_per_s=_num(data.get("hbm_bandwidth_bytes_per_s", 4.0e12), "hbm_bandwidth_bytes_per_s"),
+            families=fams,
+            calibrated=bool(data.get("calibrated", True)),
+            source=str(data.get("source", "")),
+            path=origin,
+            fit=fit,
+        )
+    except KeyError as e:
+        raise ConfigError(f"time profile {origin}: missing field {e.args[0]!r}") from None
+    except ConfigError as e:
+        raise ConfigError(f"time profile {origin}: {e}") from None
+    if prof.num_sms <= 0:
+        raise ConfigError(f"time profile {origin}: num_sms must be positive")
+    if prof.hbm_bandwidth_bytes_per_s <= 0:
+        raise ConfigError(f"time profile {origin}: hbm_bandwidth_bytes_per_s must be positive")
+    if expect_gpu is not None and _norm(prof.gpu) != _norm(expect_gpu):
+        raise ConfigError(f"time profile {origin} was measured on {prof.gpu!r}, not on {expect_gpu!r}; "
+                          f"run 'decodecalc calibrate' on this GPU or remove the file")
+    return prof
+
+
+def _num(v: Any, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(f"{name} must be a number, got {v!r}")
+    return float(v)
+
+
+def _occ_map(v: Any, name: str) -> tuple[tuple[int, int], ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, Mapping):
+        raise ConfigError(f"{name} must be a mapping of head dim to programs per SM, got {v!r}")
+    out = []
+    for d, o in v.items():
+        if isinstance(d, str) and d.isdigit():
+            d = int(d)  # a JSON copy of a profile has string keys
+        out.append((_int(d, name), _int(o, name)))
+    return tuple(sorted(out))
+
+
+def _int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{name} must be an integer, got {v!r}")
+    return v
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("nvidia ", "").replace(" ", "-")
+
+
+def load_profile_file(path: Path, *, expect_gpu: str | None = None) -> TimeProfile:
+    data = load_yaml_file(path, "time profile")
+    return profile_from_mapping(data, origin=str(path), expect_gpu=expect_gpu)
+
+
+def dump_profile(profile: TimeProfile) -> str:
+    import yaml
+
+    header = ("# decodecalc time-model profile (see decodecalc/timemodel/__init__.py for what each number means)\n"
+              "# units: seconds, bytes/s; max_programs_per_sm is resident programs per SM\n")
+    return header + yaml.safe_dump(profile.to_mapping(), sort_keys=False)
+
+
+def user_profile_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "decodecalc" / "profiles"
+
+
+def _profile_key(gpu_name: str) -> str:
+    return _norm(gpu_name)
+
+
+@functools.cache
+def packaged_profile(gpu_name: str) -> TimeProfile | None:
+    key = _profile_key(gpu_name)
+    try:
+        ref = resources.files("decodecalc.profiles").joinpath(f"{key}.yaml")
+        if not ref.is_file():
+            return None
+        data = safe_load(ref.read_text())
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+    return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)
+
+
+def datasheet_profile(gpu: Any) -> TimeProfile:
+    """Uncalibrated fallback: the H200's fitted latencies, overheads and occupancies, this GPU's SM count,
+    and its datasheet bandwidth scaled by the share of the datasheet the H200 achieves."""
+    base = _builtin_h200()
+    scale = (gpu.hbm_bandwidth_bytes_per_s * 0.85 / gpu.num_sms) / (4.8e12 * 0.85 / 132)
+    fams = {k: dataclasses.replace(v, sm_bandwidth_bytes_per_s=v.sm_bandwidth_bytes_per_s * scale)
+            for k, v in base.families.items()}
+    hbm = base.hbm_bandwidth_bytes_per_s * gpu.hbm_bandwidth_bytes_per_s / 4.8e12  # same achievable share
+    return TimeProfile(gpu=gpu.name, num_sms=gpu.num_sms, launch_overhead_s=base.launch_overhead_s,
+                       idle_program_s=base.idle_program_s, families=fams, calibrated=False,
+                       hbm_bandwidth_bytes_per_s=hbm,
+                       source=f"datasheet fallback: {gpu.name} SM count and bandwidth, H200 latencies (uncalibrated)")
+
+
+def _builtin_h200() -> TimeProfile:
+    prof = packaged_profile("h200")
+    if prof is None:  # pragma: no cover - the wheel always ships it
+        raise ConfigError("the packaged H200 time profile decodecalc/profiles/h200.yaml is missing")
+    return prof
+
+
+def resolve_profile(gpu: Any, *, profile_path: Path | None = None) -> TimeProfile:
+    """The profile for ``gpu`` (a GPUSpec): an explicit file, else the user's calibrated file,
+    else the packaged one, else the uncalibrated datasheet fallback."""
+    if profile_path is not None:
+        return load_profile_file(Path(profile_path), expect_gpu=gpu.name)
+    user = user_profile_dir() / f"{_profile_key(gpu.name)}.yaml"
+    if user.is_file():
+        return load_profile_file(user, expect_gpu=gpu.name)
+    for name in (gpu.name, *getattr(gpu, "aliases", ())):
+        prof = packaged_profile(name)
+        if prof is not None:
+            if prof.num_sms != gpu.num_sms:  # --sms override: same kernels, other chip size
+                prof = dataclasses.replace(prof, num_sms=gpu.num_sms)
+            return prof
+    return datasheet_profile(gpu)
