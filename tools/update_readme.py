@@ -1,44 +1,77 @@
-"""Regenerate the example outputs in README.md from the installed CLI.
+"""Regenerate, or check, the example outputs in README.md and docs/*.md from the installed CLI.
 
-A block to refresh is marked in the README as
+A block to refresh is marked as
 
     <!-- run: decodecalc grid --model llama3-8b --tp 8 -->
     ```text
     (output, replaced)
     ```
 
-The command (a shell pipeline is allowed, e.g. `| head -30`) runs with COLUMNS=110 and
-NO_COLOR=1; the block shows `$ <command>` and its output.
+The command (a shell pipeline is allowed, e.g. `| head -30`) runs from the repository root with
+COLUMNS=80, NO_COLOR=1 and TERM=dumb, as in a pipe; the block shows `$ <command>` and its output.
+
+    python tools/update_readme.py            # rewrite the blocks in place
+    python tools/update_readme.py --check    # exit 1 and show a diff when a block is stale (CI)
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- run: (?P<cmd>.+?) -->\n)```text\n.*?```", re.S)
+ENV = {"COLUMNS": "80", "LINES": "200", "NO_COLOR": "1", "TERM": "dumb", "PYTHONHASHSEED": "0"}
 
 
-def render(match: re.Match[str]) -> str:
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def run_block(match: re.Match[str]) -> str:
     cmd = match.group("cmd")
-    env = {**os.environ, "COLUMNS": "110", "NO_COLOR": "1", "TERM": "dumb"}
-    out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env)
-    shown = cmd
+    env = {**os.environ, **ENV}
+    out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300)
     text = (out.stdout + out.stderr).rstrip("\n")
     text = "\n".join(line.rstrip() for line in text.splitlines())
-    return f"{match.group(1)}```text\n$ {shown}\n{text}\n```"
+    return f"{match.group(1)}```text\n$ {cmd}\n{text}\n```"
 
 
-def main() -> None:
-    text = README.read_text()
-    new = BLOCK.sub(render, text)
-    README.write_text(new)
-    print(f"{len(BLOCK.findall(text))} blocks refreshed", file=sys.stderr)
+def refresh(text: str) -> str:
+    return BLOCK.sub(run_block, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="do not write; exit 1 if any block differs")
+    ap.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
+    args = ap.parse_args(argv)
+    stale = 0
+    blocks = 0
+    for path in args.files or documents():
+        old = path.read_text()
+        blocks += len(BLOCK.findall(old))
+        new = refresh(old)
+        if new == old:
+            continue
+        if args.check:
+            stale += 1
+            rel = path.relative_to(ROOT) if path.is_absolute() and ROOT in path.parents else path
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                       f"{rel} (committed)", f"{rel} (re-run)"))
+        else:
+            path.write_text(new)
+    verb = "checked" if args.check else "refreshed"
+    print(f"{blocks} blocks {verb}; {stale} stale document(s)" if args.check else f"{blocks} blocks {verb}",
+          file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
