@@ -20,6 +20,7 @@ from decodecalc.timemodel.fit import (
     measurements_from_rows,
     percentile,
     recommendation_quality,
+    work_for_variant,
 )
 from decodecalc.errors import ConfigError
 from decodecalc.timemodel import (
@@ -33,7 +34,6 @@ from decodecalc.timemodel import (
     packaged_profile,
     predict_time_s,
     resolve_profile,
-    sglang_splits_adaptive,
     sglang_work,
     vllm_work,
 )
@@ -229,10 +229,13 @@ def test_calibration_measures_an_mha_shape():
     assert "sglang_mha_stage1" in fams
 
 
-def test_sglang_adaptive_rule_matches_reference_examples():
-    # upstream-launchers.md 2.3: Llama-3-8B L=2560 -> 8 splits at B=1, 3 at B=32, 2 at B=64
+def test_sglang_adaptive_variant_uses_the_launchers_rule():
+    # upstream-launchers.md 2.3: Llama-3-8B L=2560 -> 8 splits at B=1, 3 at B=32, 2 at B=64; a measured
+    # "sglang-adaptive" row without recorded split counts gets them from launchers.sglang_triton
     for b, n in ((1, 8), (32, 3), (64, 2)):
-        assert sglang_splits_adaptive((2560,) * b, num_heads=32, num_kv_heads=8, num_sms=132) == (n,) * b
+        shape = Shape(num_heads=32, num_kv_heads=8, seq_lens=(2560,) * b)
+        _, splits, lw, _ = work_for_variant(shape, "sglang-adaptive", num_sms=132)
+        assert splits == n and lw.kernels[1].iters == ((n, b * 32),)  # stage 2 merges n splits per (seq, head)
 
 
 def test_kernel_time_waves_and_latency():

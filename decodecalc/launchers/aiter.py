@@ -39,6 +39,15 @@ SRC = f"aiter@{AITER_COMMIT} aiter/ops/triton/attention/unified_attention.py"
 SRC_KERN = f"aiter@{AITER_COMMIT} aiter/ops/triton/_triton_kernels/attention/unified_attention.py L552-555, L898-902"
 
 
+def block_shape(num_queries_per_kv: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_Q) as aiter computes them for itself (``select_2d_config`` / ``select_3d_config`` in
+    aiter/ops/triton/attention/unified_attention.py @ e4048607): aiter's own copy of the packing vLLM uses,
+    kept here because it follows aiter's releases, not vLLM's (vLLM's is launchers.vllm_unified.block_shape).
+    BLOCK_M is 16 up to 16 query heads per KV head, else their next power of 2."""
+    block_m = next_power_of_2(num_queries_per_kv) if num_queries_per_kv > 16 else 16
+    return block_m, block_m // num_queries_per_kv
+
+
 def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform: bool = True) -> LaunchPlan:
     """aiter ``unified_attention`` launch (the Triton path vLLM's ROCm AITER unified backend calls)."""
     system = "aiter unified attention"
@@ -53,8 +62,7 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
     B, h, h_kv, g, d = w.batch, w.num_heads, w.num_kv_heads, w.group_size, w.head_size
     T = w.num_tokens
     maxL = w.max_seqlen_k
-    BLOCK_M = 16 if g <= 16 else next_power_of_2(g)
-    BLOCK_Q = BLOCK_M // g
+    BLOCK_M, BLOCK_Q = block_shape(g)
     all_decode = w.max_seqlen_q == 1
     q_blocks = ex.add("total_num_q_blocks", B if all_decode else T // BLOCK_Q + B,
                       "num_seqs if all decode else num_tokens // BLOCK_Q + num_seqs", f"{SRC} L402-406",

@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from decodecalc.derived import Derived, prod
+
+
+class KernelKind(StrEnum):
+    """Which upstream kernel a launch runs, set by the launcher that models it; the time model reads it
+    (never the kernel's name). OTHER: a kernel the time model has no family for."""
+
+    OTHER = "other"
+    VLLM_UNIFIED_2D = "vllm_unified_2d"  # kernel_unified_attention, 2D grid (one program per q-block x KV head)
+    VLLM_UNIFIED_3D = "vllm_unified_3d"  # kernel_unified_attention, 3D grid (NUM_SEGMENTS_PER_SEQ segments)
+    VLLM_REDUCE_SEGMENTS = "vllm_reduce_segments"  # reduce_segments (merge of the 3D segments)
+    SGLANG_GROUPED_STAGE1 = "sglang_grouped_stage1"  # _fwd_grouped_kernel_stage1 (GQA / MQA)
+    SGLANG_MHA_STAGE1 = "sglang_mha_stage1"  # _fwd_kernel_stage1 (one query head per program)
+    SGLANG_STAGE2 = "sglang_stage2"  # _fwd_kernel_stage2 (merge of the splits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -16,6 +30,7 @@ class KernelLaunch:
     grid: tuple[int, ...]
     working_programs: int
     constexprs: dict[str, Any] = field(default_factory=dict)
+    kind: KernelKind = KernelKind.OTHER
 
     @property
     def programs(self) -> int:
@@ -43,6 +58,9 @@ class LaunchPlan:
     scratch_bytes: int
     explain: tuple[Derived, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
+    #: small kernels launched besides ``kernels`` that do no attention work, counted for their launch
+    #: cost only (SGLang's split-count kernel ``get_num_kv_splits_triton`` in adaptive mode)
+    aux_launches: int = 0
 
     @property
     def main(self) -> KernelLaunch:

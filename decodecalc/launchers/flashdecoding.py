@@ -15,6 +15,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.vllm_unified import block_shape
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -82,9 +83,10 @@ def plan_flashdecoding(w: Workload, gpu: GPUSpec, *, num_splits: int | None = No
     g = w.group_size
     h_kv = w.num_kv_heads
     B = w.batch
-    BLOCK_M = ex.add("BLOCK_M", 16 if g <= 16 else next_power_of_2(g), "16 if g <= 16 else np2(g)",
+    block_m, block_q = block_shape(g)
+    BLOCK_M = ex.add("BLOCK_M", block_m, "16 if g <= 16 else np2(g)",
                      "vllm 0.33.0 triton_unified_attention.py L958-960", g=g)
-    BLOCK_Q = ex.add("BLOCK_Q", BLOCK_M // g, "BLOCK_M // g", "vllm 0.33.0 triton_unified_attention.py L961",
+    BLOCK_Q = ex.add("BLOCK_Q", block_q, "BLOCK_M // g", "vllm 0.33.0 triton_unified_attention.py L961",
                      BLOCK_M=BLOCK_M, g=g)
     q_blocks = w.num_tokens // BLOCK_Q + B
     G_2D = ex.add("G_2D", q_blocks * h_kv, "(T // BLOCK_Q + B) * h_kv", SOURCE, T=w.num_tokens,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -31,6 +31,8 @@ _BACKEND = "python/sglang/srt/layers/attention/triton_backend.py"
 
 _MIN_BLOCK_KV = 32  # decode_attention.py L46
 _GROUPED_BLOCK_H = 16  # decode_attention.py L58
+_MHA_BLOCK_N = 64  # _decode_att_m_fwd: BLOCK = 64 on CUDA, decode_attention.py L448 (8 on HIP, L451)
+_GROUPED_BLOCK_N = 32  # _decode_grouped_att_m_fwd: BLOCK = 32 on CUDA, decode_attention.py L818 (16 on HIP, Lk >= 576)
 DEFAULT_MAX_KV_SPLITS = 8  # exec_.py L413-416
 DEFAULT_MAX_KV_SPLITS_HIP = 16  # platform_hook.py L52-56
 DETERMINISTIC_SPLIT_TILE_SIZE = 256  # SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE default, triton_backend.py L356-367
@@ -54,11 +56,42 @@ def ext_device_core_count(max_seq_len: int, device_core_count: int) -> int:
 
 def token_grid(num_seq: int, num_head: int, num_kv_head: int, num_group: int = 1) -> int:
     """The stage-1 programs per split (grid dims 0 x 1): MHA B*G*h; grouped B*G*cdiv(h, min(16, g))."""
-    num_kv_group = num_head // num_kv_head
-    if num_kv_group == 1:
-        return num_seq * num_group * num_head
-    block_h = min(_GROUPED_BLOCK_H, num_kv_group)
-    return num_seq * num_group * cdiv(num_head, block_h)
+    return num_seq * num_group * head_tiles(num_head, num_kv_head)
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveSplitRule:
+    """The intermediate values of ``get_num_kv_splits_triton`` (metadata.py L21-55) for one batch."""
+
+    min_seq_len_used: int  # Lmin, or Lmax when the batch is "uniform enough" (Lmax < 1.25 Lmin)
+    ext_device_core_count: int
+    token_grid: int
+    kv_chunk_size_1: int  # cdiv(Lmax, min(cdiv(Lmax, Lmin), max_kv_splits))
+    kv_chunk_size_2: int  # cdiv(Lmax, min(cdiv(ext, token_grid), max_kv_splits))
+
+    def num_kv_splits(self, seq_len: int) -> int:
+        """``max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))`` (L53-55)."""
+        return max(cdiv(seq_len, self.kv_chunk_size_1), cdiv(seq_len, self.kv_chunk_size_2))
+
+
+def adaptive_split_rule(max_seq_len: int, min_seq_len: int, *, ext_core_count: int, grid: int,
+                        max_kv_splits: int) -> AdaptiveSplitRule:
+    """SGLang's split-count rule from its batch statistics (``ext_core_count``: :func:`ext_device_core_count`
+    of Lmax; ``grid``: :func:`token_grid` of the batch). The one copy every caller uses."""
+    lmin = max_seq_len if max_seq_len * 8 < min_seq_len * 10 else min_seq_len  # "uniform enough": Lmax < 1.25 Lmin
+    max_kv_splits_1 = min(cdiv(max_seq_len, lmin), max_kv_splits)
+    max_kv_splits_2 = min(cdiv(ext_core_count, grid), max_kv_splits)
+    return AdaptiveSplitRule(min_seq_len_used=lmin, ext_device_core_count=ext_core_count, token_grid=grid,
+                             kv_chunk_size_1=cdiv(max_seq_len, max_kv_splits_1),
+                             kv_chunk_size_2=cdiv(max_seq_len, max_kv_splits_2))
+
+
+def split_rule_for(seq_lens: tuple[int, ...], *, num_head: int, num_kv_head: int, device_core_count: int,
+                   max_kv_splits: int, num_group: int = 1) -> AdaptiveSplitRule:
+    lmax = max(seq_lens)
+    return adaptive_split_rule(lmax, min(seq_lens), ext_core_count=ext_device_core_count(lmax, device_core_count),
+                               grid=token_grid(len(seq_lens), num_head, num_kv_head, num_group),
+                               max_kv_splits=max_kv_splits)
 
 
 def get_num_kv_splits(
@@ -71,17 +104,9 @@ def get_num_kv_splits(
     num_group: int = 1,
 ) -> tuple[int, ...]:
     """``get_num_kv_splits_triton``, one value per sequence (replicated ``num_group`` times upstream)."""
-    max_seq_len = max(seq_lens)
-    min_seq_len = min(seq_lens)
-    if max_seq_len * 8 < min_seq_len * 10:  # "uniform enough": Lmax < 1.25 Lmin
-        min_seq_len = max_seq_len
-    max_kv_splits_1 = min(cdiv(max_seq_len, min_seq_len), max_kv_splits)
-    kv_chunk_size_1 = cdiv(max_seq_len, max_kv_splits_1)
-    ext = ext_device_core_count(max_seq_len, device_core_count)
-    tg = token_grid(len(seq_lens), num_head, num_kv_head, num_group)
-    max_kv_splits_2 = min(cdiv(ext, tg), max_kv_splits)
-    kv_chunk_size_2 = cdiv(max_seq_len, max_kv_splits_2)
-    return tuple(max(cdiv(s, kv_chunk_size_1), cdiv(s, kv_chunk_size_2)) for s in seq_lens)
+    rule = split_rule_for(tuple(seq_lens), num_head=num_head, num_kv_head=num_kv_head,
+                          device_core_count=device_core_count, max_kv_splits=max_kv_splits, num_group=num_group)
+    return tuple(rule.num_kv_splits(s) for s in seq_lens)
 
 
 def kv_len_per_split(seq_len: int, num_kv_splits: int) -> int:
@@ -104,10 +129,25 @@ def split_ranges(seq_len: int, num_kv_splits: int, max_kv_splits: int) -> tuple[
     return tuple(out)
 
 
+def is_mha(num_head: int, num_kv_head: int) -> bool:
+    """Stage 1 runs the MHA kernel ``_fwd_kernel_stage1`` when kv_group_num == 1, else the grouped one
+    ``_fwd_grouped_kernel_stage1`` (``decode_attention_fwd``, decode_attention.py)."""
+    return num_head // num_kv_head == 1
+
+
+def heads_per_program(num_head: int, num_kv_head: int) -> int:
+    """Query heads one stage-1 program serves: 1 (MHA), ``min(_GROUPED_BLOCK_H, g)`` (grouped, L123-125)."""
+    return 1 if is_mha(num_head, num_kv_head) else min(_GROUPED_BLOCK_H, num_head // num_kv_head)
+
+
+def stage1_block_n(num_head: int, num_kv_head: int) -> int:
+    """Keys per stage-1 loop iteration (BLOCK_N): 64 (MHA kernel) or 32 (grouped kernel), CUDA values."""
+    return _MHA_BLOCK_N if is_mha(num_head, num_kv_head) else _GROUPED_BLOCK_N
+
+
 def head_tiles(num_head: int, num_kv_head: int) -> int:
     """Stage-1 grid dim 1: h for MHA; ``cdiv(h, min(16, g))`` for grouped (``_grouped_head_tiles`` L123-125)."""
-    g = num_head // num_kv_head
-    return num_head if g == 1 else cdiv(num_head, min(_GROUPED_BLOCK_H, g))
+    return cdiv(num_head, heads_per_program(num_head, num_kv_head))
 
 
 def stage1_grid(batch: int, num_head: int, num_kv_head: int, max_kv_splits: int) -> tuple[int, int, int]:
@@ -123,7 +163,7 @@ class SglangSettings:
     deterministic: bool = False  # --enable-deterministic-inference
     static_kv_splits: bool = False  # SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS
     split_tile_size: int | None = None  # --triton-attention-split-tile-size
-    context_len: int | None = None  # model context length (sizes max_kv_splits with a split tile; MLA)
+    context_len: int | None = None  # --context-length (None: the model's context_length; sizes max_kv_splits)
     padded_batch: int | None = None  # CUDA-graph replay batch (padded rows carry seq_len 1)
 
     def __post_init__(self) -> None:
@@ -144,6 +184,19 @@ class SglangPlan:
     stage2_grid: tuple[int, int]
     mode: str  # "adaptive", "static", "deterministic"
     padded_rows: int
+    window_kv_lens: tuple[int, ...] | None = None  # sliding-window layer: keys each sequence reads
+
+
+def sliding_window_size(work: Workload) -> int | None:
+    """SGLang's ``sliding_window_size``: ``config.sliding_window - 1`` (gemma2.py L52-53,
+    gemma3_causal.py L64-65, gpt_oss.py L131-132, via load_model_utils.py L144-157)."""
+    w = work.model.sliding_window
+    return w - 1 if w else None
+
+
+def window_kv_len(seq_len: int, window_size: int) -> int:
+    """``window_kv_lens = min(seq_lens, sliding_window_size)`` (triton_backend.py L2869-2872)."""
+    return min(seq_len, window_size)
 
 
 def resolve_max_kv_splits(work: Workload, gpu: GPUSpec, settings: SglangSettings, ex: Explain) -> int:
@@ -162,13 +215,15 @@ def resolve_max_kv_splits(work: Workload, gpu: GPUSpec, settings: SglangSettings
         if gpu.gfx_arch == "gfx942":
             value = min(value, 256)
         return ex.add("max_kv_splits", value, "max(base, min(np2(SM), np2(cdiv(context_len, 32)))) (MLA)",
-                      src(_BACKEND, "L80-90, L328-338"), base=base, SM=gpu.num_sms, context_len=context_len)
+                      src(_BACKEND, "L83-90, L327-338"), base=base, SM=gpu.num_sms, context_len=context_len)
     return ex.add("max_kv_splits", base, "base (the server argument, no MLA adjustment)", src(_BACKEND, "L328-338"),
                   base=base)
 
 
-def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = None) -> SglangPlan:
-    """Model one decode step of SGLang's Triton backend on one rank."""
+def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = None, *,
+                layer: str = "global") -> SglangPlan:
+    """Model one decode step of SGLang's Triton backend on one rank (``layer="sliding"``: a
+    sliding-window layer, which reads the window KV indices with the full-length split counts)."""
     settings = settings or SglangSettings()
     if work.max_seqlen_q > 1:
         raise UnsupportedError(
@@ -197,22 +252,20 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
         ex.add("num_kv_splits", _compact(splits), "max_kv_splits (static)", src(_BACKEND, "L447-451"),
                max_kv_splits=maxs)
     else:
-        splits = get_num_kv_splits(seq_lens, num_head=h, num_kv_head=h_kv, device_core_count=gpu.num_sms,
-                                   max_kv_splits=maxs)
+        rule = split_rule_for(seq_lens, num_head=h, num_kv_head=h_kv, device_core_count=gpu.num_sms,
+                              max_kv_splits=maxs)
+        splits = tuple(rule.num_kv_splits(s) for s in seq_lens)
         mode = "adaptive"
-        lmax, lmin = max(seq_lens), min(seq_lens)
-        lmin_used = lmax if lmax * 8 < lmin * 10 else lmin
-        ext = ext_device_core_count(lmax, gpu.num_sms)
-        tg = token_grid(b, h, h_kv)
+        lmax, lmin_used = max(seq_lens), rule.min_seq_len_used
+        ext, tg = rule.ext_device_core_count, rule.token_grid
         ex.add("ext_device_core_count", ext, "int32(SM * max(log2(float32(Lmax) / 64), 1))",
                src(_METADATA, "L36-40"), SM=gpu.num_sms, Lmax=lmax)
         ex.add("token_grid", tg, "B * h if g == 1 else B * cdiv(h, min(16, g))", src(_METADATA, "L41-47"),
                B=b, h=h, g=h // h_kv)
-        m1 = min(cdiv(lmax, lmin_used), maxs)
-        m2 = min(cdiv(ext, tg), maxs)
-        ex.add("kv_chunk_size_1", cdiv(lmax, m1), "cdiv(Lmax, min(cdiv(Lmax, Lmin), max_kv_splits))",
+        ex.add("kv_chunk_size_1", rule.kv_chunk_size_1, "cdiv(Lmax, min(cdiv(Lmax, Lmin), max_kv_splits))",
                src(_METADATA, "L28-33"), Lmax=lmax, Lmin=lmin_used, max_kv_splits=maxs)
-        ex.add("kv_chunk_size_2", cdiv(lmax, m2), "cdiv(Lmax, min(cdiv(ext_device_core_count, token_grid), max_kv_splits))",
+        ex.add("kv_chunk_size_2", rule.kv_chunk_size_2,
+               "cdiv(Lmax, min(cdiv(ext_device_core_count, token_grid), max_kv_splits))",
                src(_METADATA, "L48-51"), Lmax=lmax, ext_device_core_count=ext, token_grid=tg, max_kv_splits=maxs)
         ex.add("num_kv_splits", _compact(splits), "max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))",
                src(_METADATA, "L53-55"))
@@ -221,6 +274,21 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
     if max(splits) > maxs:
         raise ConfigError(f"num_kv_splits {max(splits)} exceeds max_kv_splits {maxs}: raise --max-kv-splits "
                           "or --context-len")
+    window = sliding_window_size(work) if layer == "sliding" else None
+    window_lens: tuple[int, ...] | None = None
+    if window is not None:
+        # forward_decode passes window_kv_indptr (lengths min(L, W - 1)) but the num_kv_splits of
+        # the full lengths; window_num_kv_splits is computed and never passed (triton_backend.py
+        # L917-936, L2353-2356, L2481); stage 2 re-derives the split length from the same pair
+        # (decode_attention.py L964-988).
+        if window <= 0:
+            raise UnsupportedError(f"sliding_window {work.model.sliding_window}: SGLang's window of "
+                                   f"sliding_window - 1 = {window} keys reads nothing")
+        window_lens = tuple(window_kv_len(s, window) for s in seq_lens)
+        ex.add("window_kv_lens", _compact(window_lens), "min(seq_len, sliding_window_size), "
+               "sliding_window_size = sliding_window - 1", src(_BACKEND, "L2869-2872; models/gemma2.py L52-53"),
+               sliding_window=work.model.sliding_window)
+        seq_lens = window_lens
     kvps = tuple(kv_len_per_split(s, n) for s, n in zip(seq_lens, splits))
     nonempty = tuple(cdiv(s, k) for s, k in zip(seq_lens, kvps))
     grid1 = stage1_grid(b, h, h_kv, maxs)
@@ -241,22 +309,26 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
     used = ex.add("partial_state_bytes_used_per_layer", sum(nonempty) * h * per_split,
                   "sum_i nonempty_splits_i * h * (Lv + 1) * 4", src(_DECODE, "L308-318"), h=h, Lv=d_v)
     scratch = b * h * maxs * per_split + b * 4  # + num_kv_splits int32
+    mha = is_mha(h, h_kv)
     kernels = (
-        KernelLaunch(name="_fwd_grouped_kernel_stage1" if h != h_kv else "_fwd_kernel_stage1", grid=grid1,
+        KernelLaunch(name="_fwd_kernel_stage1" if mha else "_fwd_grouped_kernel_stage1", grid=grid1,
                      working_programs=working1,
-                     constexprs={"BLOCK_H": _GROUPED_BLOCK_H if h != h_kv else None, "BLOCK_N": 32 if h != h_kv else 64,
+                     kind=KernelKind.SGLANG_MHA_STAGE1 if mha else KernelKind.SGLANG_GROUPED_STAGE1,
+                     constexprs={"BLOCK_H": None if mha else _GROUPED_BLOCK_H, "BLOCK_N": stage1_block_n(h, h_kv),
                                  "MIN_BLOCK_KV": _MIN_BLOCK_KV, "MAX_KV_SPLITS": maxs}),
-        KernelLaunch(name="_fwd_kernel_stage2", grid=grid2, working_programs=b * h,
+        KernelLaunch(name="_fwd_kernel_stage2", grid=grid2, working_programs=b * h, kind=KernelKind.SGLANG_STAGE2,
                      constexprs={"MAX_KV_SPLITS": maxs, "MIN_BLOCK_KV": _MIN_BLOCK_KV}),
     )
     plan = LaunchPlan(
         system="sglang", kernels=kernels, splits=splits[:real], nonempty_splits=nonempty[:real],
         tokens_per_split=kvps[:real], partial_state_bytes=ps, partial_state_bytes_used=used, scratch_bytes=scratch,
-        explain=ex.items(), details={"mode": mode, "padded_rows": padded_rows},
+        explain=ex.items(), details={"mode": mode, "padded_rows": padded_rows,
+                                     "window_kv_lens": window_lens[:real] if window_lens else None},
+        aux_launches=1 if mode == "adaptive" else 0,  # get_num_kv_splits_triton (triton_backend.py L431-480)
     )
     return SglangPlan(plan=plan, max_kv_splits=maxs, num_kv_splits=splits[:real], nonempty_splits=nonempty[:real],
                       kv_len_per_split=kvps[:real], stage1_grid=grid1, stage2_grid=grid2, mode=mode,
-                      padded_rows=padded_rows)
+                      padded_rows=padded_rows, window_kv_lens=window_lens[:real] if window_lens else None)
 
 
 CUDA_GRAPH_BS_SOURCE = ("sglang python/sglang/srt/server_args.py _generate_cuda_graph_batch_sizes "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import vllm_cudagraphs as cg
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -57,9 +57,15 @@ def get_tile_size(head_size: int, sliding_window: int, element_size: int, is_pre
     return 16 if element_size >= 2 else 32
 
 
+#: the BLOCK_M rule as --explain prints it (the code is :func:`block_shape`)
+BLOCK_M_FORMULA = ("16 if num_queries_per_kv <= 16 "
+                   "else next_power_of_2(num_queries_per_kv)")
+
+
 def block_shape(num_queries_per_kv: int) -> tuple[int, int]:
     """(BLOCK_M, BLOCK_Q): query heads of one KV group x query tokens packed into one program
-    (0.33.0 L958-961): BLOCK_M = 16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)."""
+    (0.33.0 L958-961): BLOCK_M is 16 up to 16 query heads per KV head, else their next power of 2;
+    BLOCK_Q = BLOCK_M // num_queries_per_kv. The one copy of this rule in decodecalc."""
     block_m = 16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)
     return block_m, block_m // num_queries_per_kv
 
@@ -111,7 +117,7 @@ def unified_attention_grid(
     qpk = ex.add("num_queries_per_kv", num_heads // num_kv_heads, "num_query_heads // num_kv_heads",
                  src(version, path, lines[0]), num_query_heads=num_heads, num_kv_heads=num_kv_heads)
     block_m, block_q = block_shape(qpk)
-    ex.add("BLOCK_M", block_m, "16 if num_queries_per_kv <= 16 else next_power_of_2(num_queries_per_kv)",
+    ex.add("BLOCK_M", block_m, BLOCK_M_FORMULA,
            src(version, path, lines[0]), num_queries_per_kv=qpk)
     # SM100-only tuned path for head size 256 prefill-shaped calls (0.33.0 L971-980)
     tuned_large_head = version == "0.33.0" and is_sm100 and head_size == 256 and max_seqlen_q > 1 and qpk <= 16
@@ -241,6 +247,9 @@ class VllmSettings:
     performance_mode: str = "balanced"
     capture_sizes: tuple[int, ...] | None = None  # user --cuda-graph-sizes
     seq_threshold_3d: int | None = None  # override of the builder's threshold (after snapping)
+    # what-if values of the backend's module constants (triton_attn.py L58-59); None: upstream's
+    min_launch_grid_size_2d: int | None = None  # MIN_LAUNCH_GRID_SIZE_2D (snapping still applies)
+    num_par_softmax_segments: int | None = None  # NUM_PAR_SOFTMAX_SEGMENTS
 
     def __post_init__(self) -> None:
         if self.version not in VERSIONS:
@@ -298,9 +307,10 @@ def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> Trito
            "max_num_batched_tokens, 1 + num_speculative_tokens), empty when mode is NONE", cg.SOURCE_SIZES,
            max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
            num_speculative_tokens=settings.num_speculative_tokens, mode=settings.cudagraph_mode)
-    raw = MIN_LAUNCH_GRID_SIZE_2D // work.num_kv_heads
+    min_grid = MIN_LAUNCH_GRID_SIZE_2D if settings.min_launch_grid_size_2d is None else settings.min_launch_grid_size_2d
+    raw = min_grid // work.num_kv_heads
     ex.add("seq_threshold_3D_raw", raw, "MIN_LAUNCH_GRID_SIZE_2D // num_heads_kv",
-           src(v, _BACKEND, "L136"), MIN_LAUNCH_GRID_SIZE_2D=MIN_LAUNCH_GRID_SIZE_2D, num_heads_kv=work.num_kv_heads)
+           src(v, _BACKEND, "L136"), MIN_LAUNCH_GRID_SIZE_2D=min_grid, num_heads_kv=work.num_kv_heads)
     threshold = raw
     if settings.cudagraph_mode in cg.FULL_DECODE_MODES and builder_sizes and v != "0.11.0":
         threshold = cg.snap_threshold(raw, builder_sizes)
@@ -311,7 +321,7 @@ def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> Trito
         ex.add("seq_threshold_3D", threshold, "user override (--seq-threshold-3d)", "decodecalc option",
                seq_threshold_3d=threshold)
 
-    segments = NUM_PAR_SOFTMAX_SEGMENTS
+    segments = settings.num_par_softmax_segments or NUM_PAR_SOFTMAX_SEGMENTS
     max_seqs_64 = 0
     if v == "0.33.0" and gpu.compute_capability == (12, 0):
         max_seqs_64 = (gpu.num_sms - 1) // (NUM_PAR_SOFTMAX_SEGMENTS * work.num_kv_heads)
@@ -363,6 +373,8 @@ class VllmPlan:
     segments_per_seq: tuple[int, ...]  # allocated segments per sequence (1 on 2D)
     active_segments: tuple[int, ...]
     tiles_per_segment: tuple[int, ...]
+    # segments whose tile loop reads keys inside the sliding window (== active_segments on global layers)
+    window_segments: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +457,8 @@ def plan_vllm(work: Workload, gpu: GPUSpec, settings: VllmSettings | None = None
         replay_out = VllmReplay(b_pad, t_pad, padded, replay_plan)
     return VllmPlan(plan=plan, launch=launch, backend=backend, settings=settings, replay_mode=replay.mode,
                     replay=replay_out,
-                    segments_per_seq=segs, active_segments=active, tiles_per_segment=tps)
+                    segments_per_seq=segs, active_segments=active, tiles_per_segment=tps,
+                    window_segments=plan.details["window_segments"])
 
 
 def _padded_query_lens(real: tuple[int, ...], b_pad: int, t_pad: int, q_capture: int) -> tuple[int, ...]:
@@ -478,7 +491,12 @@ def _launch_plan(
     if launch.use_3d:
         s = launch.num_segments
         tps = tuple(tiles_per_segment(L, s, tile) for L in work.seq_lens)
-        active = tuple(_active_with_window(L, s, tile, window) for L in work.seq_lens)
+        # early exit (kernel L325-327): a segment past seq_len returns; every other segment writes
+        # its partial state, even one whose tiles all lie before the window, and reduce_segments
+        # reads cdiv(L, tps * TILE) of them (L741-747)
+        active = tuple(active_segments(L, s, tile) for L in work.seq_lens)
+        window_segs = tuple(window_segments(L, q, s, tile, window) for L, q in zip(work.seq_lens, work.query_lens))
+        tiles_read = tuple(window_tiles(L, q, tile, window) for L, q in zip(work.seq_lens, work.query_lens))
         segs = (s,) * work.batch
         working_main = sum(qb * a for qb, a in zip(q_blocks_working, active)) * work.num_kv_heads
         tokens_per_split = tuple(t * tile for t in tps)
@@ -495,10 +513,11 @@ def _launch_plan(
         reduce_working = work.num_tokens * work.num_heads
         kernels: tuple[KernelLaunch, ...] = (
             KernelLaunch(name="kernel_unified_attention", grid=launch.grid, working_programs=working_main,
-                         constexprs={"IS_3D": True, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
+                         kind=KernelKind.VLLM_UNIFIED_3D, constexprs={"IS_3D": True, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
                                      "TILE_SIZE": tile, "NUM_SEGMENTS_PER_SEQ": s, "BLOCK_SIZE": work.block_size,
                                      "HEAD_SIZE_PADDED": hd_pad}),
             KernelLaunch(name="reduce_segments", grid=launch.reduce_grid or (0, 0), working_programs=reduce_working,
+                         kind=KernelKind.VLLM_REDUCE_SEGMENTS,
                          constexprs={"TILE_SIZE": launch.tile_size_decode, "NUM_SEGMENTS_PER_SEQ": s,
                                      "BLOCK_Q": launch.block_q}),
         )
@@ -506,12 +525,14 @@ def _launch_plan(
         segs = (1,) * work.batch
         active = (1,) * work.batch
         tps = tuple(cdiv(L, tile) for L in work.seq_lens)
+        window_segs = active
+        tiles_read = tuple(window_tiles(L, q, tile, window) for L, q in zip(work.seq_lens, work.query_lens))
         tokens_per_split = tuple(work.seq_lens)
         ps_bytes = used = 0
         working_main = sum(q_blocks_working) * work.num_kv_heads
         kernels = (
             KernelLaunch(name="kernel_unified_attention", grid=launch.grid, working_programs=working_main,
-                         constexprs={"IS_3D": False, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
+                         kind=KernelKind.VLLM_UNIFIED_2D, constexprs={"IS_3D": False, "BLOCK_M": launch.block_m, "BLOCK_Q": launch.block_q,
                                      "TILE_SIZE": tile, "NUM_SEGMENTS_PER_SEQ": 1, "BLOCK_SIZE": work.block_size,
                                      "HEAD_SIZE_PADDED": hd_pad}),
         )
@@ -521,25 +542,50 @@ def _launch_plan(
            src("0.33.0", _OPS, "L321-327"), num_kv_heads=work.num_kv_heads, BLOCK_Q=launch.block_q)
     scratch = backend.scratch_bytes(work.num_heads) if backend.scratch_rows else (
         ps_bytes if launch.use_3d else 0)
+    if window:
+        ex.add("window_segments", window_segs if len(set(window_segs)) > 1 else window_segs[0],
+               "segments with max(segm * tps, tile_start) < min((segm + 1) * tps, num_tiles), "
+               "tile_start = (L - q - SLIDING_WINDOW + 1) // TILE_SIZE",
+               src("0.33.0", "vllm/v1/attention/ops/triton_attention_helpers.py", "L230-277"),
+               SLIDING_WINDOW=window, TILE_SIZE=tile)
+        ex.add("kv_bytes_read_per_layer", sum(tiles_read) * tile * work.num_kv_heads * (
+            work.head_size + work.head_size_v) * work.kv_bytes_per_element,
+            "sum_i (num_tiles_i - tile_start_i) * TILE_SIZE * h_kv * (d_k + d_v) * b  (whole tiles of the window)",
+            src("0.33.0", "vllm/v1/attention/ops/triton_attention_helpers.py", "L230-277"), TILE_SIZE=tile,
+            h_kv=work.num_kv_heads, d_k=work.head_size, d_v=work.head_size_v, b=work.kv_bytes_per_element)
     plan = LaunchPlan(
         system=system, kernels=kernels, splits=segs, nonempty_splits=active, tokens_per_split=tokens_per_split,
         partial_state_bytes=ps_bytes, partial_state_bytes_used=used, scratch_bytes=scratch,
         explain=launch.explain + backend.explain + ex.items(),
-        details={"use_3d": launch.use_3d, "tiles_per_segment": tps},
+        details={"use_3d": launch.use_3d, "tiles_per_segment": tps, "window_segments": window_segs,
+                 "kv_tiles_read": tiles_read},
     )
     return plan, segs, active, tps
 
 
-def _active_with_window(seq_len: int, segments: int, tile: int, window: int | None) -> int:
-    """Active segments; with a sliding window, segments wholly before the window read no keys.
+def _window_tile_start(seq_len: int, query_len: int, tile: int, window: int | None) -> int:
+    """``tile_start = max(0, first_allowed_key // TILE_SIZE)`` for the sequence's first q-block, whose
+    first query sits at q_abs = L - q: first_allowed_key = q_abs - SLIDING_WINDOW + 1, SLIDING_WINDOW
+    = 1 + window_size[0] = W (helpers L230-272; triton_attn.py L508, kernel wrapper L1169)."""
+    if not window:
+        return 0
+    return max(0, (seq_len - query_len - window + 1) // tile)
 
-    The kernel still runs them (they pass the early-exit check) but their tile loop is empty:
-    compute_tile_loop_bounds intersects [segm * tps, (segm + 1) * tps) with the window's tiles
-    (vllm 0.33.0 triton_attention_helpers.py L275-277). The decode query at position L-1 sees
-    keys >= L - window, so the first tile it needs is (L - window) // TILE_SIZE.
-    """
-    if not window or window >= seq_len:
-        return active_segments(seq_len, segments, tile)
-    first_tile = (seq_len - window) // tile
+
+def window_tiles(seq_len: int, query_len: int, tile: int, window: int | None) -> int:
+    """KV tiles the sequence's programs read: ``[tile_start, cdiv(L, TILE_SIZE))``."""
+    if seq_len <= 0:
+        return 0
+    return cdiv(seq_len, tile) - _window_tile_start(seq_len, query_len, tile, window)
+
+
+def window_segments(seq_len: int, query_len: int, segments: int, tile: int, window: int | None) -> int:
+    """3D segments whose tile loop is non-empty: ``max(segm * tps, tile_start) < min((segm + 1) * tps,
+    num_tiles)`` (helpers L275-277). Without a window (or one covering L) this is active_segments;
+    the others pass the early exit and write an empty partial state."""
+    act = active_segments(seq_len, segments, tile)
+    start = _window_tile_start(seq_len, query_len, tile, window)
+    if start == 0:
+        return act
     tps = tiles_per_segment(seq_len, segments, tile)
-    return sum(1 for s in range(active_segments(seq_len, segments, tile)) if (s + 1) * tps > first_tile)
+    return sum(1 for s in range(act) if (s + 1) * tps > start)

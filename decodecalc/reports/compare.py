@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc import figures as analysis
-from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError, UnknownNameError, UnsupportedError
 from decodecalc.launchers import (
     aiter,
@@ -129,9 +128,7 @@ class PolicyResult:
 
 def chapter_g2d(w: Workload) -> tuple[int, str]:
     """G_2D of the reference chapter: vLLM's unsplit grid (T // BLOCK_Q + B) * h_kv."""
-    g = w.group_size
-    block_m = 16 if g <= 16 else next_power_of_2(g)
-    block_q = max(1, block_m // g)
+    _, block_q = vllm_unified.block_shape(w.group_size)
     return (w.num_tokens // block_q + w.batch) * w.num_kv_heads, "(T // BLOCK_Q + B) * h_kv (chapter 'The grid')"
 
 
@@ -210,7 +207,7 @@ def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
 
     title = POLICIES["sglang"].title
     try:
-        res = report.sglang_result(w, gpu, opts.sglang)
+        res = report.sglang_result(w, gpu, opts.sglang, opts.layer)
     except UnsupportedError as exc:
         return PolicyResult("sglang", title, False, reason=str(exc))
     if res.error is not None:

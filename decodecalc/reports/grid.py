@@ -129,6 +129,7 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
         "num_segments": la.num_segments,
         "tiles_per_segment": list(vp.tiles_per_segment) if la.use_3d else None,
         "active_segments": list(vp.active_segments),
+        "window_segments": list(vp.window_segments),
         "reasons_2d": list(la.reasons_2d),
         "programs": vp.plan.main.programs,
         "working_programs": vp.plan.main.working_programs,
@@ -155,16 +156,18 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
     return SystemResult("vllm", data, vp.plan.explain + fig.explain, model=vp, figures=fig)
 
 
-def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings) -> SystemResult:
+def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
+                  layer: str = "global") -> SystemResult:
     try:
-        sp = sglang_triton.plan_sglang(work, gpu, settings)
+        sp = sglang_triton.plan_sglang(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
         return SystemResult("sglang", {}, error=str(exc))
     tg = sp.stage1_grid[0] * sp.stage1_grid[1]
-    g = work.group_size
+    h, h_kv = work.num_heads, work.num_kv_heads
     fig = analysis.figures(
         work, gpu, sp.plan, g_2d=tg, g_2d_formula="token_grid = B * (h if g == 1 else cdiv(h, min(16, g)))",
-        tile_live_rows=1 if g == 1 else min(16, g), tile_keys=32 if g > 1 else 64,
+        tile_live_rows=sglang_triton.heads_per_program(h, h_kv), tile_keys=sglang_triton.stage1_block_n(h, h_kv),
+        window=sglang_triton.sliding_window_size(work) if layer == "sliding" else None,
     )
     data: dict[str, Any] = {
         "version": sglang_triton.VERSION,
@@ -180,6 +183,7 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
         "launches": _launches_json(sp.plan),
         "scratch_bytes": sp.plan.scratch_bytes,
         "padded_rows": sp.padded_rows,
+        "window_kv_lens": list(sp.window_kv_lens) if sp.window_kv_lens is not None else None,
     }
     data.update(_figures_json(fig))
     data.update(predicted(sp.plan, work, gpu, "sglang"))
@@ -224,7 +228,7 @@ def grid_report(
         if name == "vllm":
             results.append(vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer))
         elif name == "sglang":
-            results.append(sglang_result(work, gpu, sglang or sglang_triton.SglangSettings()))
+            results.append(sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer))
         else:
             raise ConfigError(f"unknown system {name!r}; valid: {', '.join(SYSTEMS)}")
     return GridReport(work, gpu, tuple(results), paging_figures(work, kernel_block_size))

@@ -71,10 +71,22 @@ class KernelRecommendation:
     def speedup(self) -> float:
         return self.default.predicted_time_s / self.recommended.predicted_time_s
 
+    @property
+    def fastest(self) -> Choice:
+        """The candidate with the smallest predicted time; the tie rule (:func:`choose`) may pick another."""
+        return min(self.candidates, key=lambda c: (c.predicted_time_s, -c.splits))
+
+    @property
+    def margin_vs_fastest(self) -> float:
+        """How much slower the recommendation is predicted to be than the fastest candidate (0.04 = 4%)."""
+        return self.recommended.predicted_time_s / self.fastest.predicted_time_s - 1.0
+
     def to_json(self) -> dict[str, Any]:
         return {
             "candidates": [c.to_json() for c in self.candidates],
             "recommended": self.recommended.to_json(),
+            "fastest_predicted": self.fastest.to_json(),
+            "margin_vs_fastest": self.margin_vs_fastest,
             "default": self.default.to_json(),
             "speedup_vs_default": self.speedup,
             "apply": list(self.apply),
@@ -162,17 +174,8 @@ def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]
     return out
 
 
-def _tile(plan: Any) -> int | None:
-    try:
-        main = plan.kernels[0]
-        t = dict(main.constexprs or {}).get("TILE_SIZE")
-        return int(t) if t else None
-    except (AttributeError, IndexError, TypeError, ValueError):
-        return None
-
-
 def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
-    from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
+    from decodecalc.launchers.vllm_unified import MIN_LAUNCH_GRID_SIZE_2D, VllmSettings, plan_vllm
 
     vp = plan_vllm(work, gpu, settings or VllmSettings())
     running = vp.replay.plan if vp.replay is not None else vp.plan  # a FULL-graph replay runs the padded launch
@@ -190,17 +193,18 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
     rec = choose(choices)
     h_kv = work.num_kv_heads
     b = work.batch
-    threshold_ok = b * h_kv <= 128  # the default MIN_LAUNCH_GRID_SIZE_2D keeps batches this small on 3D
+    min_2d = MIN_LAUNCH_GRID_SIZE_2D
+    threshold_ok = b * h_kv <= min_2d  # the default MIN_LAUNCH_GRID_SIZE_2D keeps batches this small on 3D
     if rec.splits == default.splits and rec.mode == default.mode:
         apply: tuple[str, ...] = (f"nothing to change: vLLM's own choice ({default.label.removeprefix('vLLM default: ')}) is the best "
                  "candidate",)
     elif rec.splits > 1:
         apply = (f"edit {VLLM_BACKEND_FILE}: NUM_PAR_SOFTMAX_SEGMENTS = {rec.splits} (default 16)",)
         if threshold_ok:
-            apply += (f"this batch stays on the 3D path with the default MIN_LAUNCH_GRID_SIZE_2D = 128 "
-                      f"({b} sequences x {h_kv} KV heads <= 128)",)
+            apply += (f"this batch stays on the 3D path with the default MIN_LAUNCH_GRID_SIZE_2D = {min_2d} "
+                      f"({b} sequences x {h_kv} KV heads <= {min_2d})",)
         else:
-            apply += (f"and raise MIN_LAUNCH_GRID_SIZE_2D (default 128) to >= {b * h_kv} so this batch takes the 3D "
+            apply += (f"and raise MIN_LAUNCH_GRID_SIZE_2D (default {min_2d}) to >= {b * h_kv} so this batch takes the 3D "
                       f"path (seq_threshold_3D = MIN_LAUNCH_GRID_SIZE_2D // {h_kv} KV heads, snapped to a CUDA-graph "
                       f"capture size, must be >= {b} sequences); the 3D scratch grows with it",)
         apply += ("both constants apply to every batch the engine runs",)
@@ -208,7 +212,7 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
         apply = ("nothing to change: vLLM already runs the 2D kernel for this batch",)
     else:
         apply = (
-            f"edit {VLLM_BACKEND_FILE}: MIN_LAUNCH_GRID_SIZE_2D <= {max(0, (b - 1) * h_kv)} (default 128) so that "
+            f"edit {VLLM_BACKEND_FILE}: MIN_LAUNCH_GRID_SIZE_2D <= {max(0, (b - 1) * h_kv)} (default {min_2d}) so that "
             f"seq_threshold_3D < {b} sequences and this batch runs the 2D kernel; with CUDA graphs the "
             "threshold snaps to the nearest capture size, so batch 1 stays 3D; this applies to every batch",
         )

@@ -306,8 +306,9 @@ def _sweep_flashdecoding(model: ModelConfig, tp: int, gpu: GPUSpec, batches, len
     w1 = make_workload(model, tp=tp, batch=1, seq_len=lens[0], **common)
     if model.is_mla:
         raise UnsupportedError("FlashDecoding (S*) does not serve MLA models")
-    gq = w1.group_size
-    block_q = max(1, (16 if gq <= 16 else next_power_of_2(gq)) // gq)
+    from decodecalc.launchers.vllm_unified import block_shape
+
+    _, block_q = block_shape(w1.group_size)
     h_kv = w1.num_kv_heads
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
     n = len(lens)

@@ -60,15 +60,15 @@ from decodecalc.timemodel.profile import (
 from decodecalc.timemodel.work import (
     KernelWork,
     LaunchWork,
-    sglang_splits_adaptive,
+    WorkShape,
     sglang_work,
     vllm_work,
     work_for_plan,
 )
 
 __all__ = [
-    "TIE_FRACTION", "FAMILIES", "FAMILY_FALLBACKS", "KERNEL_FAMILIES", "PROFILE_SCHEMA", "FamilyParams", "KernelWork", "LaunchWork",
+    "TIE_FRACTION", "FAMILIES", "FAMILY_FALLBACKS", "KERNEL_FAMILIES", "PROFILE_SCHEMA", "FamilyParams", "KernelWork", "LaunchWork", "WorkShape",
     "TimeProfile", "datasheet_profile", "dump_profile", "kernel_time_s", "launch_time_s", "load_profile_file",
     "occupancy", "packaged_profile", "predict_time_s", "profile_from_mapping", "resolve_profile", "robust_time_s",
-    "sglang_splits_adaptive", "sglang_work", "user_profile_dir", "vllm_work", "work_for_plan",
+    "sglang_work", "user_profile_dir", "vllm_work", "work_for_plan",
 ]

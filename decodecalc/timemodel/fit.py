@@ -17,7 +17,8 @@ from typing import Any
 from decodecalc.errors import ConfigError, DecodecalcError
 from decodecalc.timemodel.predict import TIE_FRACTION, launch_time_s, robust_time_s
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
-from decodecalc.timemodel.work import LaunchWork, sglang_splits_adaptive, sglang_work, vllm_work
+from decodecalc.launchers.sglang_triton import get_num_kv_splits
+from decodecalc.timemodel.work import LaunchWork, sglang_work, vllm_work
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,8 +85,8 @@ def work_for_variant(shape: Shape, variant: str, *, num_sms: int, row: Mapping[s
             if row and row.get("num_kv_splits") and len(row["num_kv_splits"]) == len(shape.seq_lens):
                 n_i = tuple(int(x) for x in row["num_kv_splits"])
             else:
-                n_i = sglang_splits_adaptive(shape.seq_lens, num_heads=shape.num_heads,
-                                             num_kv_heads=shape.num_kv_heads, num_sms=num_sms, max_kv_splits=mx)
+                n_i = get_num_kv_splits(shape.seq_lens, num_head=shape.num_heads, num_kv_head=shape.num_kv_heads,
+                                        device_core_count=num_sms, max_kv_splits=mx)
             return "sglang", max(n_i), sglang_work(shape, splits=n_i, max_kv_splits=mx, adaptive=True), True
     if variant == "reference-vllm-2d":
         return "reference-vllm", 1, vllm_work(shape, splits=1, use_3d=False, prefix="ref_vllm"), False
@@ -98,8 +99,8 @@ def work_for_variant(shape: Shape, variant: str, *, num_sms: int, row: Mapping[s
         if row and row.get("num_kv_splits") and len(row["num_kv_splits"]) == len(shape.seq_lens):
             ref_n_i: tuple[int, ...] = tuple(int(x) for x in row["num_kv_splits"])
         else:
-            ref_n_i = sglang_splits_adaptive(shape.seq_lens, num_heads=shape.num_heads, num_kv_heads=shape.num_kv_heads,
-                                             num_sms=1 << 20, max_kv_splits=s)
+            ref_n_i = get_num_kv_splits(shape.seq_lens, num_head=shape.num_heads, num_kv_head=shape.num_kv_heads,
+                                        device_core_count=1 << 20, max_kv_splits=s)
         lw = sglang_work(shape, splits=ref_n_i, max_kv_splits=s, prefix="ref_sglang")
         return "reference-sglang", s, dataclasses.replace(lw, extra_launches=1), False
     raise ConfigError(f"unknown measured variant {variant!r}")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any
-
 from decodecalc.derived import cdiv
+from decodecalc.launchers.base import LaunchPlan
+from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
 from decodecalc.timemodel.work import KernelWork, LaunchWork, work_for_plan
+from decodecalc.workload import Workload
 
 
 #: candidates whose ranking scores lie within this fraction of the best are indistinguishable to the model
@@ -58,11 +59,33 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     if n > 50_000:  # bound: mean load per slot, at least the longest program
         total = sum(dur * k for dur, k in durations)
         return max(durations[0][0], total / slots) + idle_cost
-    heap = [0.0] * slots
+    return _list_schedule_s(durations, slots) + idle_cost
+
+
+def _list_schedule_s(durations: list[tuple[float, int]], slots: int) -> float:
+    """Makespan of list scheduling, longest first, each program on the least-loaded slot. Slots with equal
+    loads are one group, so the cost grows with the distinct loads, not the programs (the same result as
+    placing the programs one by one on a heap of slots; tests/test_tune.py checks it against that)."""
+    loads = {0.0: slots}  # load -> slots that have it
+    heap = [0.0]
     for dur, k in durations:
-        for _ in range(k):
-            heapq.heapreplace(heap, heap[0] + dur)
-    return max(heap) + idle_cost
+        while k:
+            low = heap[0]
+            have = loads[low]
+            take = min(have, k)
+            if take == have:
+                heapq.heappop(heap)
+                del loads[low]
+            else:
+                loads[low] = have - take
+            new = low + dur
+            if new in loads:
+                loads[new] += take
+            else:
+                loads[new] = take
+                heapq.heappush(heap, new)
+            k -= take
+    return max(loads)
 
 
 def launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
@@ -82,7 +105,7 @@ def robust_time_s(lw: LaunchWork, profile: TimeProfile) -> float:
     return math.exp(sum(math.log(t) for t in ts) / len(ts))
 
 
-def predict_time_s(plan: Any, workload: Any, gpu: Any, kernel: str, *,
+def predict_time_s(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,
                    profile: TimeProfile | None = None) -> tuple[float, bool]:
     """Predicted time of ``plan`` (a LaunchPlan for ``workload`` on ``gpu``) in seconds, and whether
     the prediction comes from a calibrated profile of this GPU (and of these kernels).

@@ -16,6 +16,7 @@ from typing import Any
 
 from decodecalc.derived import cdiv
 from decodecalc.errors import ConfigError
+from decodecalc.specs.gpus import GPUSpec
 from decodecalc.yamlio import load_yaml_file, safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
@@ -251,7 +252,7 @@ def packaged_profile(gpu_name: str) -> TimeProfile | None:
     return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)
 
 
-def datasheet_profile(gpu: Any) -> TimeProfile:
+def datasheet_profile(gpu: GPUSpec) -> TimeProfile:
     """Uncalibrated fallback: the H200's fitted latencies, overheads and occupancies, this GPU's SM count,
     and its datasheet bandwidth scaled by the share of the datasheet the H200 achieves."""
     base = _builtin_h200()
@@ -272,7 +273,7 @@ def _builtin_h200() -> TimeProfile:
     return prof
 
 
-def resolve_profile(gpu: Any, *, profile_path: Path | None = None) -> TimeProfile:
+def resolve_profile(gpu: GPUSpec, *, profile_path: Path | None = None) -> TimeProfile:
     """The profile for ``gpu`` (a GPUSpec): an explicit file, else the user's calibrated file,
     else the packaged one, else the uncalibrated datasheet fallback."""
     if profile_path is not None:

@@ -1,17 +1,47 @@
 """The work a launch does: :class:`KernelWork` (a histogram of loop trip counts per kernel) and
-:class:`LaunchWork`, built from a launcher's :class:`~decodecalc.launchers.base.LaunchPlan`."""
+:class:`LaunchWork`, built from a launcher's :class:`~decodecalc.launchers.base.LaunchPlan`.
+
+Every upstream rule used here (vLLM's BLOCK_M/BLOCK_Q, TILE_SIZE and segment early exit, SGLang's
+split count, split length and stage-1 blocking) is called from the launcher module that mirrors it
+(:mod:`decodecalc.launchers.vllm_unified`, :mod:`decodecalc.launchers.sglang_triton`); this module
+only turns those launches into loop trip counts and bytes.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
+from decodecalc.launchers import sglang_triton as sg
+from decodecalc.launchers import vllm_unified as vu
+from decodecalc.launchers.base import KernelKind, LaunchPlan
 from decodecalc.timemodel.profile import KERNEL_FAMILIES
+
+
+class WorkShape(Protocol):
+    """The per-rank shape the work functions read: a :class:`~decodecalc.workload.Workload`, or the
+    calibration :class:`~decodecalc.timemodel.fit.Shape`."""
+
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def seq_lens(self) -> tuple[int, ...]: ...
+    @property
+    def query_lens(self) -> tuple[int, ...]: ...
+    @property
+    def head_size(self) -> int: ...
+    @property
+    def head_size_v(self) -> int: ...
+    @property
+    def kv_bytes_per_element(self) -> int: ...
+    @property
+    def q_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,20 +83,21 @@ def _scaled(h: tuple[tuple[int, int], ...], k: int) -> tuple[tuple[int, int], ..
     return tuple((i, n * k) for i, n in h)
 
 
-def vllm_work(shape: Any, *, splits: int, use_3d: bool | None = None, tile: int | None = None,
+def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile: int | None = None,
               prefix: str = "vllm") -> LaunchWork:
     """vLLM 0.33 ``unified_attention``: 2D (splits=1) or 3D with ``splits`` segments.
 
-    Mirrors vllm/v1/attention/ops/triton_unified_attention.py (v0.33.0): BLOCK_M, BLOCK_Q,
-    total_num_q_blocks = T // BLOCK_Q + B, TILE 32 (2D) / 16 (3D, 16-bit query; 32 for fp8),
-    3D segment early exit (tiles_per_segment = cdiv(L, S * TILE)), reduce_segments (T, h).
+    The launch as :mod:`decodecalc.launchers.vllm_unified` models it: BLOCK_M / BLOCK_Q
+    (:func:`~decodecalc.launchers.vllm_unified.block_shape`), total_num_q_blocks = T // BLOCK_Q + B,
+    TILE_SIZE (:func:`~decodecalc.launchers.vllm_unified.get_tile_size`, no sliding window, unless
+    ``tile`` is given), the 3D segment early exit
+    (:func:`~decodecalc.launchers.vllm_unified.tiles_per_segment`, ``active_segments``) and
+    reduce_segments over (T, h).
     """
     if use_3d is None:
         use_3d = splits > 1
     h, h_kv = shape.num_heads, shape.num_kv_heads
-    qpk = h // h_kv
-    block_m = 16 if qpk <= 16 else next_power_of_2(qpk)
-    block_q = max(1, block_m // qpk)
+    _, block_q = vu.block_shape(h // h_kv)
     seq_lens, q_lens = tuple(shape.seq_lens), tuple(shape.query_lens)
     b = len(seq_lens)
     total_q_blocks = sum(q_lens) // block_q + b
@@ -75,19 +106,21 @@ def vllm_work(shape: Any, *, splits: int, use_3d: bool | None = None, tile: int 
     d, dv = shape.head_size, shape.head_size_v
     kvb = shape.kv_bytes_per_element
     kernel = "vllm" if prefix == "vllm" else "reference-vllm"
+    # an fp8 KV cache makes the layer quantize the query to fp8 (vllm_unified._query_element_size)
+    element_size = min(shape.q_bytes, kvb)
     if not use_3d:
-        tile = tile or 32
+        tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=True)
         iters = _hist(cdiv(L, tile) for L, nq in zip(seq_lens, working_q_blocks) for _ in range(nq))
         main = KernelWork(family=f"{prefix}_2d", iters=_scaled(iters, h_kv), bytes_per_iter=tile * (d + dv) * kvb,
                           idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d))
         return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D")
-    tile = tile or (16 if shape.q_bytes >= 2 and kvb >= 2 else 32)
+    tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=False)
     s = splits
     per: list[int] = []
     idle = idle_q * s
     for L, nq in zip(seq_lens, working_q_blocks):
-        tps = cdiv(L, s * tile)
-        active = cdiv(L, tps * tile)
+        tps = vu.tiles_per_segment(L, s, tile)
+        active = vu.active_segments(L, s, tile)
         last = cdiv(L - (active - 1) * tps * tile, tile)
         per.extend(([tps] * (active - 1) + [last]) * nq)
         idle += (s - active) * nq
@@ -99,32 +132,13 @@ def vllm_work(shape: Any, *, splits: int, use_3d: bool | None = None, tile: int 
     return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}")
 
 
-def sglang_splits_adaptive(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int, num_sms: int,
-                           max_kv_splits: int = 8) -> tuple[int, ...]:
-    """SGLang 0.5.23 ``get_num_kv_splits_triton`` (sglang/kernels/ops/attention/metadata.py)."""
-    import struct
-
-    lmax, lmin = max(seq_lens), min(seq_lens)
-    if lmax * 8 < lmin * 10:
-        lmin = lmax
-    m1 = min(cdiv(lmax, lmin), max_kv_splits)
-    c1 = cdiv(lmax, m1)
-    f32 = struct.unpack("f", struct.pack("f", float(lmax)))[0]
-    ext = int(num_sms * max(math.log2(f32 / 64.0), 1.0))
-    g = num_heads // num_kv_heads
-    b = len(seq_lens)
-    token_grid = b * num_heads if g == 1 else b * cdiv(num_heads, min(16, g))
-    m2 = min(cdiv(ext, token_grid), max_kv_splits)
-    c2 = cdiv(lmax, m2)
-    return tuple(max(cdiv(L, c1), cdiv(L, c2)) for L in seq_lens)
-
-
-def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
+def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
                 adaptive: bool = False, prefix: str = "sglang", mha: bool | None = None) -> LaunchWork:
-    """SGLang 0.5.23 ``decode_attention_fwd``: stage 1 (B, cdiv(h, min(16, g)), max_kv_splits) with
-    per-sequence split counts, split length rounded up to 32 (empty splits exit), stage 2 (B, h).
+    """SGLang 0.5.23 ``decode_attention_fwd``: stage 1 (B, head_tiles, max_kv_splits) with per-sequence
+    split counts, split length rounded up to 32 (empty splits exit), stage 2 (B, h); the rules are
+    :mod:`decodecalc.launchers.sglang_triton`'s (``kv_len_per_split``, ``head_tiles``, ``stage1_block_n``).
 
-    Stage 1 is one of two kernels: ``_fwd_grouped_kernel_stage1`` (GQA / MQA: BLOCK_H 16 query heads
+    Stage 1 is one of two kernels: ``_fwd_grouped_kernel_stage1`` (GQA / MQA: up to 16 query heads
     of one KV head per program, BLOCK_N 32 keys per iteration, ``tl.dot``; family ``sglang_stage1``)
     or, when num_heads == num_kv_heads (``mha``; from the shape when None), ``_fwd_kernel_stage1``
     (one query head per program, grid (B, h, max_kv_splits), BLOCK_N 64 keys of that head's K and V
@@ -134,21 +148,17 @@ def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int |
     n_i = tuple(splits) if not isinstance(splits, int) else (splits,) * len(seq_lens)
     max_s = max_kv_splits if max_kv_splits is not None else max(n_i)
     h, h_kv = shape.num_heads, shape.num_kv_heads
-    g = h // h_kv
     d, dv = shape.head_size, shape.head_size_v
     kvb = shape.kv_bytes_per_element
     if mha is None:
-        mha = g == 1
-    if g == 1:
-        block_n, head_progs = 64, h
-    else:
-        block_n, head_progs = 32, cdiv(h, min(16, g))
+        mha = sg.is_mha(h, h_kv)
+    block_n, head_progs = sg.stage1_block_n(h, h_kv), sg.head_tiles(h, h_kv)
     stage1_family = f"{prefix}_mha_stage1" if mha and prefix == "sglang" else f"{prefix}_stage1"
     per: list[int] = []
     idle = 0
     nonempty_per_seq: list[int] = []
     for L, n in zip(seq_lens, n_i):
-        kvps = 32 * cdiv(cdiv(L, n), 32)
+        kvps = sg.kv_len_per_split(L, n)
         ne = cdiv(L, kvps)
         nonempty_per_seq.append(ne)
         for s in range(ne):
@@ -167,52 +177,37 @@ def sglang_work(shape: Any, *, splits: int | Sequence[int], max_kv_splits: int |
 # --------------------------------------------------------------------------------------------
 # from a launch plan
 
-
-def _plan_splits(plan: Any) -> tuple[int, bool | None, tuple[int, ...] | None]:
-    """(split count, 3D?, per-sequence splits) read off a LaunchPlan, whatever system built it."""
-    splits = tuple(getattr(plan, "splits", ()) or (1,))
-    main = plan.kernels[0] if getattr(plan, "kernels", ()) else None
-    use_3d: bool | None = None
-    if main is not None:
-        cx = dict(getattr(main, "constexprs", {}) or {})
-        if "IS_3D" in cx:
-            use_3d = bool(cx["IS_3D"])
-        elif "unified" in main.name:
-            use_3d = len(main.grid) == 3
-    return max(splits), use_3d, splits
+_VLLM_KINDS = frozenset({KernelKind.VLLM_UNIFIED_2D, KernelKind.VLLM_UNIFIED_3D, KernelKind.VLLM_REDUCE_SEGMENTS})
+_SGLANG_STAGE1 = frozenset({KernelKind.SGLANG_GROUPED_STAGE1, KernelKind.SGLANG_MHA_STAGE1})
+_SGLANG_KINDS = _SGLANG_STAGE1 | {KernelKind.SGLANG_STAGE2}
 
 
-def work_for_plan(plan: Any, workload: Any, kernel: str) -> LaunchWork:
-    """The work of a LaunchPlan of vLLM's or SGLang's launcher; ``kernel`` says whose kernels run it:
-    vllm, sglang, or reference (decodecalc's own kernels in the plan's layout; also reference-vllm /
-    reference-sglang)."""
-    s, use_3d, per_seq = _plan_splits(plan)
-    names = [k.name for k in getattr(plan, "kernels", ())]
+def work_for_plan(plan: LaunchPlan, workload: WorkShape, kernel: str) -> LaunchWork:
+    """The work of a LaunchPlan of vLLM's or SGLang's launcher (read from the kinds the launcher set on
+    its kernels); ``kernel`` says whose kernels run it: vllm, sglang, or reference (decodecalc's own
+    kernels in the plan's layout; also reference-vllm / reference-sglang)."""
+    kinds = {k.kind for k in plan.kernels}
     if kernel == "reference":
-        system = str(getattr(plan, "system", ""))
-        kernel = "reference-vllm" if system.startswith("vllm") or any("unified" in n for n in names) else "reference-sglang"
-    if kernel in ("vllm", "reference-vllm"):
+        kernel = "reference-vllm" if kinds & _VLLM_KINDS else "reference-sglang"
+    if kernel in ("vllm", "reference-vllm") and kinds & _VLLM_KINDS:
         prefix = "vllm" if kernel == "vllm" else "ref_vllm"
-        cx = dict(plan.kernels[0].constexprs or {}) if names else {}
-        tile = int(cx["TILE_SIZE"]) if cx.get("TILE_SIZE") else None
-        if use_3d:
-            seg = int(cx.get("NUM_SEGMENTS_PER_SEQ", s))
+        main = next(k for k in plan.kernels if k.kind in (KernelKind.VLLM_UNIFIED_2D, KernelKind.VLLM_UNIFIED_3D))
+        tile = int(main.constexprs["TILE_SIZE"]) if main.constexprs.get("TILE_SIZE") else None
+        if main.kind is KernelKind.VLLM_UNIFIED_3D:
+            seg = int(main.constexprs.get("NUM_SEGMENTS_PER_SEQ", max(plan.splits or (1,))))
             return vllm_work(workload, splits=seg, use_3d=True, tile=tile, prefix=prefix)
         return vllm_work(workload, splits=1, use_3d=False, tile=tile, prefix=prefix)
-    if kernel in ("sglang", "reference-sglang"):
-        adaptive = any(n.startswith("get_num_kv_splits") for n in names) or \
-            str(dict(getattr(plan, "details", {}) or {}).get("mode", "")) == "adaptive"
-        max_s = None
-        for k in plan.kernels:
-            if "stage1" in k.name and len(k.grid) == 3:
-                max_s = k.grid[2]
-        seq = per_seq if per_seq and len(per_seq) == len(workload.seq_lens) else (s,)
-        # which stage-1 kernel the launch runs: SGLang's MHA kernel or its grouped one (else: from the heads)
-        mha = True if "_fwd_kernel_stage1" in names else False if "_fwd_grouped_kernel_stage1" in names else None
-        lw = sglang_work(workload, splits=seq if len(seq) > 1 else seq[0], max_kv_splits=max_s, adaptive=adaptive,
-                         prefix="sglang" if kernel == "sglang" else "ref_sglang", mha=mha)
+    if kernel in ("sglang", "reference-sglang") and kinds & _SGLANG_KINDS:
+        stage1 = next((k for k in plan.kernels if k.kind in _SGLANG_STAGE1), None)
+        max_s = stage1.grid[2] if stage1 is not None and len(stage1.grid) == 3 else None
+        per_seq = tuple(plan.splits or (1,))
+        seq = per_seq if len(per_seq) == len(workload.seq_lens) else (max(per_seq),)
+        mha = None if stage1 is None else stage1.kind is KernelKind.SGLANG_MHA_STAGE1
+        lw = sglang_work(workload, splits=seq if len(seq) > 1 else seq[0], max_kv_splits=max_s,
+                         adaptive=plan.aux_launches > 0, prefix="sglang" if kernel == "sglang" else "ref_sglang",
+                         mha=mha)
         if kernel == "reference-sglang":  # run_grouped always launches its split-count kernel
             lw = dataclasses.replace(lw, extra_launches=1)
         return lw
-    raise ConfigError(f"no time model for kernel {kernel!r}; known: vllm, sglang, reference, "
-                      f"{', '.join(k for k in KERNEL_FAMILIES if k.startswith('reference'))}")
+    raise ConfigError(f"no time model for kernel {kernel!r} on a {plan.system} launch; known: vllm, sglang, "
+                      f"reference, {', '.join(k for k in KERNEL_FAMILIES if k.startswith('reference'))}")
