@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import ConfigError
-from decodecalc.specs.models import ModelConfig, _json_load
+from decodecalc.specs.model_config import ModelConfig
+from decodecalc.yamlio import load_json_file
 
 # torch dtype names (``torch_dtype`` in older files, ``dtype`` since transformers 4.56) -> ours.
 # float32 checkpoints (google/gemma-2-9b ships one) are downcast to a 16-bit type by the
@@ -42,8 +43,13 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
         "head_dim": 256,
         "sliding_window": 4096,
         "sliding_window_pattern": 6,
+        "max_position_embeddings": 131072,
     },
 }
+
+# sglang 0.5.23 python/sglang/srt/utils/hf_transformers/common.py L668-674 (CONTEXT_LENGTH_KEYS)
+_CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                        "max_position_embeddings")
 
 
 def hf_cache_dir() -> Path:
@@ -68,9 +74,9 @@ def find_in_hf_cache(repo_id: str) -> Path | None:
         return None
     ref = repo_dir / "refs" / "main"
     if ref.is_file():
-        revision = ref.read_text().strip()
+        revision = ref.read_text(errors="replace").strip()[:200]
         candidate = snapshots / revision / "config.json"
-        if revision and candidate.is_file():  # is_file follows the snapshot -> blob symlink
+        if revision.isalnum() and candidate.is_file():  # is_file follows the snapshot -> blob symlink
             return candidate
     found = [p for p in snapshots.glob("*/config.json") if p.is_file()]
     if not found:
@@ -83,7 +89,7 @@ def load_hf_config(path: Path, name: str | None = None) -> ModelConfig:
     """Attention shape of a Hugging Face ``config.json``; ``name`` defaults to the repo id or folder."""
     path = Path(path)
     origin = str(path)
-    data = _json_load(path)
+    data = load_json_file(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: expected a JSON object, got {type(data).__name__}")
 
@@ -100,6 +106,8 @@ def load_hf_config(path: Path, name: str | None = None) -> ModelConfig:
     model_type = cfg.get("model_type") or (
         str(data.get("model_type", "")) + ("_text" if text is not None else "")
     )
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{origin}: field {prefix + 'model_type'!r} must be a string, got {type(model_type).__name__}")
     cfg = _MODEL_TYPE_DEFAULTS.get(model_type, {}) | cfg
 
     def opt(key: str, minimum: int = 1) -> int | None:
@@ -161,10 +169,30 @@ def load_hf_config(path: Path, name: str | None = None) -> ModelConfig:
             sliding_window=window,
             sliding_window_pattern=pattern,
             dtype=_dtype(cfg, origin, prefix),
+            context_length=_context_length(cfg),
             **kwargs,
         )
     except ConfigError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
+
+
+def _context_length(cfg: dict[str, Any]) -> int | None:
+    """SGLang's ``get_context_length`` (common.py L677-694): the first context key, times the rope
+    scaling factor unless rope_scaling names original_max_position_embeddings or is llama3."""
+    rope = cfg.get("rope_scaling")
+    factor: Any = 1
+    if isinstance(rope, dict) and rope:
+        factor = rope.get("factor", 1)
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in _CONTEXT_LENGTH_KEYS:
+        value = cfg.get(key)
+        if value is not None:
+            if not isinstance(value, int | float) or isinstance(value, bool) or not isinstance(factor, int | float):
+                return None
+            length = int(factor * value)
+            return length if length > 0 else None
+    return None  # SGLang falls back to 2048; decodecalc then sizes from the batch (see sglang_triton)
 
 
 def _sliding_window(
@@ -182,19 +210,30 @@ def _sliding_window(
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
             raise ConfigError(f"{origin}: field {prefix + 'layer_types'!r} must list one type per layer ({num_layers})")
         field = "layer_types"
-        sliding = [t == "sliding_attention" for t in layer_types]
+        sliding = [t == "sliding_attention" for t in layer_types]  # bounded by the file size limit
     elif cfg.get("use_sliding_window") is True and "max_window_layers" in cfg:
-        field = "max_window_layers"
-        first = req(field, 0)  # Qwen2: layers from this index on use the window
-        sliding = [i >= first for i in range(num_layers)]
+        # Qwen2: layers from this index on use the window; closed form, no per-layer list
+        first = req("max_window_layers", 0)
+        if first >= num_layers:
+            return None, None
+        if first == 0:
+            return window, None
+        raise ConfigError(
+            f"{origin}: field {prefix + 'max_window_layers'!r} ({first}) makes the first layers global and the "
+            f"rest windowed, a layout decodecalc cannot represent (it models 'every n-th layer global')"
+        )
     else:
-        field = "sliding_window_pattern"
-        pattern = opt(field)
+        pattern = opt("sliding_window_pattern")
         if pattern is None and cfg.get("model_type") == "gemma2":
             pattern = 2  # transformers Gemma2: even layers windowed, odd layers global
         if pattern is None:
             return window, None  # Mistral-7B-v0.1, Phi-3: the window applies to every layer
-        sliding = [(i + 1) % pattern != 0 for i in range(num_layers)]
+        # layer i is windowed when (i + 1) % pattern != 0: closed form, whatever num_layers is
+        if pattern == 1:
+            return None, None
+        if pattern > num_layers:
+            return window, None
+        return window, pattern
     if not any(sliding):
         return None, None
     if all(sliding):

@@ -156,7 +156,10 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 max_programs_per_sm=_int(raw["max_programs_per_sm"], f"{name}.max_programs_per_sm"),
                 occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
             )
-        fit = dict(data.get("fit") or {})
+        fit_raw = data.get("fit") or {}
+        if not isinstance(fit_raw, Mapping):
+            raise ConfigError(f"'fit' must be a mapping, got {type(fit_raw).__name__}")
+        fit = dict(fit_raw)
         borrowed = [new for new, old in FAMILY_FALLBACKS.items() if new not in fams and old in fams]
         for new in borrowed:  # an older profile: the new family borrows its parent's numbers, uncalibrated
             fams[new] = fams[FAMILY_FALLBACKS[new]]
@@ -188,9 +191,16 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
     return prof
 
 
+#: every profile number is a time (s), a bandwidth (B/s) or a count: never negative, never absurd
+_MAX_PROFILE_NUMBER = 1e18
+_MAX_PROFILE_INT = 1_000_000
+
+
 def _num(v: Any, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ConfigError(f"{name} must be a number, got {v!r}")
+        raise ConfigError(f"field {name!r} must be a number, got {v!r}")
+    if not 0 <= v <= _MAX_PROFILE_NUMBER:
+        raise ConfigError(f"field {name!r} is {v!r}; supported: 0 to {_MAX_PROFILE_NUMBER:g}")
     return float(v)
 
 
@@ -209,7 +219,9 @@ def _occ_map(v: Any, name: str) -> tuple[tuple[int, int], ...]:
 
 def _int(v: Any, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(f"{name} must be an integer, got {v!r}")
+        raise ConfigError(f"field {name!r} must be an integer, got {v!r}")
+    if not 1 <= v <= _MAX_PROFILE_INT:
+        raise ConfigError(f"field {name!r} is {v}; supported: 1 to {_MAX_PROFILE_INT:,}")
     return v
 
 
