@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, UnsupportedError
-from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, SweepRow
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -70,20 +71,30 @@ class AdaptiveSplitRule:
     kv_chunk_size_2: int  # cdiv(Lmax, min(cdiv(ext, token_grid), max_kv_splits))
 
     def num_kv_splits(self, seq_len: int) -> int:
-        """``max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))`` (L53-55)."""
-        return max(cdiv(seq_len, self.kv_chunk_size_1), cdiv(seq_len, self.kv_chunk_size_2))
+        return splits_from_chunks(seq_len, self.kv_chunk_size_1, self.kv_chunk_size_2)
+
+
+def kv_chunk_sizes(max_seq_len: int, min_seq_len: int, ext_core_count: int, grid: int,
+                   max_kv_splits: int) -> tuple[int, int, int]:
+    """(Lmin used, kv_chunk_size_1, kv_chunk_size_2) of ``get_num_kv_splits_triton`` (metadata.py L21-51)
+    from its batch statistics (``ext_core_count``: :func:`ext_device_core_count` of Lmax; ``grid``:
+    :func:`token_grid` of the batch). With :func:`splits_from_chunks`, SGLang's split-count rule:
+    the one copy every caller uses."""
+    lmin = max_seq_len if max_seq_len * 8 < min_seq_len * 10 else min_seq_len  # "uniform enough": Lmax < 1.25 Lmin
+    return (lmin, cdiv(max_seq_len, min(cdiv(max_seq_len, lmin), max_kv_splits)),
+            cdiv(max_seq_len, min(cdiv(ext_core_count, grid), max_kv_splits)))
+
+
+def splits_from_chunks(seq_len: int, kv_chunk_size_1: int, kv_chunk_size_2: int) -> int:
+    """``max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))`` (metadata.py L53-55)."""
+    return max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))
 
 
 def adaptive_split_rule(max_seq_len: int, min_seq_len: int, *, ext_core_count: int, grid: int,
                         max_kv_splits: int) -> AdaptiveSplitRule:
-    """SGLang's split-count rule from its batch statistics (``ext_core_count``: :func:`ext_device_core_count`
-    of Lmax; ``grid``: :func:`token_grid` of the batch). The one copy every caller uses."""
-    lmin = max_seq_len if max_seq_len * 8 < min_seq_len * 10 else min_seq_len  # "uniform enough": Lmax < 1.25 Lmin
-    max_kv_splits_1 = min(cdiv(max_seq_len, lmin), max_kv_splits)
-    max_kv_splits_2 = min(cdiv(ext_core_count, grid), max_kv_splits)
+    lmin, c1, c2 = kv_chunk_sizes(max_seq_len, min_seq_len, ext_core_count, grid, max_kv_splits)
     return AdaptiveSplitRule(min_seq_len_used=lmin, ext_device_core_count=ext_core_count, token_grid=grid,
-                             kv_chunk_size_1=cdiv(max_seq_len, max_kv_splits_1),
-                             kv_chunk_size_2=cdiv(max_seq_len, max_kv_splits_2))
+                             kv_chunk_size_1=c1, kv_chunk_size_2=c2)
 
 
 def split_rule_for(seq_lens: tuple[int, ...], *, num_head: int, num_kv_head: int, device_core_count: int,
@@ -107,6 +118,11 @@ def get_num_kv_splits(
     rule = split_rule_for(tuple(seq_lens), num_head=num_head, num_kv_head=num_kv_head,
                           device_core_count=device_core_count, max_kv_splits=max_kv_splits, num_group=num_group)
     return tuple(rule.num_kv_splits(s) for s in seq_lens)
+
+
+def deterministic_splits(seq_len: int, split_tile_size: int) -> int:
+    """Deterministic inference: ``cdiv(seq_len, split_tile_size)`` splits (triton_backend.py L453-462)."""
+    return cdiv(seq_len, split_tile_size)
 
 
 def kv_len_per_split(seq_len: int, num_kv_splits: int) -> int:
@@ -204,7 +220,11 @@ def resolve_max_kv_splits(work: Workload, gpu: GPUSpec, settings: SglangSettings
     ex.add("max_kv_splits_arg", base, "user if user is not None else (16 if rocm else 8)  (--triton-attention-num-kv-splits)",
            src("python/sglang/srt/arg_groups/fields/exec_.py", "L413-416"), user=settings.max_kv_splits,
            rocm=gpu.is_rocm)
-    context_len = settings.context_len or work.max_seqlen_k
+    context_len = ex.add(
+        "context_len", settings.context_len or work.model.context_length or work.max_seqlen_k,
+        "user if user is not None else (context_length if context_length is not None else Lmax)  (--context-length)",
+        src("python/sglang/srt/configs/model_config.py", "L1291-1326; triton_backend.py L313"),
+        user=settings.context_len, context_length=work.model.context_length, Lmax=work.max_seqlen_k)
     tile = settings.split_tile_size or (DETERMINISTIC_SPLIT_TILE_SIZE if settings.deterministic else None)
     if tile is not None:
         value = cdiv(context_len, tile)
@@ -242,7 +262,7 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
     b = len(seq_lens)
     if settings.deterministic:
         tile = settings.split_tile_size or DETERMINISTIC_SPLIT_TILE_SIZE
-        splits = tuple(cdiv(s, tile) for s in seq_lens)
+        splits = tuple(deterministic_splits(s, tile) for s in seq_lens)
         mode = "deterministic"
         ex.add("num_kv_splits", _compact(splits), "cdiv(seq_len, split_tile_size)", src(_BACKEND, "L453-462"),
                split_tile_size=tile)
@@ -329,6 +349,51 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
     return SglangPlan(plan=plan, max_kv_splits=maxs, num_kv_splits=splits[:real], nonempty_splits=nonempty[:real],
                       kv_len_per_split=kvps[:real], stage1_grid=grid1, stage2_grid=grid2, mode=mode,
                       padded_rows=padded_rows, window_kv_lens=window_lens[:real] if window_lens else None)
+
+
+def sweep_rows(workload: Callable[[int, int], Workload], gpu: GPUSpec, settings: SglangSettings,
+               batches: Sequence[int], lens: Sequence[int]) -> Iterator[SweepRow]:
+    """The sweep's fast path for uniform decode batches, one row per batch size: ``Lmin == Lmax``, so the
+    split count needs :func:`ext_device_core_count` once per length and :func:`token_grid` once per batch;
+    split lengths are cached per (length, split count). ``workload(batch, seq_len)``."""
+    w1 = workload(1, lens[0])
+    h, h_kv = w1.num_heads, w1.num_kv_heads
+    ht = head_tiles(h, h_kv)
+    depends_on_len = w1.model.is_mla or settings.deterministic or settings.split_tile_size is not None
+    if depends_on_len and settings.context_len is None:
+        maxs_l = [resolve_max_kv_splits(workload(1, L), gpu, settings, Explain()) for L in lens]
+    else:
+        maxs_l = [resolve_max_kv_splits(w1, gpu, settings, Explain())] * len(lens)
+    cache: dict[tuple[int, int], tuple[int, int, int]] = {}
+
+    def split_info(L: int, n: int) -> tuple[int, int, int]:
+        r = cache.get((L, n))
+        if r is None:
+            k = kv_len_per_split(L, n)
+            r = cache[(L, n)] = (n, cdiv(L, k), k)
+        return r
+
+    fixed: list[tuple[int, int, int]] | None = None
+    if settings.deterministic:
+        tile = settings.split_tile_size or DETERMINISTIC_SPLIT_TILE_SIZE
+        fixed = [split_info(L, deterministic_splits(L, tile)) for L in lens]
+    elif settings.static_kv_splits or gpu.num_sms <= 0:
+        fixed = [split_info(L, m) for L, m in zip(lens, maxs_l)]
+    ext_l = [ext_device_core_count(L, gpu.num_sms) for L in lens] if fixed is None else []
+    for b in batches:
+        if fixed is not None:
+            info = fixed
+        else:
+            tg = token_grid(b, h, h_kv)
+            info = []
+            for L, ext, maxs in zip(lens, ext_l, maxs_l):
+                _, c1, c2 = kv_chunk_sizes(L, L, ext, tg, maxs)
+                info.append(split_info(L, splits_from_chunks(L, c1, c2)))
+        ne = [r[1] for r in info]
+        c = b * ht
+        yield SweepRow(region=["split" if x > 1 else "no split" for x in ne], splits=[r[0] for r in info],
+                       nonempty_splits=ne, tokens_per_split=[r[2] for r in info], programs=[c * m for m in maxs_l],
+                       working_programs=[c * x for x in ne])
 
 
 CUDA_GRAPH_BS_SOURCE = ("sglang python/sglang/srt/server_args.py _generate_cuda_graph_batch_sizes "
