@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-Number = int | float
-
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division, as Triton's ``cdiv`` / vLLM's ``cdiv_fn`` / CUDA's DIVIDE_ROUND_UP."""

@@ -29,13 +29,14 @@ import math
 
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
 AITER_COMMIT = "e4048607"
 SRC = f"aiter@{AITER_COMMIT} aiter/ops/triton/attention/unified_attention.py"
+MAX_SEQLEN_K_2D = 512  # use_2d_kernel L284-304: short sequences take the 2D kernel
 SRC_KERN = f"aiter@{AITER_COMMIT} aiter/ops/triton/_triton_kernels/attention/unified_attention.py L552-555, L898-902"
 
 
@@ -46,6 +47,12 @@ def block_shape(num_queries_per_kv: int) -> tuple[int, int]:
     BLOCK_M is 16 up to 16 query heads per KV head, else their next power of 2."""
     block_m = next_power_of_2(num_queries_per_kv) if num_queries_per_kv > 16 else 16
     return block_m, block_m // num_queries_per_kv
+
+
+def tile_size(block_size: int) -> int:
+    """``TILE_SIZE = min(64, np2(block_size))`` (select_3d_config L219); decodecalc uses it for the all-decode
+    2D launch as well."""
+    return min(64, next_power_of_2(block_size))
 
 
 def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform: bool = True) -> LaunchPlan:
@@ -78,13 +85,13 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         use_2d = True
         rule = "head_size >= 512 and not all_decode"
     else:
-        use_2d = window or maxL <= 512 or num_2d > target
+        use_2d = window or maxL <= MAX_SEQLEN_K_2D or num_2d > target
         rule = "sliding_window > 0 or max_seqlen_k <= 512 or num_2d_prgms > target_num_prgms"
     ex.add("use_2d_kernel", use_2d, rule, f"{SRC} L284-304", max_seqlen_k=maxL, num_2d_prgms=num_2d,
            target_num_prgms=target)
     fp8 = w.dtype.startswith("fp8") and w.kv_cache_dtype.startswith("fp8")  # q is never fp8 in a Workload
     if use_2d:
-        tile = min(64, next_power_of_2(w.block_size)) if all_decode else 64
+        tile = tile_size(w.block_size) if all_decode else 64
         kernels = (KernelLaunch(name="kernel_unified_attention_2d", grid=(h_kv, q_blocks),
                                 working_programs=h_kv * sum(cdiv(q, BLOCK_Q) for q in w.query_lens),
                                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_Q": BLOCK_Q, "TILE_SIZE": tile}),)
@@ -104,7 +111,7 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         attn_warps = 4 if (d >= 512 and not rdna) else 2
         occ = 2 * 4 // attn_warps
         target_occ = target * occ
-        tile = min(64, next_power_of_2(w.block_size))
+        tile = tile_size(w.block_size)
         max_seg = min(128, math.ceil(maxL / tile))
         min_seg = min(16 if (d >= 512 and not rdna) else 8, max_seg)
         S = math.ceil(target_occ / num_2d)
@@ -136,3 +143,16 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         partial_state_bytes=T * h * per, partial_state_bytes_used=used, scratch_bytes=T * h * per,
         explain=ex.items(), details={"path": "3D", "arch": arch, "NUM_SEGMENTS": S, "TILE_SIZE": tile, "source": SRC},
     )
+
+
+def length_key(w: Workload) -> LengthKey:
+    """For the sweep: a uniform decode batch's launch depends on the length through its tile count and
+    the 2D rule's length limit; the 3D split length is tiles_per_segment * TILE_SIZE."""
+    tile = tile_size(w.block_size)
+
+    def tokens_per_split(p: LaunchPlan, L: int) -> int:
+        if p.details.get("path") != "3D":
+            return L
+        S, t = p.details["NUM_SEGMENTS"], p.details["TILE_SIZE"]
+        return min(cdiv(L, S * t) * t, L)
+    return LengthKey(lambda L: (cdiv(L, tile), L <= MAX_SEQLEN_K_2D), tokens_per_split)

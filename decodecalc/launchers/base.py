@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -73,3 +74,32 @@ class LaunchPlan:
     @property
     def grid(self) -> tuple[int, ...]:
         return self.main.grid
+
+
+# --------------------------------------------------------------------------------------------
+# what a launcher gives the sweep engine (decodecalc.reports.sweep) for uniform decode batches
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRow:
+    """One batch size of a uniform decode batch over the sweep's lengths: one value per length.
+
+    A launcher's fast path (``sweep_rows``) yields these without a full LaunchPlan per point; lists
+    may be shared between rows (the sweep's CSV writer caches their text by identity)."""
+
+    region: list[str]
+    splits: list[int]
+    nonempty_splits: list[int]
+    tokens_per_split: list[int]
+    programs: list[int]
+    working_programs: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class LengthKey:
+    """For a launcher whose uniform-batch launch depends on the length only through ``key(L)`` (a block or
+    partition count, plus the thresholds the launcher tests): the sweep plans once per (batch, key) and
+    recomputes the split length per length with ``tokens_per_split(plan, L)``."""
+
+    key: Callable[[int], Hashable]
+    tokens_per_split: Callable[[LaunchPlan, int], int]

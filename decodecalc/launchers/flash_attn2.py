@@ -18,7 +18,7 @@ import struct
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -169,3 +169,10 @@ def plan_flash_attn2(
         details={"paged_kv": paged, "seqlenq_ngroups_swapped": swapped, "kBlockN": bN, "num_n_blocks": n_blocks,
                  "n_blocks_per_split": n_blocks_per_split, "entry": entry, "source": SRC_API},
     )
+
+
+def length_key(w: Workload) -> LengthKey:
+    """For the sweep: a uniform batch's launch depends on the length only through its kBlockN block count."""
+    bN = block_n(w.head_size)
+    return LengthKey(lambda L: cdiv(L, bN),
+                     lambda p, L: min(p.details["n_blocks_per_split"] * bN, L) if p.splits[0] > 1 else L)

@@ -12,9 +12,11 @@ Also home of the small checks every launcher module shares (decode-only, platfor
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, SweepRow
 from decodecalc.launchers.vllm_unified import block_shape
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -120,3 +122,22 @@ def plan_flashdecoding(w: Workload, gpu: GPUSpec, *, num_splits: int | None = No
         scratch_bytes=rows * per, explain=ex.items(),
         details={"S_star": S, "G_2D": G_2D, "source": SOURCE},
     )
+
+
+def sweep_rows(workload: Callable[[int, int], Workload], gpu: GPUSpec, batches: Sequence[int],
+               lens: Sequence[int]) -> Iterator[SweepRow]:
+    """The sweep's fast path for uniform decode batches: S* once per batch size, equal slices per length."""
+    w1 = workload(1, lens[0])
+    if w1.model.is_mla:
+        raise UnsupportedError("FlashDecoding (S*) does not serve MLA models")
+    _, block_q = block_shape(w1.group_size)
+    h_kv = w1.num_kv_heads
+    n = len(lens)
+    for b in batches:
+        q_blocks = b // block_q + b  # (T // BLOCK_Q + B) with one query token per sequence
+        S = first_wave_splits(gpu.num_sms, q_blocks * h_kv)
+        sl = [cdiv(L, S) for L in lens]
+        ne = [cdiv(L, x) for L, x in zip(lens, sl)]
+        yield SweepRow(region=["split" if S > 1 else "no split"] * n, splits=[S] * n, nonempty_splits=ne,
+                       tokens_per_split=sl, programs=[q_blocks * h_kv * S] * n,
+                       working_programs=[b * h_kv * x for x in ne])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -273,3 +273,14 @@ def plan_flashinfer_tc(
                  "new_batch_size": new_bs, "cta_tile_q": cta_tile_q, "cuda_graph": cuda_graph,
                  "fixed_split_size": fixed_split_size, "disable_split_kv": disable_split_kv, "source": SRC_SCHED},
     )
+
+
+def length_key(w: Workload) -> LengthKey:
+    """For the sweep (CUDA-core and tensor-core plans): a uniform batch's launch depends on the length only
+    through its page count; the split length is the chunk of pages when the KV is split."""
+    page = w.block_size
+
+    def tokens_per_split(p: LaunchPlan, L: int) -> int:
+        chunk = p.details.get("kv_chunk_size_in_pages")
+        return min(chunk * page, L) if (p.details.get("split_kv") and chunk) else L
+    return LengthKey(lambda L: cdiv(L, page), tokens_per_split)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -25,7 +25,6 @@ from decodecalc.workload import Workload
 MLA_COMMIT = "9241ae3e"
 SRC_API = f"FlashMLA@{MLA_COMMIT} csrc/api/dense_decode.h"
 SRC_SCHED = f"FlashMLA@{MLA_COMMIT} csrc/smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.cu"
-SRC_MAIN = f"FlashMLA@{MLA_COMMIT} csrc/sm90/decode/dense/splitkv_mla.cuh L1344"
 SRC_COMBINE = f"FlashMLA@{MLA_COMMIT} csrc/smxx/decode/combine/combine.cu L203"
 
 # get_decoding_sched_meta.cu (SRC_SCHED): 64-token blocks, and each request costs 5 blocks of fixed
@@ -118,3 +117,9 @@ def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> 
         details={"num_sm_parts": parts, "blocks_per_split": [tuple(p) for p in pieces], "busy_parts": busy,
                  "note": "kernel page size is 64 (FlashMLA requires it; engines set it)", "source": SRC_SCHED},
     )
+
+
+def length_key(w: Workload) -> LengthKey:
+    """For the sweep: the schedule depends on the length only through its block_size_n block count."""
+    return LengthKey(lambda L: cdiv(L, block_size_n),
+                     lambda p, L: min(max(p.details["blocks_per_split"][0]) * block_size_n, L))

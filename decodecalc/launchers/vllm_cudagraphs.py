@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from decodecalc.derived import cdiv
 
 SOURCE_SIZES = "vllm 0.33.0 vllm/config/vllm.py::_set_cudagraph_sizes L2398-2656"
-SOURCE_V1_ROUND = "vllm 0.33.0 vllm/config/compilation.py::adjust_cudagraph_sizes_for_spec_decode L1537-1565"
 SOURCE_DISPATCH = "vllm 0.33.0 vllm/v1/worker/gpu/cudagraph_utils.py L319-394"
 SOURCE_SNAP = "vllm 0.33.0 vllm/v1/attention/backends/triton_attn.py L121-149"
 
@@ -72,7 +71,8 @@ def capture_sizes(
 
 
 def round_sizes_for_spec_decode(sizes: tuple[int, ...], q: int) -> tuple[int, ...]:
-    """Model runner V1 with FULL decode graphs and q > 1: sizes rounded up to multiples of q."""
+    """Model runner V1 with FULL decode graphs and q > 1: sizes rounded up to multiples of q
+    (vllm 0.33.0 vllm/config/compilation.py::adjust_cudagraph_sizes_for_spec_decode L1537-1565)."""
     if q <= 1 or not sizes:
         return sizes
     top = max(sizes)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -102,3 +102,9 @@ def plan_vllm_paged_attention(
         partial_state_bytes=allocated, partial_state_bytes_used=used, scratch_bytes=allocated,
         explain=ex.items(), details={"version": "v2", "max_num_partitions": P, "source": SRC_V2},
     )
+
+
+def length_key(w: Workload) -> LengthKey:
+    """For the sweep: the launch depends on the length through its partition count and the v1 length limit."""
+    return LengthKey(lambda L: (cdiv(L, _PARTITION_SIZE), L <= V1_MAX_SEQ_LEN),
+                     lambda p, L: L if p.details.get("version") == "v1" else min(_PARTITION_SIZE, L))

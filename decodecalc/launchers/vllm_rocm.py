@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import layer_window, require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -113,3 +113,10 @@ def plan_vllm_rocm(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_plat
         scratch_bytes=allocated, explain=ex.items(),
         details={"kernel": kernel, "max_num_partitions": P, "npar_loops": npar_loops, "source": SRC_LAUNCH},
     )
+
+
+def length_key(w: Workload) -> LengthKey:
+    """For the sweep: the launch depends on the length through its partition count, whether there is more
+    than one partition, and the 128 K limit."""
+    return LengthKey(lambda L: (cdiv(L, PARTITION_SIZE), L > PARTITION_SIZE, L > MAX_SEQ_LEN),
+                     lambda p, L: min(PARTITION_SIZE, L))

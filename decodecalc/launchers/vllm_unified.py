@@ -14,12 +14,13 @@ v0.11.0 (``2D iff max_seqlen_q > 1 or total_num_q_blocks * h_kv > 128``, L750, s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from decodecalc.derived import Explain, cdiv, next_power_of_2
+from decodecalc.derived import Explain, cdiv, next_power_of_2, prod
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import vllm_cudagraphs as cg
-from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, SweepRow
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -589,3 +590,32 @@ def window_segments(seq_len: int, query_len: int, segments: int, tile: int, wind
         return act
     tps = tiles_per_segment(seq_len, segments, tile)
     return sum(1 for s in range(act) if (s + 1) * tps > start)
+
+
+def sweep_rows(workload: Callable[[int, int], Workload], gpu: GPUSpec, settings: VllmSettings,
+               batches: Sequence[int], lens: Sequence[int]) -> Iterator[SweepRow]:
+    """The sweep's fast path for uniform decode batches on global layers, one row per batch size.
+
+    The 2D/3D choice, grid and tile depend on the batch only (``seq_threshold_3D`` counts sequences),
+    so :func:`plan_vllm` runs once per batch size (with CUDA-graph padding: the launch that replays) and
+    the active segments once per (segments, tile) over all lengths. ``workload(batch, seq_len)``."""
+    seg_cache: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    n = len(lens)
+    for b in batches:
+        w = workload(b, lens[0])
+        vp = plan_vllm(w, gpu, settings, layer="global")
+        la = vp.replay.launch if vp.replay is not None else vp.launch
+        programs = [prod(la.grid)] * n
+        c = b * w.num_kv_heads
+        if la.use_3d:
+            S, tile = la.num_segments, la.tile_size
+            cached = seg_cache.get((S, tile))
+            if cached is None:
+                cached = seg_cache[(S, tile)] = ([active_segments(L, S, tile) for L in lens],
+                                                 [tiles_per_segment(L, S, tile) * tile for L in lens])
+            act, tokens = cached
+            yield SweepRow(region=["3D"] * n, splits=[S] * n, nonempty_splits=act, tokens_per_split=tokens,
+                           programs=programs, working_programs=[c * a for a in act])
+        else:
+            yield SweepRow(region=["2D"] * n, splits=[1] * n, nonempty_splits=[1] * n, tokens_per_split=list(lens),
+                           programs=programs, working_programs=[c] * n)

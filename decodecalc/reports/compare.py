@@ -13,8 +13,9 @@ the full HBM bandwidth). That is a ranking proxy, documented as such, not a meas
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from decodecalc.launchers import (
     vllm_rocm,
     vllm_unified,
 )
-from decodecalc.launchers.base import LaunchPlan
+from decodecalc.launchers.base import LaunchPlan, LengthKey, SweepRow
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -56,6 +57,11 @@ class PolicyOptions:
         return self.vllm.batch_invariant
 
 
+#: (workload(batch, seq_len), gpu, options, batches, lengths) -> one SweepRow per batch size
+SweepRowsFn = Callable[[Callable[[int, int], Workload], GPUSpec, "PolicyOptions", Sequence[int], Sequence[int]],
+                       Iterator[SweepRow]]
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     name: str
@@ -67,6 +73,10 @@ class Policy:
     run: Callable[[Workload, GPUSpec, PolicyOptions], "PolicyResult"]
     #: the bare planner (no figures), for the sweep engine; None for vllm / sglang
     build: Callable[[Workload, GPUSpec, PolicyOptions], LaunchPlan] | None = None
+    #: the launcher's fast path for uniform decode batches (global layers), one SweepRow per batch size
+    sweep_rows: SweepRowsFn | None = None
+    #: else, for launchers whose uniform-batch launch depends on the length only through a block count
+    length_key: Callable[[Workload], LengthKey] | None = None
 
 
 @dataclass(slots=True)
@@ -268,33 +278,39 @@ def _compact(values: tuple[int, ...]) -> str:
 POLICIES: dict[str, Policy] = {}
 
 
-def _register(p: Policy) -> None:
-    build = getattr(p.run, "build", None)
-    POLICIES[p.name] = Policy(p.name, p.title, p.upstream, p.platform, p.batch_invariant, p.run, build)
+def _register(p: Policy, *, sweep_rows: SweepRowsFn | None = None,
+              length_key: Callable[[Workload], LengthKey] | None = None) -> None:
+    POLICIES[p.name] = dataclasses.replace(p, build=getattr(p.run, "build", None), sweep_rows=sweep_rows,
+                                           length_key=length_key)
 
 
 _register(Policy("vllm", "vLLM Triton unified attention", "vllm 0.33.0 triton_unified_attention.py", "any",
-                 "no (2D/3D switch depends on the batch); yes with VLLM_BATCH_INVARIANT", _run_vllm))
+                 "no (2D/3D switch depends on the batch); yes with VLLM_BATCH_INVARIANT", _run_vllm),
+          sweep_rows=lambda wl, g, o, b, ls: vllm_unified.sweep_rows(wl, g, o.vllm, b, ls))
 _register(Policy("sglang", "SGLang Triton decode", "sglang 0.5.23 decode_attention.py / metadata.py", "any",
-                 "no (splits depend on Lmax, Lmin and the batch); yes in deterministic mode (tile 256)", _run_sglang))
+                 "no (splits depend on Lmax, Lmin and the batch); yes in deterministic mode (tile 256)", _run_sglang),
+          sweep_rows=lambda wl, g, o, b, ls: sglang_triton.sweep_rows(wl, g, o.sglang, b, ls))
 _register(Policy(
     "vllm-paged", "vLLM legacy PagedAttention v1/v2", "vllm 0.11.0 paged_attn.py + csrc/attention", "cuda",
     "no (v1/v2 choice depends on B*h and max length; v2 partitions are per sequence)",
     _simple("vllm-paged", "vLLM legacy PagedAttention v1/v2",
             lambda w, g, o: vllm_paged_attention.plan_vllm_paged_attention(w, g), _one, _const("BLOCK_SIZE", 16),
-            lambda w, p, o: [f"{p.details['version']}"])))
+            lambda w, p, o: [f"{p.details['version']}"])),
+          length_key=vllm_paged_attention.length_key)
 _register(Policy(
     "vllm-rocm", "vLLM ROCm custom paged attention", "vllm csrc/rocm/attention.cu @4388f06c", "rocm",
     "yes (256-token partitions per sequence)",
     _simple("vllm-rocm", "vLLM ROCm custom paged attention", lambda w, g, o: vllm_rocm.plan_vllm_rocm(w, g, layer=o.layer),
-            _group, lambda w, p: vllm_rocm.PARTITION_SIZE, lambda w, p, o: [p.details["kernel"]])))
+            _group, lambda w, p: vllm_rocm.PARTITION_SIZE, lambda w, p, o: [p.details["kernel"]])),
+          length_key=vllm_rocm.length_key)
 _register(Policy(
     "fa2", "FlashAttention-2 (flash_attn_with_kvcache)", "flash-attention@0251105a csrc/flash_attn", "cuda",
     "no (num_splits from B, heads and the batch-max length)",
     _simple("fa2", "FlashAttention-2 (flash_attn_with_kvcache)", lambda w, g, o: flash_attn2.plan_flash_attn2(w, g, layer=o.layer),
             lambda w, p: w.group_size if p.details["seqlenq_ngroups_swapped"] else 1, _const("kBlockN", 128),
             lambda w, p, o: [] if p.details["paged_kv"] else [
-                f"contiguous KV cache: upstream FA2 pages must be multiples of 256 (block size {w.block_size})"])))
+                f"contiguous KV cache: upstream FA2 pages must be multiples of 256 (block size {w.block_size})"])),
+          length_key=flash_attn2.length_key)
 _register(Policy(
     "fa3", "FlashAttention-3 (as vLLM drives it)", "flash-attention@0251105a hopper/", "cuda",
     "no (static bound from max length, dynamic splits from the batch's total blocks); yes with VLLM_BATCH_INVARIANT",
@@ -304,29 +320,34 @@ _register(Policy(
     "no (one chunk size binary-searched over the batch)",
     _simple("flashinfer", "FlashInfer decode (CUDA cores)",
             lambda w, g, o: flashinfer.plan_flashinfer(w, g, occupancy=o.flashinfer_occupancy, cuda_graph=o.cuda_graph),
-            _group, lambda w, p: w.block_size, _fi_notes)))
+            _group, lambda w, p: w.block_size, _fi_notes)),
+          length_key=flashinfer.length_key)
 _register(Policy(
     "flashinfer-tc", "FlashInfer decode (tensor cores)", "flashinfer@fb28d724 scheduler.cuh (prefill plan)", "cuda",
     "no; yes with fixed_split_size",
     _simple("flashinfer-tc", "FlashInfer decode (tensor cores)",
             lambda w, g, o: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=o.cuda_graph, layer=o.layer),
-            _group, lambda w, p: w.block_size, _fi_notes)))
+            _group, lambda w, p: w.block_size, _fi_notes)),
+          length_key=flashinfer.length_key)
 _register(Policy(
     "aiter", "AMD aiter unified attention", "aiter@e4048607 unified_attention.py", "rocm",
     "no (segment count from the batch's 2D program count)",
     _simple("aiter", "AMD aiter unified attention", lambda w, g, o: aiter.plan_aiter(w, g, layer=o.layer), _group,
-            _const("TILE_SIZE", 64), lambda w, p, o: [f"{p.details['path']} ({p.details['arch']})"])))
+            _const("TILE_SIZE", 64), lambda w, p, o: [f"{p.details['path']} ({p.details['arch']})"])),
+          length_key=aiter.length_key)
 _register(Policy(
     "flashmla", "FlashMLA (MLA only)", "FlashMLA@9241ae3e get_decoding_sched_meta.cu", "cuda",
     "no (greedy packing of the whole batch into SM parts)",
     _simple("flashmla", "FlashMLA (MLA only)", lambda w, g, o: flashmla.plan_flashmla(w, g),
             lambda w, p: min(64, w.group_size * w.max_seqlen_q), lambda w, p: flashmla.block_size_n,
-            lambda w, p, o: [f"{p.details['num_sm_parts']} SM parts"])))
+            lambda w, p, o: [f"{p.details['num_sm_parts']} SM parts"])),
+          length_key=flashmla.length_key)
 _register(Policy(
     "flashdecoding", "FlashDecoding at S* (chapter baseline)", "decode-attention chapter 'The grid'", "any",
     "no (S* = ceil(N_SM / G_2D) depends on B)",
     _simple("flashdecoding", "FlashDecoding at S* (chapter baseline)",
-            lambda w, g, o: flashdecoding.plan_flashdecoding(w, g), _group, lambda w, p: 16)))
+            lambda w, g, o: flashdecoding.plan_flashdecoding(w, g), _group, lambda w, p: 16)),
+          sweep_rows=lambda wl, g, o, b, ls: flashdecoding.sweep_rows(wl, g, b, ls))
 
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
@@ -349,7 +370,7 @@ def resolve_policies(text: str | None) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _platform_reason(policy: Policy, gpu: GPUSpec) -> str | None:
+def platform_reason(policy: Policy, gpu: GPUSpec) -> str | None:
     if policy.platform == "cuda" and gpu.vendor != "nvidia":
         return f"{policy.title} runs on CUDA (NVIDIA) GPUs only; {gpu.name} is {gpu.vendor}"
     if policy.platform == "rocm" and gpu.vendor != "amd":
@@ -363,7 +384,7 @@ def evaluate(name: str, w: Workload, gpu: GPUSpec, opts: PolicyOptions | None = 
     if policy is None:
         raise UnknownNameError("policy", name, POLICY_NAMES)
     opts = opts or PolicyOptions()
-    reason = _platform_reason(policy, gpu)
+    reason = platform_reason(policy, gpu)
     if reason:
         return PolicyResult(name, policy.title, False, reason=reason)
     try:
@@ -387,13 +408,5 @@ def best_policy(results: list[PolicyResult]) -> str | None:
     return min(ok, key=lambda r: (r.sm_limited_time_s, r.plan.partial_state_bytes_used)).name  # type: ignore[union-attr]  # ok keeps plan is not None
 
 
-def splits_summary(values: tuple[int, ...] | list[int]) -> str:
-    """'16' when uniform, else 'min-max (n seqs)'."""
-    vals = tuple(values)
-    if not vals:
-        return "-"
-    return str(vals[0]) if len(set(vals)) == 1 else f"{min(vals)}-{max(vals)}"
-
-
 __all__ = ["POLICIES", "POLICY_NAMES", "Policy", "PolicyOptions", "PolicyResult", "best_policy", "chapter_g2d",
-           "evaluate", "evaluate_all", "resolve_policies", "splits_summary"]
+           "evaluate", "evaluate_all", "platform_reason", "resolve_policies"]

@@ -1,22 +1,15 @@
 """Pure sweep engine: every policy over batch x sequence length (x models, TP, GPUs), uniform decode batches.
 
 Speed: a sweep is a product of per-batch constants and per-length closed forms, never a full
-LaunchPlan per point.
-- ``vllm``: the 2D/3D choice, grid and tile of vLLM's Triton path depend on the batch only
-  (``seq_threshold_3D`` is a sequence-count threshold, upstream-launchers.md 3.1 c/e), so
-  :func:`decodecalc.launchers.vllm_unified.plan_vllm` runs once per batch size (with CUDA-graph
-  padding, the launch that actually replays), and the active segments
-  ``cdiv(L, cdiv(L, S * TILE) * TILE)`` once per length.
-- ``sglang``: for a uniform batch ``Lmin == Lmax`` so ``cdiv(L, kv_chunk_size_1) == 1`` and
-  ``num_kv_splits = cdiv(L, cdiv(L, m2))`` with ``m2 = min(cdiv(ext(L), token_grid(B)), max_kv_splits)``
-  (sglang 0.5.23 metadata.py L21-60): ``ext(L)`` once per length, ``token_grid(B)`` once per
-  batch, the non-empty split count cached per ``(L, m2)``.
-- ``flashdecoding``: S* = ceil(N_SM / G_2D) per batch, equal slices per length.
-- ``fa2``, ``flashinfer``, ``flashinfer-tc``, ``vllm-paged``, ``vllm-rocm``, ``aiter``, ``flashmla``: their
-  uniform-batch launch depends on the length only through a block / page / partition count (and
-  the thresholds named in :func:`_l_keys`), so one full plan per (batch, count) is reused for
-  every length with that count; the split length is recomputed per length;
-- ``fa3`` (float32 rules, L2 size rule) and sliding-window layers: one full plan per point.
+LaunchPlan per point. What a launcher's uniform-batch launch depends on is the launcher's own
+knowledge, registered with its policy in :mod:`decodecalc.reports.compare`:
+- ``Policy.sweep_rows`` (vLLM, SGLang, FlashDecoding): the launcher's fast path yields one
+  :class:`~decodecalc.launchers.base.SweepRow` per batch size (e.g.
+  :func:`decodecalc.launchers.vllm_unified.sweep_rows`, :func:`decodecalc.launchers.sglang_triton.sweep_rows`);
+- ``Policy.length_key`` (FA2, FlashInfer, vLLM paged / ROCm, aiter, FlashMLA): the launch depends on the
+  length only through a block / page / partition count (and the thresholds in the key), so one full plan
+  per (batch, key) is reused for every length with that key; the split length is recomputed per length;
+- otherwise (FA3: float32 rules, L2 size rule) and on sliding-window layers: one full plan per point.
 
 Results are column-major lists per (model, TP, GPU, policy): ``values[metric][i_batch][i_len]``.
 Nothing here imports rich, typer or matplotlib; progress is reported through a callback.
@@ -24,24 +17,23 @@ Nothing here imports rich, typer or matplotlib; progress is reported through a c
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.specs.models import ModelConfig
-from decodecalc.workload import make_workload
+from decodecalc.workload import Workload, make_workload
+
+if TYPE_CHECKING:
+    from decodecalc.reports.compare import Policy, PolicyOptions
 
 #: metrics every sweep grid carries, in CSV column order
 METRICS = ("region", "splits", "nonempty_splits", "tokens_per_split", "programs", "working_programs",
            "sm_coverage", "waves")
-FAST_POLICIES = ("vllm", "sglang", "flashdecoding")
 
 MAX_BATCH = 65536
 MAX_SEQ_LEN = 16 * 1024 * 1024
@@ -55,10 +47,13 @@ ProgressFn = Callable[[int, int, str], None]  # (done, total, label)
 
 
 def parse_range(text: str, option: str, *, upper: int) -> tuple[int, ...]:
-    """Comma-separated items: ``N``, ``A:B`` (step 1), ``A:B:S`` (step S) or ``A:B:xF`` (times F).
+    """Comma-separated items: ``N``, ``A:B`` (step 1), ``A:B:S`` (step S) or ``A:B:xF`` (times F); N, A
+    and B may carry a K (x1024) or M suffix, as the axes are labelled ("8K", "128k").
 
     Validated before any work: positive, ascending bounds, at most ``upper``, not empty.
     """
+    from decodecalc.formatting import parse_tokens
+
     if text is None or not text.strip():
         raise ConfigError(f"{option} is empty; give e.g. 1:256 or 512:131072:x2 or 1,2,4")
     values: set[int] = set()
@@ -69,10 +64,10 @@ def parse_range(text: str, option: str, *, upper: int) -> tuple[int, ...]:
         parts = item.replace("-", ":", 1).split(":") if ":" in item or item.count("-") == 1 else [item]
         try:
             if len(parts) == 1:
-                a = b = int(parts[0])
+                a = b = parse_tokens(parts[0])  # "8K" / "128k" as the sweep labels its axes
                 step, geometric = 1, False
             elif len(parts) in (2, 3):
-                a, b = int(parts[0]), int(parts[1])
+                a, b = parse_tokens(parts[0]), parse_tokens(parts[1])
                 step, geometric = 1, False
                 if len(parts) == 3:
                     s = parts[2].strip().lower()
@@ -177,12 +172,6 @@ class SweepResult:
         return "\n".join(out) + "\n"
 
 
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return str(x)
-
-
 # ------------------------------------------------------------------------------------------
 # per-policy evaluators
 
@@ -193,188 +182,39 @@ def _coverage_rows(working: list[list[int]], num_sms: int) -> tuple[list[list[fl
     return cov, waves
 
 
-def _active_segments(L: int, S: int, tile: int) -> int:
-    return cdiv(L, cdiv(L, S * tile) * tile)
-
-
-def _sweep_vllm(model: ModelConfig, tp: int, gpu: GPUSpec, batches, lens, opts, common, tick) -> SweepGrid:
-    from decodecalc.launchers import vllm_unified
-
-    g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, "vllm", batches, lens)
-    L0 = lens[0]
-    seg_cache: dict[tuple[int, int], list[int]] = {}
+def _sweep_fast(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, batches: tuple[int, ...],
+                lens: tuple[int, ...], opts: PolicyOptions, common: dict[str, Any], tick: Callable[[], None]) -> SweepGrid:
+    """A launcher's own fast path (``Policy.sweep_rows``): one SweepRow per batch size."""
+    assert policy.sweep_rows is not None
+    g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, policy.name, batches, lens)
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
-    for b in batches:
-        w = make_workload(model, tp=tp, batch=b, seq_len=L0, **common)
-        vp = vllm_unified.plan_vllm(w, gpu, opts.vllm, layer=opts.layer)
-        la = vp.replay.launch if vp.replay is not None else vp.launch
-        programs = math.prod(la.grid)
-        h_kv = w.num_kv_heads
-        n = len(lens)
-        if la.use_3d:
-            key = (la.num_segments, la.tile_size)
-            act = seg_cache.get(key)
-            if act is None:
-                S, tile = key
-                act = seg_cache[key] = [cdiv(L, cdiv(L, S * tile) * tile) for L in lens]
-                seg_cache[(S, -tile)] = [cdiv(L, S * tile) * tile for L in lens]
-            S, tile = key
-            V["region"].append(["3D"] * n)
-            V["splits"].append([S] * n)
-            V["nonempty_splits"].append(act)
-            V["tokens_per_split"].append(seg_cache[(S, -tile)])
-            c = b * h_kv
-            V["working_programs"].append([c * a for a in act])
-        else:
-            V["region"].append(["2D"] * n)
-            V["splits"].append([1] * n)
-            V["nonempty_splits"].append([1] * n)
-            V["tokens_per_split"].append(list(lens))
-            V["working_programs"].append([b * h_kv] * n)
-        V["programs"].append([programs] * n)
+
+    def workload(b: int, L: int) -> Workload:
+        return make_workload(model, tp=tp, batch=b, seq_len=L, **common)
+
+    for row in policy.sweep_rows(workload, gpu, opts, batches, lens):
+        for m in METRICS[:6]:
+            V[m].append(getattr(row, m))
         tick()
     V["sm_coverage"], V["waves"] = _coverage_rows(V["working_programs"], gpu.num_sms)
     g.values = V
     return g
 
 
-def _sweep_sglang(model: ModelConfig, tp: int, gpu: GPUSpec, batches, lens, opts, common, tick) -> SweepGrid:
-    from decodecalc.launchers import sglang_triton as sg
-
-    g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, "sglang", batches, lens)
-    settings = opts.sglang
-    w1 = make_workload(model, tp=tp, batch=1, seq_len=lens[0], **common)
-    h, h_kv = w1.num_heads, w1.num_kv_heads
-    ht = sg.head_tiles(h, h_kv)
-    depends_on_len = model.is_mla or settings.deterministic or settings.split_tile_size is not None
-    if depends_on_len and settings.context_len is None:
-        maxs_l = [sg.resolve_max_kv_splits(make_workload(model, tp=tp, batch=1, seq_len=L, **common), gpu, settings,
-                                           Explain()) for L in lens]
-    else:
-        m = sg.resolve_max_kv_splits(w1, gpu, settings, Explain())
-        maxs_l = [m] * len(lens)
-    ext_l = [sg.ext_device_core_count(L, gpu.num_sms) for L in lens]
-    kvps = sg.kv_len_per_split
-    cache: dict[tuple[int, int], tuple[int, int, int]] = {}
-
-    def split_info(L: int, n: int) -> tuple[int, int, int]:
-        k = kvps(L, n)
-        return n, cdiv(L, k), k
-
-    if settings.deterministic:
-        tile = settings.split_tile_size or sg.DETERMINISTIC_SPLIT_TILE_SIZE
-        fixed = [split_info(L, cdiv(L, tile)) for L in lens]
-    elif settings.static_kv_splits or gpu.num_sms <= 0:
-        fixed = [split_info(L, m) for L, m in zip(lens, maxs_l)]
-    else:
-        fixed = None
-    V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
-    for b in batches:
-        if fixed is not None:
-            info = fixed
-        else:
-            tg = sg.token_grid(b, h, h_kv)
-            info = []
-            for L, ext, maxs in zip(lens, ext_l, maxs_l):
-                m2 = -(-ext // tg)
-                if m2 > maxs:
-                    m2 = maxs
-                key = (L, m2)
-                r = cache.get(key)
-                if r is None:
-                    r = cache[key] = split_info(L, cdiv(L, cdiv(L, m2)))
-                info.append(r)
-        splits = [r[0] for r in info]
-        ne = [r[1] for r in info]
-        V["splits"].append(splits)
-        V["nonempty_splits"].append(ne)
-        V["tokens_per_split"].append([r[2] for r in info])
-        V["region"].append(["split" if n > 1 else "no split" for n in ne])
-        c = b * ht
-        V["programs"].append([c * m for m in maxs_l])
-        V["working_programs"].append([c * x for x in ne])
-        tick()
-    V["sm_coverage"], V["waves"] = _coverage_rows(V["working_programs"], gpu.num_sms)
-    g.values = V
-    return g
-
-
-def _sweep_flashdecoding(model: ModelConfig, tp: int, gpu: GPUSpec, batches, lens, opts, common, tick) -> SweepGrid:
-    from decodecalc.launchers.flashdecoding import first_wave_splits
-
-    g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, "flashdecoding", batches, lens)
-    w1 = make_workload(model, tp=tp, batch=1, seq_len=lens[0], **common)
-    if model.is_mla:
-        raise UnsupportedError("FlashDecoding (S*) does not serve MLA models")
-    from decodecalc.launchers.vllm_unified import block_shape
-
-    _, block_q = block_shape(w1.group_size)
-    h_kv = w1.num_kv_heads
-    V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
-    n = len(lens)
-    for b in batches:
-        q_blocks = b // block_q + b
-        S = first_wave_splits(gpu.num_sms, q_blocks * h_kv)
-        sl = [cdiv(L, S) for L in lens]
-        ne = [cdiv(L, x) for L, x in zip(lens, sl)]
-        V["region"].append(["split" if S > 1 else "no split"] * n)
-        V["splits"].append([S] * n)
-        V["nonempty_splits"].append(ne)
-        V["tokens_per_split"].append(sl)
-        V["programs"].append([q_blocks * h_kv * S] * n)
-        V["working_programs"].append([b * h_kv * x for x in ne])
-        tick()
-    V["sm_coverage"], V["waves"] = _coverage_rows(V["working_programs"], gpu.num_sms)
-    g.values = V
-    return g
-
-
-def _l_keys(name: str, w1: Any) -> tuple[Callable[[int], Any], Callable[[Any, int], int]] | None:
-    """(key(L), tokens_per_split(plan, L)) for launchers whose uniform-batch launch depends on the length
-    only through a block count (plus the thresholds in the key). None: plan every point."""
-    from decodecalc.launchers import flash_attn2, flashmla
-
-    page = w1.block_size
-    if name == "fa2":
-        bN = flash_attn2.block_n(w1.head_size)
-        return (lambda L: cdiv(L, bN),
-                lambda p, L: min(p.details["n_blocks_per_split"] * bN, L) if p.splits[0] > 1 else L)
-    if name in ("flashinfer", "flashinfer-tc"):
-        def fi_tps(p: Any, L: int) -> int:
-            chunk = p.details.get("kv_chunk_size_in_pages")
-            return min(chunk * page, L) if (p.details.get("split_kv") and chunk) else L
-        return (lambda L: cdiv(L, page), fi_tps)
-    if name == "vllm-paged":
-        return (lambda L: (cdiv(L, 512), L <= 8192),
-                lambda p, L: L if p.details.get("version") == "v1" else min(512, L))
-    if name == "vllm-rocm":
-        return (lambda L: (cdiv(L, 256), L > 256, L > 128 * 1024), lambda p, L: min(256, L))
-    if name == "aiter":
-        tile = min(64, next_power_of_2(page))
-
-        def aiter_tps(p: Any, L: int) -> int:
-            if p.details.get("path") != "3D":
-                return L
-            S, t = p.details["NUM_SEGMENTS"], p.details["TILE_SIZE"]
-            return min(cdiv(L, S * t) * t, L)
-        return (lambda L: (cdiv(L, tile), L <= 512), aiter_tps)
-    if name == "flashmla":
-        n = flashmla.block_size_n
-        return (lambda L: cdiv(L, n), lambda p, L: min(max(p.details["blocks_per_split"][0]) * n, L))
-    return None
-
-
-def _sweep_generic(name: str, model: ModelConfig, tp: int, gpu: GPUSpec, batches, lens, opts, common, tick) -> SweepGrid:
+def _sweep_generic(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, batches: tuple[int, ...],
+                   lens: tuple[int, ...], opts: PolicyOptions, common: dict[str, Any],
+                   tick: Callable[[], None]) -> SweepGrid:
+    """Full plans, reused per (batch, ``Policy.length_key``) where the launcher declares one."""
     from decodecalc.reports import compare as pol
 
+    name = policy.name
     g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, name, batches, lens, fast=False)
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
-    policy = pol.POLICIES[name]
-    reason = pol._platform_reason(policy, gpu)  # noqa: SLF001 (same package)
+    reason = pol.platform_reason(policy, gpu)
     if reason:
         raise UnsupportedError(reason)
     w1 = make_workload(model, tp=tp, batch=1, seq_len=lens[0], **common)
-    keyed = _l_keys(name, w1) if getattr(opts, "layer", "global") == "global" else None
+    keyed = policy.length_key(w1) if policy.length_key is not None and opts.layer == "global" else None
     g.fast = keyed is not None
     first_reason: str | None = None
     served = 0
@@ -382,7 +222,7 @@ def _sweep_generic(name: str, model: ModelConfig, tp: int, gpu: GPUSpec, batches
         rows: dict[str, list[Any]] = {m: [] for m in METRICS}
         memo: dict[Any, Any] = {}
         for L in lens:
-            key = keyed[0](L) if keyed else None
+            key = keyed.key(L) if keyed else None
             p: LaunchPlan | Literal[False] | None = memo.get(key) if keyed else None
             if p is None:
                 try:
@@ -409,7 +249,7 @@ def _sweep_generic(name: str, model: ModelConfig, tp: int, gpu: GPUSpec, batches
             rows["region"].append("split" if ne > 1 else "no split")
             rows["splits"].append(s)
             rows["nonempty_splits"].append(ne)
-            rows["tokens_per_split"].append(keyed[1](p, L) if keyed else p.tokens_per_split[0])
+            rows["tokens_per_split"].append(keyed.tokens_per_split(p, L) if keyed else p.tokens_per_split[0])
             rows["programs"].append(p.main.programs)
             rows["working_programs"].append(p.main.working_programs)
         for m in METRICS[:6]:
@@ -422,9 +262,6 @@ def _sweep_generic(name: str, model: ModelConfig, tp: int, gpu: GPUSpec, batches
     V["sm_coverage"], V["waves"] = _coverage_rows(V["working_programs"], gpu.num_sms)
     g.values = V
     return g
-
-
-_FAST = {"vllm": _sweep_vllm, "sglang": _sweep_sglang, "flashdecoding": _sweep_flashdecoding}
 
 
 # ------------------------------------------------------------------------------------------
@@ -467,7 +304,7 @@ class SweepSpec:
                 "dtype": self.dtype, "kv_cache_dtype": self.kv_cache_dtype, "block_size": self.block_size}
 
 
-def run_sweep(spec: SweepSpec, opts: Any = None, progress: ProgressFn | None = None) -> SweepResult:
+def run_sweep(spec: SweepSpec, opts: PolicyOptions | None = None, progress: ProgressFn | None = None) -> SweepResult:
     """Evaluate every (model, TP, GPU, policy) grid. Inapplicable combinations carry their reason."""
     from decodecalc.reports import compare as pol
 
@@ -498,23 +335,19 @@ def run_sweep(spec: SweepSpec, opts: Any = None, progress: ProgressFn | None = N
     for m, tp, gpu, name in combos:
         label = f"{name} {m.name} TP{tp} {gpu.name}"
         before = done
-        fn = _FAST.get(name)
-        if getattr(opts, "layer", "global") != "global":
-            fn = None  # sliding-window layers change the active segments per length: use full plans
+        policy = pol.POLICIES[name]
+        # sliding-window layers change the active segments per length: full plans there
+        fast = policy.sweep_rows is not None and opts.layer == "global"
         try:
-            if fn is not None:
-                g = fn(m, tp, gpu, spec.batches, spec.seq_lens, opts, common, tick)
+            if fast:
+                g = _sweep_fast(policy, m, tp, gpu, spec.batches, spec.seq_lens, opts, common, tick)
             else:
-                g = _sweep_generic(name, m, tp, gpu, spec.batches, spec.seq_lens, opts, common, tick)
+                g = _sweep_generic(policy, m, tp, gpu, spec.batches, spec.seq_lens, opts, common, tick)
         except DecodecalcError as exc:  # the policy cannot serve this (model, TP, GPU): keep the reason
             g = SweepGrid(m.name, tp, gpu.name, gpu.num_sms, name, spec.batches, spec.seq_lens, applicable=False,
-                          reason=str(exc), fast=name in _FAST)
+                          reason=str(exc), fast=policy.sweep_rows is not None)
             done = before + len(spec.batches)
             if progress is not None:
                 progress(done, total, label)
         grids.append(g)
     return SweepResult(grids, spec.to_json())
-
-
-def replace_gpu_sms(gpu: GPUSpec, sms: int | None) -> GPUSpec:
-    return dataclasses.replace(gpu, num_sms=sms) if sms else gpu
