@@ -1,28 +1,38 @@
-"""The typer application. Commands live in decodecalc/commands/, one module each.
+"""The typer application: every command module registers its commands here, statically.
 
-Start-up time matters (`decodecalc grid` should cost little more than importing typer and
-rich), so the console script builds an app holding only the command it was asked for;
-``decodecalc.cli.app`` (tests, --help, no command) holds every command.
+Start-up time matters (`decodecalc grid` should cost little more than a minimal typer command),
+so :func:`main` hands typer only the command named on the command line; ``decodecalc.cli.app``
+(tests, --help, no command) holds every command. Command modules import the core inside their
+functions, so registering all of them costs only typer's own bookkeeping.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any
 
 import typer
 
 from decodecalc import __version__
+from decodecalc.commands import (
+    calibrate,
+    compare,
+    cudagraphs,
+    determinism,
+    grid,
+    library,
+    recommend,
+    sweep,
+    verify,
+)
 
-#: command modules, in --help order; a module that is absent in this build is skipped
-COMMAND_MODULES = ("grid", "library", "compare", "sweep", "determinism", "cudagraphs", "verify", "recommend",
-                   "calibrate")
-#: command name -> module, for commands whose module is not named after them
-COMMAND_TO_MODULE = {"models": "library", "gpus": "library", "explain": "library"}
+#: command modules, in --help order
+COMMAND_MODULES = (grid, library, compare, sweep, determinism, cudagraphs, verify, recommend, calibrate)
 
 HELP = ("What LLM decode attention launches on a GPU, and how well it fills it: vLLM and SGLang launch grids, "
         "KV splits, SM coverage, merge traffic and roofline, from pure-Python models of their launchers.")
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
 def _version(value: bool) -> None:
@@ -31,23 +41,27 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def build_app(modules: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
+def command_name(info: Any) -> str:
+    """The name typer gives a registered command (its function name with - for _ unless named)."""
+    return info.name or info.callback.__name__.replace("_", "-")
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The application; with ``only`` (a command name) typer is given just that command."""
     app = typer.Typer(name="decodecalc", help=HELP, no_args_is_help=True, pretty_exceptions_show_locals=False,
-                      add_completion=False, rich_markup_mode=None)
+                      context_settings=CONTEXT, rich_markup_mode="rich")
 
     @app.callback()
     def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                            help="Print the version and exit.")) -> None:
         """decodecalc."""
 
-    for name in modules:
-        try:
-            module = importlib.import_module(f"decodecalc.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"decodecalc.commands.{name}":
-                raise
-            continue
+    for module in COMMAND_MODULES:
         module.register(app)
+    if only is not None:
+        chosen = [c for c in app.registered_commands if command_name(c) == only]
+        if chosen:
+            app.registered_commands = chosen
     return app
 
 
@@ -63,8 +77,4 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     argv = sys.argv[1:]
     command = argv[0] if argv and not argv[0].startswith("-") else None
-    module = COMMAND_TO_MODULE.get(command or "", command)
-    if module in COMMAND_MODULES:
-        build_app((module,))()
-    else:
-        build_app()()
+    build_app(command)()

@@ -70,19 +70,23 @@ def test_sweep_inapplicable_policy_is_reported():
         (("-s", "1:999999999"), "absurd"),
         (("-b", ""), "--batch is empty"),
         (("-p", "nope"), "unknown policy"),
-        (("--format", "xml"), "--format"),
-        (("--metric", "heat"), "--metric"),
         (("-o", "/no/such/dir/x.csv"), "does not exist"),
         (("-m", "llama3-8b", "--tp", "3"), "not divisible"),
         (("-b", "1:65536", "-s", "1:1000", "-p", "all"), "points"),
     ],
-    ids=["empty-range", "zero", "absurd", "blank", "policy", "format", "metric", "folder", "tp", "too-many"],
+    ids=["empty-range", "zero", "absurd", "blank", "policy", "folder", "tp", "too-many"],
 )
 def test_sweep_bad_input(args, message):
     r = invoke(*args)
     assert r.exit_code != 0
     assert "Error:" in r.output and message in r.output, r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args", [("--format", "xml"), ("--metric", "heat")])
+def test_sweep_bad_choice_is_a_usage_error(args):
+    r = invoke(*args)
+    assert r.exit_code == 2 and args[0] in r.output and "Traceback" not in r.output
 
 
 def _png_pixels_nonuniform(data: bytes) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -10,101 +10,40 @@ from decodecalc.commands.options import Inputs, parse_int_list, with_workload_op
 from decodecalc.errors import ConfigError
 
 
+def cudagraphs(
+    inputs: Inputs,
+    batches: Annotated[Optional[str], typer.Option("--batches", help="Real batch sizes to show, comma list "
+                                                   "(default 1,3,5,13,16,17,33,100,257).")] = None,
+    sglang_max_bs: Annotated[int, typer.Option("--sglang-cuda-graph-max-bs", help="SGLang cuda_graph_max_bs "
+                                               "(its default depends on GPU memory and TP).")] = 256,
+    occupancy: Annotated[Optional[int], typer.Option("--occupancy", help="FlashInfer CTAs per SM "
+                                                     "(default: the documented lower bound).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """CUDA graphs: captured sizes, the padded batch a real batch runs as, the geometry frozen at capture,
+    vLLM's threshold snapping, and SGLang's padded rows (seq_len 1) raising split counts."""
+    from decodecalc.reports.cudagraphs import DEFAULT_BATCHES, cudagraph_report
 
-def _short(sizes: tuple[int, ...]) -> str:
-    if len(sizes) <= 14:
-        return ", ".join(map(str, sizes))
-    return f"{', '.join(map(str, sizes[:8]))}, ..., {', '.join(map(str, sizes[-3:]))} ({len(sizes)} sizes)"
+    sizes = parse_int_list(batches, "--batches") if batches is not None else DEFAULT_BATCHES
+    assert sizes is not None
+    if min(sizes) <= 0 or max(sizes) > 65536:
+        raise ConfigError("--batches must be in 1..65536")
+    if occupancy is not None and occupancy < 1:
+        raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
+    if inputs.work.batch > 1:
+        sizes = tuple(sizes) + (inputs.work.batch,)  # --batch adds one more real batch to the table
+    data = cudagraph_report(inputs.work, inputs.gpu, inputs.vllm, inputs.sglang, tuple(sorted(set(sizes))),
+                            sglang_max_bs, occupancy, inputs.layer)
+    if json_out:
+        from decodecalc.commands.output import to_json
 
-
-def _render(d: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from decodecalc.render import fmt_grid
-
-    c = Console()
-    v = d["vllm"]
-    c.print(f"[bold]{d['model']} TP={d['tp']} on {d['gpu']}, every request {d['seq_len']} keys[/]")
-    if "error" in v:
-        c.print(f"vLLM Triton: not applicable: {v['error']}", highlight=False)
+        typer.echo(to_json(data))
     else:
-        c.print(f"\n[bold]vLLM[/] mode {v['cudagraph_mode']}, model runner {v['model_runner']}, max_num_seqs "
-                f"{v['max_num_seqs']}, max_num_batched_tokens {v['max_num_batched_tokens']}, k = "
-                f"{v['num_speculative_tokens']}", highlight=False)
-        c.print(f"  captured sizes: {_short(tuple(v['capture_sizes'])) or 'none (eager)'}", highlight=False)
-        c.print(f"  FULL decode graphs (tokens): {_short(tuple(v['full_decode_sizes'])) or 'none'}", highlight=False)
-        c.print(f"  seq_threshold_3D: 128 // h_kv = {v['seq_threshold_3d_raw']} -> {v['seq_threshold_3d']} "
-                f"(snapped to the nearest capture size; scratch rows {v['scratch_rows']})", highlight=False)
-        t = Table(title="vLLM: the launch each real batch runs as (geometry frozen at capture)")
-        for col in ("batch", "graph", "B_pad / T_pad", "unpadded launch", "replayed launch", "idle padded programs"):
-            t.add_column(col, justify="right")
-        for r in v["rows"]:
-            rep = f"{r['replayed_path']} {fmt_grid(r['replayed_grid'])}" if r["replayed_grid"] else "-"
-            t.add_row(str(r["batch"]), r["replay"], f"{r['num_reqs_padded']} / {r['num_tokens_padded']}",
-                      f"{r['unpadded_path']} {fmt_grid(r['unpadded_grid'])}", rep, f"{r['padded_idle_programs']:,}")
-        c.print(t)
-    s = d["sglang"]
-    c.print(f"\n[bold]SGLang[/] capture batch sizes (cuda_graph_max_bs {s['cuda_graph_max_bs']}): "
-            f"{_short(tuple(s['capture_bs']))}", highlight=False)
-    if s["error"]:
-        c.print(f"  not applicable: {s['error']}", highlight=False)
-    else:
-        t = Table(title="SGLang: padded rows carry seq_len 1, so Lmin = 1 and the real requests' splits rise")
-        for col in ("batch", "padded batch", "padded rows", "splits eager", "splits in graph", "grid eager",
-                    "grid in graph"):
-            t.add_column(col, justify="right")
-        for r in s["rows"]:
-            up = r["splits_replayed"] > r["splits_unpadded"]
-            t.add_row(str(r["batch"]), str(r["padded_batch"] or "-"), str(r["padded_rows"]),
-                      f"{r['splits_unpadded']} ({r['nonempty_unpadded']} busy)",
-                      (f"[bold yellow]{r['splits_replayed']}[/]" if up else str(r["splits_replayed"]))
-                      + f" ({r['nonempty_replayed']} busy)",
-                      fmt_grid(r["grid_unpadded"]), fmt_grid(r["grid_replayed"]))
-        c.print(t)
-    f = d["flashinfer"]
-    if f["error"]:
-        c.print(f"\nFlashInfer (CUDA cores): not applicable: {f['error']}", highlight=False)
-    else:
-        t = Table(title="FlashInfer CUDA-core decode: grid padded to occupancy x SM / h_kv under CUDA graphs")
-        for col in ("batch", "grid eager", "grid CUDA graph", "working CTAs", "chunks eager / graph"):
-            t.add_column(col, justify="right")
-        for r in f["rows"]:
-            t.add_row(str(r["batch"]), fmt_grid(r["grid_eager"]), fmt_grid(r["grid_cuda_graph"]), f"{r['working']:,}",
-                      f"{r['splits_eager']} / {r['splits_cuda_graph']}")
-        c.print(t)
+        from decodecalc.render import stdout
+        from decodecalc.render.cudagraphs import print_cudagraphs
+
+        print_cudagraphs(stdout(), data)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    @with_workload_options
-    def cudagraphs(
-        inputs: Inputs,
-        batches: Annotated[Optional[str], typer.Option("--batches", help="Real batch sizes to show, comma list "
-                                                       "(default 1,3,5,13,16,17,33,100,257).")] = None,
-        sglang_max_bs: Annotated[int, typer.Option("--sglang-cuda-graph-max-bs", help="SGLang cuda_graph_max_bs "
-                                                   "(its default depends on GPU memory and TP).")] = 256,
-        occupancy: Annotated[Optional[int], typer.Option("--occupancy", help="FlashInfer CTAs per SM "
-                                                         "(default: the documented lower bound).")] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """CUDA graphs: captured sizes, the padded batch a real batch runs as, the geometry frozen at capture,
-        vLLM's threshold snapping, and SGLang's padded rows (seq_len 1) raising split counts."""
-        from decodecalc.reports.cudagraphs import DEFAULT_BATCHES, cudagraph_report
-
-        sizes = parse_int_list(batches, "--batches") if batches is not None else DEFAULT_BATCHES
-        assert sizes is not None
-        if min(sizes) <= 0 or max(sizes) > 65536:
-            raise ConfigError("--batches must be in 1..65536")
-        if occupancy is not None and occupancy < 1:
-            raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
-        if inputs.work.batch > 1:
-            sizes = tuple(sizes) + (inputs.work.batch,)  # --batch adds one more real batch to the table
-        data = cudagraph_report(inputs.work, inputs.gpu, inputs.vllm, inputs.sglang, tuple(sorted(set(sizes))),
-                                sglang_max_bs, occupancy, inputs.layer)
-        if json_out:
-            from decodecalc.commands.output import to_json
-
-            typer.echo(to_json(data))
-        else:
-            _render(data)
+    app.command()(with_workload_options(cudagraphs))

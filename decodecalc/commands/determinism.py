@@ -44,73 +44,29 @@ def run_determinism(inputs: Inputs, batches: str | None, others: int | None, pol
 
         typer.echo(to_json(data))
         return data
-    _render(data, rows, sw)
+    from decodecalc.render import stdout
+    from decodecalc.render.determinism import print_determinism
+
+    print_determinism(stdout(), data, rows, sw)
     return data
 
 
-def _render(data: dict[str, Any], rows: list, sw: list) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-
-    def table(title: str, items: list, show_design: bool) -> Table:
-        t = Table(title=title, caption=f"{data['model']} TP={data['tp']} on {data['gpu']}: one request of "
-                  f"{data['seq_len']} keys, others {data['others']} keys; cells: non-empty splits x split length (path)")
-        t.add_column("policy")
-        for b in data["batches"]:
-            t.add_column(f"B={b}", justify="right")
-        t.add_column("orders", justify="right")
-        t.add_column("invariant", justify="center")
-        for r in items:
-            by_b = {v.batch: v for v in r.views}
-            cells = []
-            prev = None
-            for b in data["batches"]:
-                v = by_b.get(b)
-                if v is None:
-                    cells.append("[dim]n/a[/]")
-                    continue
-                s = v.short
-                if prev is not None and v.signature != prev:
-                    s = f"[bold yellow]{s}[/]"
-                prev = v.signature
-                cells.append(s)
-            inv = r.batch_invariant
-            mark = "-" if inv is None else ("[green]yes[/]" if inv else "[red]no[/]")
-            t.add_row(r.name, *cells, str(r.distinct_orders) if r.views else "-", mark)
-        return t
-
-    console.print(table("Batch invariance: the tracked request's splits as the batch grows", rows, True))
-    console.print("By design:", highlight=False)
-    for r in rows:
-        if r.views:
-            console.print(f"  {r.name}: {r.by_design}", highlight=False, soft_wrap=True)
-        else:
-            reason = next(iter(r.reasons.values()), "not applicable")
-            console.print(f"  {r.name}: not applicable: {reason}", highlight=False, soft_wrap=True)
-    console.print(table("Deterministic switches on", sw, False))
-    for r in sw:
-        console.print(f"  {r.name}: {r.by_design}", highlight=False, soft_wrap=True)
-    console.print("Highlighted cells change the request's summation order (different split ranges or path) from "
-                  "the batch size to their left.", highlight=False)
+def determinism(
+    inputs: Inputs,
+    batches: Annotated[Optional[str], typer.Option("--batches", help="Batch sizes around the request, comma "
+                                                   "list (default 1,2,4,8,16,17,32,64,128,256).")] = None,
+    others: Annotated[Optional[int], typer.Option("--others", help="KV length of the other requests "
+                                                  "(default: the same as --seq-len).")] = None,
+    policies: Annotated[Optional[str], typer.Option("--policies", "-p", help="Comma list of policies "
+                                                    "(default all).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """How one request's split count and summation order change with the batch around it, per policy;
+    which policies are batch-invariant; what VLLM_BATCH_INVARIANT and SGLang's deterministic mode do."""
+    if others is not None and others <= 0:
+        raise ConfigError(f"--others must be a positive integer, got {others}")
+    run_determinism(inputs, batches, others, policies, json_out)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    @with_workload_options
-    def determinism(
-        inputs: Inputs,
-        batches: Annotated[Optional[str], typer.Option("--batches", help="Batch sizes around the request, comma "
-                                                       "list (default 1,2,4,8,16,17,32,64,128,256).")] = None,
-        others: Annotated[Optional[int], typer.Option("--others", help="KV length of the other requests "
-                                                      "(default: the same as --seq-len).")] = None,
-        policies: Annotated[Optional[str], typer.Option("--policies", "-p", help="Comma list of policies "
-                                                        "(default all).")] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    ) -> None:
-        """How one request's split count and summation order change with the batch around it, per policy;
-        which policies are batch-invariant; what VLLM_BATCH_INVARIANT and SGLang's deterministic mode do."""
-        if others is not None and others <= 0:
-            raise ConfigError(f"--others must be a positive integer, got {others}")
-        run_determinism(inputs, batches, others, policies, json_out)
+    app.command()(with_workload_options(determinism))

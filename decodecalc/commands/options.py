@@ -7,145 +7,148 @@ possible with typer, so commands list the Annotated aliases below and pass them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from decodecalc.errors import ConfigError
-from decodecalc.launchers.sglang_triton import SglangSettings
-from decodecalc.launchers.vllm_unified import VllmSettings
-from decodecalc.specs.gpus import GPUSpec, resolve_gpu
-from decodecalc.specs.models import resolve_model
-from decodecalc.workload import Workload, make_workload
+
+class Dtype(str, Enum):
+    """--dtype (decodecalc.workload.DTYPE_BYTES; tests check the two agree)."""
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+
+
+class KvDtype(str, Enum):
+    """--kv-cache-dtype: auto (the model's dtype) or a DTYPE_BYTES key."""
+    auto = "auto"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float32 = "float32"
+    fp8 = "fp8"
+    fp8_e4m3 = "fp8_e4m3"
+    fp8_e5m2 = "fp8_e5m2"
+
+
+class CudagraphMode(str, Enum):
+    """--cudagraph-mode (launchers/vllm_cudagraphs.py CUDAGRAPH_MODES)."""
+    NONE = "NONE"
+    PIECEWISE = "PIECEWISE"
+    FULL = "FULL"
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+
+
+class VllmVersion(str, Enum):
+    """--vllm-version (launchers/vllm_unified.py VERSIONS)."""
+    v0_33_0 = "0.33.0"
+    v0_14_0 = "0.14.0"
+    v0_11_0 = "0.11.0"
+
+
+class ModelRunner(str, Enum):
+    v1 = "v1"
+    v2 = "v2"
+
+
+class Layer(str, Enum):
+    """--layer (decodecalc.inputs.LAYERS)."""
+    global_ = "global"
+    sliding = "sliding"
+
+
+class System(str, Enum):
+    """--system / --kernel (reports/grid.py SYSTEMS, reports/recommend.py KERNELS)."""
+    vllm = "vllm"
+    sglang = "sglang"
+
+
+#: help panels: grid has about 40 options; these group the shared ones
+WORKLOAD = "Model and workload"
+GPU = "GPU"
+VLLM = "vLLM settings"
+SGLANG = "SGLang settings"
+OUTPUT = "Output"
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model id (see `decodecalc models`), a model YAML, "
-                                       "a Hugging Face config.json, or a repo id in the local HF cache.")]
-TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (heads are sharded as vLLM does).")]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Decode sequences in the step.")]
+                                       "a Hugging Face config.json, or a repo id in the local HF cache.",
+                                       rich_help_panel=WORKLOAD)]
+TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree (heads are sharded as vLLM does).",
+                                    rich_help_panel=WORKLOAD)]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch", "-b", help="Decode sequences in the step.",
+                                                 rich_help_panel=WORKLOAD)]
 SeqLenOpt = Annotated[Optional[int], typer.Option("--seq-len", "-s", help="KV length of every sequence "
-                                                  "(including this step's token). Default 2560.")]
-SeqLensOpt = Annotated[Optional[str], typer.Option("--seq-lens", help="Ragged batch: comma-separated KV lengths.")]
+                                                  "(including this step's token). Default 2560.",
+                                                  rich_help_panel=WORKLOAD)]
+SeqLensOpt = Annotated[Optional[str], typer.Option("--seq-lens", help="Ragged batch: comma-separated KV lengths.",
+                                                   rich_help_panel=WORKLOAD)]
 QueryLensOpt = Annotated[Optional[str], typer.Option("--query-lens", help="Query tokens per sequence, comma list "
-                                                     "(spec decode / mixed prefill). Default 1 (+ speculative).")]
-GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU name (see `decodecalc gpus`).")]
-SmsOpt = Annotated[Optional[int], typer.Option("--sms", help="Override the SM (CU) count, e.g. for a MIG slice.")]
-BandwidthOpt = Annotated[Optional[float], typer.Option("--bandwidth", help="Override HBM bandwidth in GB/s (1e9 B/s).")]
-DtypeOpt = Annotated[Optional[str], typer.Option("--dtype", help="Activation/query dtype: bfloat16, float16, "
-                                                 "float32. Default: the model's.")]
-KvDtypeOpt = Annotated[str, typer.Option("--kv-cache-dtype", help="KV-cache dtype: auto, bfloat16, float16, "
-                                         "float32, fp8 (fp8_e4m3, fp8_e5m2).")]
-BlockSizeOpt = Annotated[int, typer.Option("--block-size", help="KV-cache block (page) size in tokens.")]
+                                                     "(spec decode / mixed prefill). Default 1 (+ speculative).",
+                                                     rich_help_panel=WORKLOAD)]
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU name (see `decodecalc gpus`).", rich_help_panel=GPU)]
+SmsOpt = Annotated[Optional[int], typer.Option("--sms", help="Override the SM (CU) count, e.g. for a MIG slice.",
+                                               rich_help_panel=GPU)]
+BandwidthOpt = Annotated[Optional[float], typer.Option("--bandwidth", help="Override HBM bandwidth in GB/s "
+                                                       "(1e9 B/s).", rich_help_panel=GPU)]
+DtypeOpt = Annotated[Optional[Dtype], typer.Option("--dtype", help="Activation/query dtype. Default: the model's.",
+                                                   rich_help_panel=WORKLOAD)]
+KvDtypeOpt = Annotated[KvDtype, typer.Option("--kv-cache-dtype", help="KV-cache dtype (auto: the model's).",
+                                             rich_help_panel=WORKLOAD)]
+BlockSizeOpt = Annotated[int, typer.Option("--block-size", help="KV-cache block (page) size in tokens.",
+                                           rich_help_panel=WORKLOAD)]
 KernelBlockOpt = Annotated[Optional[int], typer.Option("--kernel-block-size", help="Kernel block size if the "
-                                                       "allocator's blocks are subdivided (map_to_kernel_blocks).")]
+                                                       "allocator's blocks are subdivided (map_to_kernel_blocks).",
+                                                       rich_help_panel=VLLM)]
 BatchInvOpt = Annotated[bool, typer.Option("--batch-invariant", help="VLLM_BATCH_INVARIANT=1 (vLLM) / "
-                                           "--enable-deterministic-inference (SGLang).")]
+                                           "--enable-deterministic-inference (SGLang).", rich_help_panel=WORKLOAD)]
 CudaGraphOpt = Annotated[bool, typer.Option("--cuda-graph/--no-cuda-graph", help="vLLM CUDA graphs "
-                                            "(FULL_AND_PIECEWISE) or eager.")]
-CgModeOpt = Annotated[Optional[str], typer.Option("--cudagraph-mode", help="vLLM cudagraph_mode: NONE, PIECEWISE, "
-                                                  "FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE.")]
-MaxSeqsOpt = Annotated[int, typer.Option("--max-num-seqs", help="vLLM max_num_seqs (sizes capture list and scratch).")]
-MaxTokensOpt = Annotated[int, typer.Option("--max-num-batched-tokens", help="vLLM max_num_batched_tokens.")]
+                                            "(FULL_AND_PIECEWISE) or eager.", rich_help_panel=VLLM)]
+CgModeOpt = Annotated[Optional[CudagraphMode], typer.Option("--cudagraph-mode", help="vLLM cudagraph_mode.",
+                                                            case_sensitive=False, rich_help_panel=VLLM)]
+MaxSeqsOpt = Annotated[int, typer.Option("--max-num-seqs", help="vLLM max_num_seqs (sizes capture list and "
+                                         "scratch).", rich_help_panel=VLLM)]
+MaxTokensOpt = Annotated[int, typer.Option("--max-num-batched-tokens", help="vLLM max_num_batched_tokens.",
+                                           rich_help_panel=VLLM)]
 MaxSplitsOpt = Annotated[Optional[int], typer.Option("--max-kv-splits", help="SGLang --triton-attention-num-kv-"
-                                                     "splits (default 8; 16 on AMD), before its MLA adjustment.")]
-SpecOpt = Annotated[int, typer.Option("--num-speculative-tokens", help="k: decode steps carry k+1 query tokens.")]
-VllmVersionOpt = Annotated[str, typer.Option("--vllm-version", help="vLLM release whose gate to model: 0.33.0, "
-                                             "0.14.0, 0.11.0.")]
-ModelRunnerOpt = Annotated[str, typer.Option("--model-runner", help="vLLM model runner: v2 (default) or v1.")]
-ThresholdOpt = Annotated[Optional[int], typer.Option("--seq-threshold-3d", help="Override vLLM's seq_threshold_3D.")]
+                                                     "splits (default 8; 16 on AMD), before its MLA adjustment.",
+                                                     rich_help_panel=SGLANG)]
+SpecOpt = Annotated[int, typer.Option("--num-speculative-tokens", help="k: decode steps carry k+1 query tokens.",
+                                      rich_help_panel=WORKLOAD)]
+VllmVersionOpt = Annotated[VllmVersion, typer.Option("--vllm-version", help="vLLM release whose gate to model.",
+                                                     rich_help_panel=VLLM)]
+ModelRunnerOpt = Annotated[ModelRunner, typer.Option("--model-runner", help="vLLM model runner.",
+                                                     case_sensitive=False, rich_help_panel=VLLM)]
+ThresholdOpt = Annotated[Optional[int], typer.Option("--seq-threshold-3d", help="Override vLLM's seq_threshold_3D.",
+                                                     rich_help_panel=VLLM)]
 StaticSplitsOpt = Annotated[bool, typer.Option("--static-kv-splits", help="SGLang "
-                                               "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1.")]
+                                               "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1.", rich_help_panel=SGLANG)]
 ContextLenOpt = Annotated[Optional[int], typer.Option("--context-len", help="Model context length (SGLang sizes "
-                                                      "max_kv_splits from it in deterministic and MLA modes).")]
-SystemOpt = Annotated[Optional[str], typer.Option("--system", help="Only one system: vllm or sglang "
-                                                  "(default both).")]
+                                                      "max_kv_splits from it in deterministic and MLA modes).",
+                                                      rich_help_panel=SGLANG)]
+SystemOpt = Annotated[Optional[System], typer.Option("--system", help="Only one system (default both).",
+                                                     case_sensitive=False)]
 VllmSrcOpt = Annotated[Optional[Path], typer.Option("--vllm-src", help="vLLM source checkout or unpacked wheel. "
                                                     "Default: installed vllm, else ./upstream/vllm-0.33.0.")]
 SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLang source checkout or unpacked "
                                                       "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
-LayerOpt = Annotated[str, typer.Option("--layer", help="Which attention layer: global, or sliding (uses the "
-                                       "model's sliding window).")]
+LayerOpt = Annotated[Layer, typer.Option("--layer", help="Which attention layer (sliding: the model's sliding "
+                                         "window).", rich_help_panel=WORKLOAD)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON contract instead of tables.",
+                                       rich_help_panel=OUTPUT)]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic).",
+                                                   rich_help_panel=OUTPUT)]
 
 
-def parse_int_list(text: str | None, option: str) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise ConfigError(f"{option} is empty; give comma-separated positive integers, e.g. 512,2048")
-    values = []
-    for t in items:
-        try:
-            values.append(int(t))
-        except ValueError:
-            raise ConfigError(f"{option}: {t!r} is not an integer; give comma-separated positive integers") from None
-    return tuple(values)
+def plain(value: Any) -> Any:
+    """An enum member as its value (what the core takes); anything else unchanged."""
+    return value.value if isinstance(value, Enum) else value
 
 
-@dataclass(frozen=True)
-class Inputs:
-    work: Workload
-    gpu: GPUSpec
-    vllm: VllmSettings
-    sglang: SglangSettings
-    kernel_block_size: int | None
-    layer: str
-
-
-def build_inputs(
-    *,
-    model: str,
-    tp: int = 1,
-    batch: int | None = None,
-    seq_len: int | None = None,
-    seq_lens: str | None = None,
-    query_lens: str | None = None,
-    gpu: str = "h200",
-    sms: int | None = None,
-    bandwidth: float | None = None,
-    dtype: str | None = None,
-    kv_cache_dtype: str = "auto",
-    block_size: int = 16,
-    kernel_block_size: int | None = None,
-    batch_invariant: bool = False,
-    cuda_graph: bool = True,
-    cudagraph_mode: str | None = None,
-    max_num_seqs: int = 1024,
-    max_num_batched_tokens: int = 8192,
-    max_kv_splits: int | None = None,
-    num_speculative_tokens: int = 0,
-    vllm_version: str = "0.33.0",
-    model_runner: str = "v2",
-    seq_threshold_3d: int | None = None,
-    static_kv_splits: bool = False,
-    context_len: int | None = None,
-    layer: str = "global",
-) -> Inputs:
-    if layer not in ("global", "sliding"):
-        raise ConfigError(f"--layer {layer!r}; valid: global, sliding")
-    cfg = resolve_model(model)
-    if layer == "sliding" and not cfg.sliding_window:
-        raise ConfigError(f"--layer sliding: {cfg.name} has no sliding-window layers")
-    gpu_spec = resolve_gpu(gpu, sms=sms, bandwidth_bytes_per_s=bandwidth * 1e9 if bandwidth is not None else None)
-    if seq_len is not None and seq_lens is not None:
-        raise ConfigError("give either --seq-len or --seq-lens, not both")
-    work = make_workload(
-        cfg, tp=tp, batch=batch, seq_len=seq_len, seq_lens=parse_int_list(seq_lens, "--seq-lens"),
-        query_lens=parse_int_list(query_lens, "--query-lens"), num_speculative_tokens=num_speculative_tokens,
-        dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-    )
-    mode = (cudagraph_mode or "FULL_AND_PIECEWISE").upper() if cuda_graph else "NONE"
-    if cudagraph_mode is not None and not cuda_graph:
-        raise ConfigError("--cudagraph-mode conflicts with --no-cuda-graph")
-    vllm = VllmSettings(
-        version=vllm_version, cudagraph_mode=mode, model_runner=model_runner.lower(), max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
-        batch_invariant=batch_invariant, seq_threshold_3d=seq_threshold_3d,
-    )
-    sglang = SglangSettings(max_kv_splits=max_kv_splits, deterministic=batch_invariant,
-                            static_kv_splits=static_kv_splits, context_len=context_len)
-    return Inputs(work, gpu_spec, vllm, sglang, kernel_block_size, layer)
+# The pure half (Inputs, build_inputs, parse_int_list) lives in decodecalc/inputs.py, shared with the
+# Python API (decodecalc/api.py); validation of the built workload belongs there.
+from decodecalc.inputs import Inputs, build_inputs, parse_int_list  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,7 +158,6 @@ import functools  # noqa: E402
 import inspect  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
 
 from decodecalc.errors import DecodecalcError  # noqa: E402
 
@@ -171,7 +173,7 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "sms": (SmsOpt, None),
     "bandwidth": (BandwidthOpt, None),
     "dtype": (DtypeOpt, None),
-    "kv_cache_dtype": (KvDtypeOpt, "auto"),
+    "kv_cache_dtype": (KvDtypeOpt, KvDtype.auto),
     "block_size": (BlockSizeOpt, 16),
     "kernel_block_size": (KernelBlockOpt, None),
     "batch_invariant": (BatchInvOpt, False),
@@ -181,21 +183,23 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "max_num_batched_tokens": (MaxTokensOpt, 8192),
     "max_kv_splits": (MaxSplitsOpt, None),
     "num_speculative_tokens": (SpecOpt, 0),
-    "vllm_version": (VllmVersionOpt, "0.33.0"),
-    "model_runner": (ModelRunnerOpt, "v2"),
+    "vllm_version": (VllmVersionOpt, VllmVersion.v0_33_0),
+    "model_runner": (ModelRunnerOpt, ModelRunner.v2),
     "seq_threshold_3d": (ThresholdOpt, None),
     "static_kv_splits": (StaticSplitsOpt, False),
     "context_len": (ContextLenOpt, None),
-    "layer": (LayerOpt, "global"),
+    "layer": (LayerOpt, Layer.global_),
 }
 
 
 def fail(message: str, code: int = 1) -> None:
     """Print the one-line error to stderr and exit non-zero (no traceback)."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.text import Text
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]Error:[/] {escape(message)}", markup=True)
+    # a Text, not markup: "[...]" and emoji codes such as ":b:" in the message print as written
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+        Text.assemble(("Error:", "bold red"), " ", message))
     raise typer.Exit(code)
 
 
@@ -234,7 +238,7 @@ def with_workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
-        shared_values = {name: kwargs.pop(name) for name in SHARED_OPTIONS}
+        shared_values = {name: plain(kwargs.pop(name)) for name in SHARED_OPTIONS}
         return func(inputs=build_inputs(**shared_values), **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]  # type: ignore[attr-defined]  # inspect.signature reads it

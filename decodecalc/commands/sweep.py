@@ -7,13 +7,26 @@ terminal heatmap otherwise.
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from decodecalc.commands.options import handle_errors
+from decodecalc.commands.options import OUTPUT, Dtype, KvDtype, handle_errors, plain
 from decodecalc.errors import ConfigError
+
+
+class Metric(str, Enum):
+    sm_coverage = "sm_coverage"
+    nonempty_splits = "nonempty_splits"
+    splits = "splits"
+    region = "region"
+
+
+class Format(str, Enum):
+    csv = "csv"
+    json = "json"
 
 
 def _names(text: str, option: str) -> tuple[str, ...]:
@@ -45,99 +58,89 @@ def build_spec(*, models: str, tps: str, gpus: str, policies: str, batch: str, s
     )
 
 
+def sweep(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model id(s), comma-separated.")] = "llama3-8b",
+    tp: Annotated[str, typer.Option("--tp", help="TP degree(s), comma-separated.")] = "1",
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name(s), comma-separated.")] = "h200",
+    policies: Annotated[str, typer.Option("--policies", "-p", help="Comma list of policies, or 'all'. "
+                                          "vllm, sglang and flashdecoding use the fast closed forms.")] = "vllm,sglang",
+    batch: Annotated[str, typer.Option("--batch", "-b", help="Batch sizes: N, A:B, A:B:STEP, A:B:xFACTOR, "
+                                       "comma-separated.")] = "1:256",
+    seq_len: Annotated[str, typer.Option("--seq-len", "-s", help="Sequence lengths, same syntax.")] = "128:131072:128",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write CSV (or JSON for *.json) "
+                                                   "atomically.")] = None,
+    fmt: Annotated[Optional[Format], typer.Option("--format", help="Print (or write) this format (default: "
+                                                  "from --output's suffix, else csv).", case_sensitive=False,
+                                                  rich_help_panel=OUTPUT)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write PNG heatmaps (needs the 'plot' "
+                                                 "extra).")] = None,
+    metric: Annotated[Metric, typer.Option("--metric", help="What the terminal heatmap shows.",
+                                           rich_help_panel=OUTPUT)] = Metric.region,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar or notes on stderr (the result "
+                                        "is still printed).")] = False,
+    dtype: Annotated[Optional[Dtype], typer.Option("--dtype", help="Activation dtype (default the model's).")] = None,
+    kv_cache_dtype: Annotated[KvDtype, typer.Option("--kv-cache-dtype", help="KV-cache dtype.")] = KvDtype.auto,
+    block_size: Annotated[int, typer.Option("--block-size", help="KV block size.")] = 16,
+    sms: Annotated[Optional[int], typer.Option("--sms", help="Override the SM count of every GPU.")] = None,
+    cuda_graph: Annotated[bool, typer.Option("--cuda-graph/--no-cuda-graph", help="vLLM CUDA graphs "
+                                             "(padded FULL replay) or eager.")] = True,
+    batch_invariant: Annotated[bool, typer.Option("--batch-invariant", help="VLLM_BATCH_INVARIANT / SGLang "
+                                                  "deterministic inference.")] = False,
+    max_kv_splits: Annotated[Optional[int], typer.Option("--max-kv-splits", help="SGLang max_kv_splits.")] = None,
+) -> None:
+    """Sweep batch x sequence length for chosen policies: CSV/JSON, heatmaps (SM coverage, splits, 2D/3D)."""
+    from decodecalc.reports import compare as pol
+    from decodecalc.commands.output import to_json, write_atomic
+    from decodecalc.launchers.sglang_triton import SglangSettings
+    from decodecalc.launchers.vllm_unified import VllmSettings
+    from decodecalc.plot import plot_available, plot_sweep
+    from decodecalc.reports.sweep import run_sweep
+
+    kind = fmt.value if fmt is not None else ("json" if output is not None and output.suffix.lower() == ".json"
+                                              else "csv")
+    if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
+        raise ConfigError(f"cannot write {output}: folder {output.parent} does not exist")
+    if plot is not None and not plot_available():
+        raise ConfigError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)")
+    spec = build_spec(models=model, tps=tp, gpus=gpu, policies=policies, batch=batch, seq_len=seq_len,
+                      dtype=plain(dtype), kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, sms=sms)
+    spec.validate()
+    if max_kv_splits is not None and max_kv_splits <= 0:
+        raise ConfigError(f"--max-kv-splits must be a positive integer, got {max_kv_splits}")
+    opts = pol.PolicyOptions(
+        vllm=VllmSettings(cudagraph_mode="FULL_AND_PIECEWISE" if cuda_graph else "NONE",
+                          batch_invariant=batch_invariant),
+        sglang=SglangSettings(max_kv_splits=max_kv_splits, deterministic=batch_invariant),
+    )
+    from decodecalc.render import stderr, stdout
+
+    err = stderr()
+    slow = [p for p in spec.policies if p not in ("vllm", "sglang", "flashdecoding")]
+    if slow and not quiet:
+        err.print(f"note: {', '.join(slow)} use one full launch plan per point (slower than the closed forms)")
+    if quiet:
+        result = run_sweep(spec, opts)
+    else:
+        from decodecalc.render.sweep import progress_bar
+
+        with progress_bar(err, spec.num_points // len(spec.seq_lens)) as progress:
+            result = run_sweep(spec, opts, progress)
+    if output is not None:
+        text = result.to_csv() if kind == "csv" else to_json(result.to_json()) + "\n"
+        write_atomic(output, text)
+        if not quiet:
+            err.print(f"wrote {output} ({spec.num_points:,} points)")
+    if plot is not None:
+        plot_sweep(result, plot)
+        if not quiet:
+            err.print(f"wrote {plot}")
+    if output is None and fmt is not None:
+        typer.echo(result.to_csv() if kind == "csv" else to_json(result.to_json()), nl=kind == "json")
+    elif output is None:  # quiet means no progress bar, not no result
+        from decodecalc.render.sweep import print_heatmaps
+
+        print_heatmaps(stdout(), result, metric.value)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    @handle_errors
-    def sweep(
-        model: Annotated[str, typer.Option("--model", "-m", help="Model id(s), comma-separated.")] = "llama3-8b",
-        tp: Annotated[str, typer.Option("--tp", help="TP degree(s), comma-separated.")] = "1",
-        gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name(s), comma-separated.")] = "h200",
-        policies: Annotated[str, typer.Option("--policies", "-p", help="Comma list of policies, or 'all'. "
-                                              "vllm, sglang and flashdecoding use the fast closed forms.")] = "vllm,sglang",
-        batch: Annotated[str, typer.Option("--batch", "-b", help="Batch sizes: N, A:B, A:B:STEP, A:B:xFACTOR, "
-                                           "comma-separated.")] = "1:256",
-        seq_len: Annotated[str, typer.Option("--seq-len", "-s", help="Sequence lengths, same syntax.")] = "128:131072:128",
-        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write CSV (or JSON for *.json) "
-                                                       "atomically.")] = None,
-        fmt: Annotated[Optional[str], typer.Option("--format", help="csv or json (default: from --output's "
-                                                   "suffix, else csv).")] = None,
-        plot: Annotated[Optional[Path], typer.Option("--plot", help="Write PNG heatmaps (needs the 'plot' "
-                                                     "extra).")] = None,
-        metric: Annotated[str, typer.Option("--metric", help="Terminal heatmap: sm_coverage, nonempty_splits, "
-                                            "splits or region.")] = "region",
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no terminal heatmap.")] = False,
-        dtype: Annotated[Optional[str], typer.Option("--dtype", help="Activation dtype (default the model's).")] = None,
-        kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="KV-cache dtype.")] = "auto",
-        block_size: Annotated[int, typer.Option("--block-size", help="KV block size.")] = 16,
-        sms: Annotated[Optional[int], typer.Option("--sms", help="Override the SM count of every GPU.")] = None,
-        cuda_graph: Annotated[bool, typer.Option("--cuda-graph/--no-cuda-graph", help="vLLM CUDA graphs "
-                                                 "(padded FULL replay) or eager.")] = True,
-        batch_invariant: Annotated[bool, typer.Option("--batch-invariant", help="VLLM_BATCH_INVARIANT / SGLang "
-                                                      "deterministic inference.")] = False,
-        max_kv_splits: Annotated[Optional[int], typer.Option("--max-kv-splits", help="SGLang max_kv_splits.")] = None,
-    ) -> None:
-        """Sweep batch x sequence length for chosen policies: CSV/JSON, heatmaps (SM coverage, splits, 2D/3D)."""
-        from decodecalc.reports import compare as pol
-        from decodecalc.commands.output import to_json, write_atomic
-        from decodecalc.launchers.sglang_triton import SglangSettings
-        from decodecalc.launchers.vllm_unified import VllmSettings
-        from decodecalc.plot import plot_available, plot_sweep, render_terminal
-        from decodecalc.reports.sweep import run_sweep
-
-        if metric not in ("sm_coverage", "nonempty_splits", "splits", "region"):
-            raise ConfigError(f"--metric {metric!r}; valid: sm_coverage, nonempty_splits, splits, region")
-        kind = (fmt or ("json" if output is not None and output.suffix.lower() == ".json" else "csv")).lower()
-        if kind not in ("csv", "json"):
-            raise ConfigError(f"--format {fmt!r}; valid: csv, json")
-        if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
-            raise ConfigError(f"cannot write {output}: folder {output.parent} does not exist")
-        if plot is not None and not plot_available():
-            raise ConfigError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)")
-        spec = build_spec(models=model, tps=tp, gpus=gpu, policies=policies, batch=batch, seq_len=seq_len,
-                          dtype=dtype, kv_cache_dtype=kv_cache_dtype, block_size=block_size, sms=sms)
-        spec.validate()
-        if max_kv_splits is not None and max_kv_splits <= 0:
-            raise ConfigError(f"--max-kv-splits must be a positive integer, got {max_kv_splits}")
-        opts = pol.PolicyOptions(
-            vllm=VllmSettings(cudagraph_mode="FULL_AND_PIECEWISE" if cuda_graph else "NONE",
-                              batch_invariant=batch_invariant),
-            sglang=SglangSettings(max_kv_splits=max_kv_splits, deterministic=batch_invariant),
-        )
-        from rich.console import Console
-
-        err = Console(stderr=True)
-        slow = [p for p in spec.policies if p not in ("vllm", "sglang", "flashdecoding")]
-        if slow and not quiet:
-            err.print(f"note: {', '.join(slow)} use one full launch plan per point (slower than the closed forms)",
-                      highlight=False)
-        if quiet:
-            result = run_sweep(spec, opts)
-        else:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=err, transient=True) as bar:
-                task = bar.add_task("sweep", total=spec.num_points // len(spec.seq_lens))
-
-                def progress(done: int, total: int, label: str) -> None:
-                    bar.update(task, completed=done, total=total, description=label)
-
-                result = run_sweep(spec, opts, progress)
-        text = None
-        if output is not None:
-            text = result.to_csv() if kind == "csv" else to_json(result.to_json()) + "\n"
-            write_atomic(output, text)
-            if not quiet:
-                err.print(f"wrote {output} ({spec.num_points:,} points)", highlight=False)
-        if plot is not None:
-            plot_sweep(result, plot)
-            if not quiet:
-                err.print(f"wrote {plot}", highlight=False)
-        if output is None and fmt is not None:
-            typer.echo(result.to_csv() if kind == "csv" else to_json(result.to_json()), nl=kind == "json")
-        elif not quiet:
-            out = Console(highlight=False)
-            for g in result.grids:
-                for line in render_terminal(g, metric):
-                    out.print(line, markup=False, highlight=False)
-                out.print("")
+    app.command()(handle_errors(sweep))

@@ -1,0 +1,218 @@
+"""The public Python API: ``decodecalc.grid``, ``decodecalc.compare``, ``decodecalc.recommend``.
+
+Each takes the CLI's options as keyword arguments (``model``, ``tp``, ``batch``, ``seq_len``,
+``seq_lens`` as a list or a comma string, ``gpu``, ...; see :class:`WorkloadParams`) and returns a
+typed, frozen result whose ``to_dict()`` is exactly what the command prints with ``--json``. The
+commands call these same functions, so the two cannot drift::
+
+    import decodecalc
+    r = decodecalc.grid(model="llama3-70b", tp=8, batch=64, seq_len=8192)
+    r.vllm.figures.coverage.fraction, r.to_dict()["systems"]["sglang"]["num_kv_splits"]
+
+Pure: no typer, no rich. Errors are :class:`decodecalc.errors.DecodecalcError` subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.inputs import Inputs, build_inputs
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from decodecalc.reports.compare import PolicyResult
+    from decodecalc.reports.grid import GridReport, SystemResult
+    from decodecalc.reports.recommend import Recommendation
+
+
+class WorkloadParams(TypedDict, total=False):
+    """The shared options of `grid`, `compare`, `recommend` (and `explain`, `determinism`, `cudagraphs`)."""
+
+    tp: int
+    batch: int | None
+    seq_len: int | None
+    seq_lens: str | Sequence[int] | None
+    query_lens: str | Sequence[int] | None
+    gpu: str
+    sms: int | None
+    bandwidth: float | None  # GB/s
+    dtype: str | None
+    kv_cache_dtype: str
+    block_size: int
+    kernel_block_size: int | None
+    batch_invariant: bool
+    cuda_graph: bool
+    cudagraph_mode: str | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_kv_splits: int | None
+    num_speculative_tokens: int
+    vllm_version: str
+    model_runner: str
+    seq_threshold_3d: int | None
+    static_kv_splits: bool
+    context_len: int | None
+    layer: str
+
+
+# --------------------------------------------------------------------------------------------
+# grid
+
+
+@dataclass(frozen=True, slots=True)
+class GridResult:
+    """What vLLM and SGLang launch for one decode step; ``report`` is the core's GridReport."""
+
+    inputs: Inputs
+    report: GridReport
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.report.to_json()
+
+    def system(self, name: str) -> SystemResult | None:
+        return next((s for s in self.report.systems if s.name == name), None)
+
+    @property
+    def vllm(self) -> SystemResult | None:
+        return self.system("vllm")
+
+    @property
+    def sglang(self) -> SystemResult | None:
+        return self.system("sglang")
+
+
+def grid_for(inputs: Inputs, system: str | None = None) -> GridResult:
+    """`grid` from already-built inputs (the CLI's path)."""
+    from decodecalc.reports.grid import SYSTEMS, grid_report
+
+    system = getattr(system, "value", system)  # the CLI passes an enum member
+    systems = SYSTEMS if system is None else (str(system).lower(),)
+    if systems[0] not in SYSTEMS:
+        raise ConfigError(f"--system {system!r}; valid: {', '.join(SYSTEMS)}")
+    report = grid_report(inputs.work, inputs.gpu, systems=systems, vllm=inputs.vllm, sglang=inputs.sglang,
+                         kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
+    if system is not None and report.systems[0].error:
+        raise UnsupportedError(report.systems[0].error)
+    return GridResult(inputs, report)
+
+
+def grid(model: str = "llama3-8b", *, system: str | None = None, **workload: Unpack[WorkloadParams]) -> GridResult:
+    """`decodecalc grid`: grid, splits, SM coverage, bytes and roofline of one decode step."""
+    return grid_for(build_inputs(model=model, **workload), system)
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+
+BEST_RULE = "smallest roofline_time_s / sm_coverage (first-wave SM coverage of the main kernel)"
+
+
+@dataclass(frozen=True, slots=True)
+class CompareResult:
+    """Every split policy for one decode step; ``best`` names the starred row."""
+
+    inputs: Inputs
+    policies: tuple[PolicyResult, ...]
+    best: str | None
+    best_rule: str
+
+    def policy(self, name: str) -> PolicyResult | None:
+        return next((p for p in self.policies if p.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        w, gpu = self.inputs.work, self.inputs.gpu
+        return {
+            "model": w.model.name, "tp": w.tp, "gpu": gpu.name, "num_sms": gpu.num_sms,
+            "workload": {"batch": w.batch, "seq_lens": list(w.seq_lens), "query_lens": list(w.query_lens),
+                         "num_heads_per_rank": w.num_heads, "num_kv_heads_per_rank": w.num_kv_heads,
+                         "head_size": w.head_size, "dtype": w.dtype, "kv_cache_dtype": w.kv_cache_dtype,
+                         "block_size": w.block_size},
+            "best": self.best,
+            "best_rule": self.best_rule,
+            "policies": [dict(r.to_json(), best=(r.name == self.best)) for r in self.policies],
+        }
+
+
+def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
+                occupancy: int | None = None) -> CompareResult:
+    """`compare` from already-built inputs (the CLI's path)."""
+    from decodecalc.reports import compare as pol
+
+    if occupancy is not None and occupancy < 1:
+        raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
+    text = policies if policies is None or isinstance(policies, str) else ",".join(policies)
+    names = pol.resolve_policies(text)
+    opts = pol.PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
+                             flashinfer_occupancy=occupancy)
+    results = tuple(pol.evaluate_all(inputs.work, inputs.gpu, opts, names))
+    return CompareResult(inputs, results, pol.best_policy(list(results)), BEST_RULE)
+
+
+def compare(model: str = "llama3-8b", *, policies: str | Sequence[str] | None = None, occupancy: int | None = None,
+            **workload: Unpack[WorkloadParams]) -> CompareResult:
+    """`decodecalc compare`: every modeled split policy side by side (``policies``: names, default all)."""
+    return compare_for(build_inputs(model=model, **workload), policies, occupancy)
+
+
+# --------------------------------------------------------------------------------------------
+# recommend
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendResult:
+    """The best KV split count per kernel; ``recommendation`` is the core's Recommendation."""
+
+    inputs: Inputs
+    recommendation: Recommendation
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.recommendation.to_json()
+
+    @property
+    def kernels(self) -> Any:
+        return self.recommendation.kernels
+
+    @property
+    def warning(self) -> str | None:
+        return self.recommendation.warning
+
+    @property
+    def calibrated(self) -> bool:
+        return self.recommendation.calibrated
+
+
+def recommend_for(inputs: Inputs, kernel: str | None = None, candidates: str | Sequence[str] | None = None,
+                  profile: str | Path | None = None) -> RecommendResult:
+    """`recommend` from already-built inputs (the CLI's path)."""
+    from decodecalc.reports.recommend import KERNELS, parse_candidates
+    from decodecalc.reports.recommend import recommend as _recommend
+    from decodecalc.timemodel import resolve_profile
+
+    kernel = getattr(kernel, "value", kernel)
+    kernels = KERNELS if kernel is None else (str(kernel).lower(),)
+    if kernels[0] not in KERNELS:
+        raise ConfigError(f"--kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+    cands = [candidates] if isinstance(candidates, str) else candidates
+    prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None)
+    rec = _recommend(inputs.work, inputs.gpu, kernels=kernels, candidates=parse_candidates(cands), profile=prof,
+                     vllm_settings=inputs.vllm, sglang_settings=inputs.sglang)
+    return RecommendResult(inputs, rec)
+
+
+def recommend(model: str = "llama3-8b", *, kernel: str | None = None, candidates: str | Sequence[str] | None = None,
+              profile: str | Path | None = None, **workload: Unpack[WorkloadParams]) -> RecommendResult:
+    """`decodecalc recommend`: the fastest KV split count per kernel from the time model.
+
+    ``candidates``: ``"1,4,16"`` for every kernel or ``["vllm=1,16", "sglang=4,8"]``; ``profile``: a
+    time-model profile YAML (default: the user's, then the packaged one for the GPU).
+    """
+    return recommend_for(build_inputs(model=model, **workload), kernel, candidates, profile)
+
+
+__all__ = ["CompareResult", "GridResult", "RecommendResult", "WorkloadParams", "compare", "compare_for", "grid",
+           "grid_for", "recommend", "recommend_for"]

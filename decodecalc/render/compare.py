@@ -1,0 +1,110 @@
+"""`compare`: every split policy side by side, from the typed CompareResult."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from decodecalc.formatting import fmt_bytes, fmt_bytes_short, fmt_grid_x, fmt_per_seq, fmt_time
+
+if TYPE_CHECKING:
+    from decodecalc.api import CompareResult
+    from decodecalc.reports.compare import PolicyResult
+
+#: below this many columns the byte and ratio columns move out of the table (JSON/CSV always carry them)
+WIDE = 130
+
+
+def predicted_cell(r: PolicyResult) -> str:
+    """The time model's figure for the row, ``~`` marking an uncalibrated one; ``-`` where there is none."""
+    t = r.extra.get("predicted_time_s")
+    if t is None:
+        return "-"
+    return fmt_time(t) + ("" if r.extra.get("predicted_calibrated") else " ~")
+
+
+def caption(res: CompareResult) -> str:
+    w, gpu = res.inputs.work, res.inputs.gpu
+    return (f"{w.model.name} TP={w.tp} on {gpu.name} ({gpu.num_sms} SMs): B={w.batch}, seq "
+            f"{fmt_per_seq(w.seq_lens, 4)}, h={w.num_heads}, h_kv={w.num_kv_heads}, d={w.head_size}, "
+            f"{w.kv_cache_dtype} KV, block {w.block_size}")
+
+
+def compare_table(res: CompareResult, width: int) -> tuple[Table, bool]:
+    wide = width >= WIDE
+    t = Table(title="Decode attention: every split policy", caption=caption(res), box=box.SIMPLE_HEAD,
+              pad_edge=False)
+    cols = ["policy", "grid", "busy/all", "splits", "tok/split", "SM (waves)"] if wide else \
+        ["policy", "grid", "splits", "tok/split", "SM (waves)"]
+    cols += ["partial a/u", "/KV", "roofline", "/cov", "predicted"] if wide else ["roofline", "predicted"]
+    for col in cols:
+        t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
+    for r in res.policies:
+        if not r.applicable or r.plan is None or r.figures is None:
+            t.add_row(Text(r.name, style="dim"), Text("n/a", style="dim"), *[""] * (len(cols) - 2))
+            continue
+        p, f = r.plan, r.figures
+        splits = fmt_per_seq(p.splits, 3)
+        if tuple(p.nonempty_splits) != tuple(p.splits):
+            splits += f" ({fmt_per_seq(p.nonempty_splits, 3)})"
+        star = r.name == res.best
+        cells = [("* " if star else "") + r.name, fmt_grid_x(p.grid)]
+        if wide:
+            cells.append(f"{p.main.working_programs:,}/{p.main.programs:,}")
+        cells += [splits, fmt_per_seq(p.tokens_per_split, 3), f"{f.coverage.fraction:.0%} ({f.coverage.waves})"]
+        if wide:
+            kv = f.kv_bytes_per_layer
+            cells += [f"{fmt_bytes_short(p.partial_state_bytes)}/{fmt_bytes_short(p.partial_state_bytes_used)}",
+                      f"{p.partial_state_bytes / kv if kv else 0.0:.2f}", fmt_time(f.roofline_time_s),
+                      fmt_time(r.sm_limited_time_s or 0.0)]
+        else:
+            cells.append(fmt_time(f.roofline_time_s))
+        cells.append(predicted_cell(r))
+        t.add_row(*cells, style="bold green" if star else None)
+    return t, wide
+
+
+def print_compare(console: Console, res: CompareResult, explain: bool = False) -> None:
+    t, wide = compare_table(res, console.width)
+    console.print(t)
+    skipped = [r for r in res.policies if not r.applicable]
+    if skipped:
+        console.print("Not applicable:")
+        for r in skipped:
+            console.print(Text(f"  {r.name}: {r.reason}"))
+    notes = [r for r in res.policies if r.applicable and r.notes]
+    if notes:
+        console.print("Notes:")
+        for r in notes:
+            console.print(Text(f"  {r.name}: {'; '.join(r.notes)}"))
+    legend = ("busy/all: main-kernel programs that read keys / launched; " if wide else "") + (
+        "splits: per sequence, allocated (non-empty); tok/split: keys per split; SM (waves): first-wave SM "
+        "coverage (waves); roofline: HBM roofline time of one layer; predicted: the time model's time of one "
+        "layer (~ = uncalibrated for this GPU or workload; - = no time model for this kernel)")
+    if wide:
+        legend += ("; partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: allocated "
+                   "partial state over the layer's KV bytes; /cov: roofline time / SM coverage")
+    console.print(Text(legend))
+    if not wide:
+        console.print(Text(f"Per policy (busy/all programs, partial state; widen to >= {WIDE} columns for a "
+                           "table, or use --json/--csv):"))
+        for r in res.policies:
+            if r.applicable and r.plan is not None and r.figures is not None:
+                p, kv = r.plan, r.figures.kv_bytes_per_layer
+                console.print(Text(f"  {r.name}: {p.main.working_programs:,}/{p.main.programs:,} programs busy; "
+                                   f"partial state {fmt_bytes(p.partial_state_bytes)} allocated, "
+                                   f"{fmt_bytes(p.partial_state_bytes_used)} used "
+                                   f"({p.partial_state_bytes / kv if kv else 0.0:.2f} x KV)"))
+    if explain:
+        from decodecalc.render.grid import explain_panel
+
+        for r in res.policies:
+            if r.applicable and r.plan is not None:
+                items = tuple(r.plan.explain) + (tuple(r.figures.explain) if r.figures is not None else ())
+                console.print(explain_panel(f"{r.name}: formula, inputs and source of every number", items))
+    if res.best:
+        console.print(Text(f"* best: {res.best} ({res.best_rule})"))
