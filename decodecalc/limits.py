@@ -57,3 +57,73 @@ def check_int(value: int | None, option: str, maximum: int, *, minimum: int = 1)
         raise ConfigError(f"{option} must be {what}, got {value}")
     if value > maximum:
         raise ConfigError(f"{option} {value} is over the supported {maximum:,}")
+
+
+#: the shared workload options: parameter name -> (flag, minimum, maximum)
+OPTION_LIMITS: dict[str, tuple[str, int, int]] = {
+    "tp": ("--tp", 1, MAX_TP),
+    "batch": ("--batch", 1, MAX_BATCH),
+    "seq_len": ("--seq-len", 1, MAX_SEQ_LEN),
+    "sms": ("--sms", 1, MAX_SMS),
+    "block_size": ("--block-size", 1, MAX_BLOCK_SIZE),
+    "kernel_block_size": ("--kernel-block-size", 1, MAX_BLOCK_SIZE),
+    "max_num_seqs": ("--max-num-seqs", 1, MAX_BATCH),
+    "max_num_batched_tokens": ("--max-num-batched-tokens", 1, MAX_TOKENS),
+    "max_kv_splits": ("--max-kv-splits", 1, MAX_KV_SPLITS),
+    "num_speculative_tokens": ("--num-speculative-tokens", 0, MAX_SPECULATIVE_TOKENS),
+    "seq_threshold_3d": ("--seq-threshold-3d", 0, MAX_BATCH),
+    "context_len": ("--context-len", 1, MAX_SEQ_LEN),
+}
+
+#: vLLM's scheduler defaults as the CLI states them (decodecalc.launchers.vllm_unified.VllmSettings)
+_VLLM_DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}
+
+
+def check_options(**values: object) -> None:
+    """Check the shared scalar options against their stated limits, before any work starts.
+
+    ``values`` are the build_inputs keyword arguments; names not in OPTION_LIMITS are ignored,
+    except ``bandwidth`` (GB/s, a float) and the kernel block size, which must divide the block size.
+    """
+    for name, (flag, low, high) in OPTION_LIMITS.items():
+        value = values.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{flag} must be an integer, got {value!r}")
+        check_int(value, flag, high, minimum=low)
+    bandwidth = values.get("bandwidth")
+    if bandwidth is not None:
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, int | float):
+            raise ConfigError(f"--bandwidth must be a number of GB/s, got {bandwidth!r}")
+        if not 0 < bandwidth <= MAX_BANDWIDTH_GB_S:  # also rejects NaN
+            raise ConfigError(f"--bandwidth {bandwidth} GB/s is outside the supported 0 to {MAX_BANDWIDTH_GB_S:,.0f}")
+    kbs, block = values.get("kernel_block_size"), values.get("block_size")
+    if isinstance(kbs, int) and isinstance(block, int) and block % kbs:
+        raise ConfigError(f"--kernel-block-size {kbs} must divide --block-size {block} evenly")
+
+
+def check_step(*, batch: int, tokens: int, max_seqlen_k: int, max_num_seqs: int | None = None,
+               max_num_batched_tokens: int | None = None, context_len: int | None = None) -> None:
+    """Options that contradict the step itself: a step vLLM's scheduler cannot form (checked when the
+    user changed its default), or a context shorter than a sequence."""
+    if max_num_seqs is not None and max_num_seqs != _VLLM_DEFAULTS["max_num_seqs"] and batch > max_num_seqs:
+        raise ConfigError(f"--max-num-seqs {max_num_seqs}: vLLM schedules at most that many sequences per step, "
+                          f"and this step has {batch:,}")
+    if (max_num_batched_tokens is not None and max_num_batched_tokens != _VLLM_DEFAULTS["max_num_batched_tokens"]
+            and tokens > max_num_batched_tokens):
+        raise ConfigError(f"--max-num-batched-tokens {max_num_batched_tokens}: vLLM schedules at most that many "
+                          f"tokens per step, and this step has {tokens:,}")
+    if context_len is not None and context_len < max_seqlen_k:
+        raise ConfigError(f"--context-len {context_len} is shorter than the longest sequence ({max_seqlen_k:,} keys)")
+
+
+def check_list(values: tuple[int, ...], option: str, maximum: int, *, max_items: int = MAX_LIST_ITEMS,
+               max_total: int | None = None) -> None:
+    """A comma list of sizes: at most ``max_items`` items, each 1..maximum, summing to at most ``max_total``."""
+    if len(values) > max_items:
+        raise ConfigError(f"{option} has {len(values):,} values, over the supported {max_items:,}")
+    for v in values:
+        check_int(v, option, maximum)
+    if max_total is not None and sum(values) > max_total:
+        raise ConfigError(f"{option} adds up to {sum(values):,} sequences, over the supported {max_total:,}")

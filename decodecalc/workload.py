@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodecalc.errors import ConfigError
-from decodecalc.specs.models import ModelConfig
+from decodecalc.limits import (
+    MAX_BATCH,
+    MAX_BLOCK_SIZE,
+    MAX_SEQ_LEN,
+    MAX_SPECULATIVE_TOKENS,
+    MAX_TOKENS,
+    MAX_TP,
+    check_int,
+)
+from decodecalc.specs.model_config import ModelConfig
 
 #: bytes per element for the dtypes we accept (query/model dtype and KV-cache dtype)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -31,12 +40,11 @@ def normalize_dtype(value: str, *, option: str, allow_auto: bool = False) -> str
 
 def shard_heads(model: ModelConfig, tp: int) -> tuple[int, int]:
     """(query heads, KV heads) per rank, or ConfigError naming what does not divide."""
-    if tp <= 0:
-        raise ConfigError(f"--tp must be a positive integer, got {tp}")
+    check_int(tp, "--tp", MAX_TP)
     h, h_kv = model.num_attention_heads, model.num_key_value_heads
     if h % tp:
         raise ConfigError(f"{model.name} has {h} query heads, not divisible by --tp {tp}; "
-                          f"valid TP degrees: {', '.join(str(d) for d in _divisors(h))}")
+                          f"valid TP degrees: {_divisor_list(h)}")
     if model.is_mla:
         return h // tp, 1
     if tp <= h_kv:
@@ -49,8 +57,22 @@ def shard_heads(model: ModelConfig, tp: int) -> tuple[int, int]:
     return h // tp, 1
 
 
+def _divisor_list(n: int, shown: int = 16) -> str:
+    divs = _divisors(n)
+    return ", ".join(map(str, divs)) if len(divs) <= shown else f"{', '.join(map(str, divs[:shown]))}, ... ({len(divs)})"
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of ``n``, ascending, by trial division up to sqrt(n) (fast for any head count)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,21 +143,26 @@ def make_workload(
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
 ) -> Workload:
-    """Validate user-facing inputs and build the per-rank Workload."""
-    if batch is not None and batch <= 0:
-        raise ConfigError(f"--batch must be a positive integer, got {batch}")
+    """Validate user-facing inputs (every limit in decodecalc.limits, scalars before any tuple is
+    built) and build the per-rank Workload."""
+    check_int(tp, "--tp", MAX_TP)
+    check_int(batch, "--batch", MAX_BATCH)
+    check_int(seq_len, "--seq-len", MAX_SEQ_LEN)
+    check_int(num_speculative_tokens, "--num-speculative-tokens", MAX_SPECULATIVE_TOKENS, minimum=0)
+    check_int(block_size, "--block-size", MAX_BLOCK_SIZE)
+    for option, values in (("--seq-lens", seq_lens), ("--query-lens", query_lens)):
+        if values is not None and len(values) > MAX_BATCH:
+            raise ConfigError(f"{option} has {len(values):,} values, over the supported {MAX_BATCH:,} sequences")
+    h, h_kv = shard_heads(model, tp)  # before any per-sequence work
     if seq_lens is not None:
         if batch is not None and batch != len(seq_lens) and len(seq_lens) != 1:
             raise ConfigError(f"--seq-lens has {len(seq_lens)} values but --batch is {batch}; give one length per sequence")
+        for s in seq_lens:
+            check_int(s, "sequence length", MAX_SEQ_LEN)
         if batch is not None and len(seq_lens) == 1:
             seq_lens = seq_lens * batch
     else:
         seq_lens = ((seq_len if seq_len is not None else 2560),) * (batch or 1)
-    for s in seq_lens:
-        if s <= 0:
-            raise ConfigError(f"sequence length must be a positive integer, got {s}")
-    if num_speculative_tokens < 0:
-        raise ConfigError(f"--num-speculative-tokens must be >= 0, got {num_speculative_tokens}")
     if query_lens is None:
         query_lens = (1 + num_speculative_tokens,) * len(seq_lens)
     elif len(query_lens) == 1 and len(seq_lens) > 1:
@@ -147,15 +174,16 @@ def make_workload(
             raise ConfigError(f"query length must be a positive integer, got {q}")
         if q > s:
             raise ConfigError(f"query length {q} exceeds its sequence length {s} (lengths count the new tokens too)")
-    if block_size <= 0:
-        raise ConfigError(f"--block-size must be a positive integer, got {block_size}")
+    tokens = sum(query_lens)
+    if tokens > MAX_TOKENS:
+        raise ConfigError(f"the step carries {tokens:,} query tokens, over the supported {MAX_TOKENS:,} "
+                          "(sum of --query-lens, or batch x (1 + --num-speculative-tokens))")
     dt = normalize_dtype(dtype or model.dtype, option="--dtype")
     if dt.startswith("fp8"):
         raise ConfigError(f"--dtype {dtype!r}: the activation dtype must be float32, bfloat16 or float16 (fp8 belongs in --kv-cache-dtype)")
     kv = normalize_dtype(kv_cache_dtype, option="--kv-cache-dtype", allow_auto=True)
     if kv == "auto":
         kv = dt
-    h, h_kv = shard_heads(model, tp)
     return Workload(
         model=model, tp=tp, num_heads=h, num_kv_heads=h_kv, seq_lens=tuple(seq_lens),
         query_lens=tuple(query_lens), dtype=dt, kv_cache_dtype=kv, block_size=block_size,

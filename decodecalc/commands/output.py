@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,36 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-_NUMBER_LIST = re.compile(r"\[\s*((?:-?[\d.eE+-]+|null|true|false)(?:,\s*(?:-?[\d.eE+-]+|null|true|false))*)\s*\]")
+def _is_number_like(v: Any) -> bool:
+    """A value the one-line list form takes: a finite number, a bool or null."""
+    if isinstance(v, float):
+        return math.isfinite(v)
+    return v is None or isinstance(v, bool | int)
+
+
+def _encode(o: Any, indent: str) -> str:
+    if isinstance(o, dict):
+        if not o:
+            return "{}"
+        inner = indent + "  "
+        items = [f"{inner}{json.dumps(k if isinstance(k, str) else json.dumps(k))}: {_encode(v, inner)}"
+                 for k, v in o.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(o, list | tuple):
+        if not o:
+            return "[]"
+        if all(_is_number_like(v) for v in o):  # grids, per-sequence values: one line
+            return json.dumps(list(o), separators=(", ", ": "))
+        inner = indent + "  "
+        return "[\n" + ",\n".join(inner + _encode(v, inner) for v in o) + "\n" + indent + "]"
+    return json.dumps(o, default=_default)
 
 
 def to_json(data: Any) -> str:
-    """Indented JSON with lists of scalars (grids, per-sequence values) kept on one line."""
-    text = json.dumps(data, indent=2, default=_default)
-    return _NUMBER_LIST.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+    """Indented JSON (2 spaces) with lists of numbers (grids, per-sequence values) kept on one line.
+
+    Built in one pass, so a 65,536-sequence workload's lists cost one ``json.dumps`` each."""
+    return _encode(data, "")
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -10,6 +10,7 @@ only turns those launches into loop trip counts and bytes.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -72,10 +73,13 @@ class LaunchWork:
     label: str = ""
 
 
-def _hist(values: Iterable[int]) -> tuple[tuple[int, int], ...]:
+def _hist_weighted(pairs: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """``_hist`` of values given with their multiplicities (zero weights dropped): equal sequences are
+    counted once, so a uniform batch costs O(distinct lengths), not O(batch x splits)."""
     out: dict[int, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
+    for v, w in pairs:
+        if w:
+            out[v] = out.get(v, 0) + w
     return tuple(sorted(out.items()))
 
 
@@ -110,21 +114,22 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
     element_size = min(shape.q_bytes, kvb)
     if not use_3d:
         tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=True)
-        iters = _hist(cdiv(L, tile) for L, nq in zip(seq_lens, working_q_blocks) for _ in range(nq))
+        groups = Counter(zip(seq_lens, working_q_blocks))
+        iters = _hist_weighted((cdiv(L, tile), nq * c) for (L, nq), c in groups.items())
         main = KernelWork(family=f"{prefix}_2d", iters=_scaled(iters, h_kv), bytes_per_iter=tile * (d + dv) * kvb,
                           idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d))
         return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D")
     tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=False)
     s = splits
-    per: list[int] = []
+    per: list[tuple[int, int]] = []  # (trip count, programs)
     idle = idle_q * s
-    for L, nq in zip(seq_lens, working_q_blocks):
+    for (L, nq), c in Counter(zip(seq_lens, working_q_blocks)).items():
         tps = vu.tiles_per_segment(L, s, tile)
         active = vu.active_segments(L, s, tile)
         last = cdiv(L - (active - 1) * tps * tile, tile)
-        per.extend(([tps] * (active - 1) + [last]) * nq)
-        idle += (s - active) * nq
-    main = KernelWork(family=f"{prefix}_3d", iters=_scaled(_hist(per), h_kv), bytes_per_iter=tile * (d + dv) * kvb,
+        per += [(tps, (active - 1) * nq * c), (last, nq * c)]
+        idle += (s - active) * nq * c
+    main = KernelWork(family=f"{prefix}_3d", iters=_scaled(_hist_weighted(per), h_kv), bytes_per_iter=tile * (d + dv) * kvb,
                       idle_programs=idle * h_kv, head_dim=next_power_of_2(d))
     d_pad = next_power_of_2(dv)
     reduce = KernelWork(family=f"{prefix}_reduce", iters=((1, sum(q_lens) * h),), bytes_per_iter=s * (4 * d_pad + 8),
@@ -154,20 +159,20 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
         mha = sg.is_mha(h, h_kv)
     block_n, head_progs = sg.stage1_block_n(h, h_kv), sg.head_tiles(h, h_kv)
     stage1_family = f"{prefix}_mha_stage1" if mha and prefix == "sglang" else f"{prefix}_stage1"
-    per: list[int] = []
+    per: list[tuple[int, int]] = []  # (trip count, programs)
     idle = 0
-    nonempty_per_seq: list[int] = []
-    for L, n in zip(seq_lens, n_i):
+    nonempty_per_seq: list[tuple[int, int]] = []
+    for (L, n), c in Counter(zip(seq_lens, n_i)).items():
         kvps = sg.kv_len_per_split(L, n)
         ne = cdiv(L, kvps)
-        nonempty_per_seq.append(ne)
-        for s in range(ne):
-            per.append(cdiv(min(kvps, L - s * kvps), block_n))
-        idle += max_s - ne
-    stage1 = KernelWork(family=stage1_family, iters=_scaled(_hist(per), head_progs),
+        nonempty_per_seq.append((ne, c))
+        # every non-empty split but the last reads kvps keys; the last reads the rest
+        per += [(cdiv(kvps, block_n), (ne - 1) * c), (cdiv(L - (ne - 1) * kvps, block_n), c)]
+        idle += (max_s - ne) * c
+    stage1 = KernelWork(family=stage1_family, iters=_scaled(_hist_weighted(per), head_progs),
                         bytes_per_iter=block_n * (d + dv) * kvb, idle_programs=idle * head_progs,
                         head_dim=next_power_of_2(d))
-    stage2 = KernelWork(family=f"{prefix}_stage2", iters=_scaled(_hist(nonempty_per_seq), h),
+    stage2 = KernelWork(family=f"{prefix}_stage2", iters=_scaled(_hist_weighted(nonempty_per_seq), h),
                         bytes_per_iter=4 * dv + 4, head_dim=next_power_of_2(dv))
     label = f"adaptive (max {max_s})" if adaptive else f"static S={max_s}"
     return LaunchWork(kernel="sglang" if prefix == "sglang" else "reference-sglang", splits=max(n_i),
