@@ -1,0 +1,341 @@
+"""What-if KV-split heuristics scored over a whole decode workload.
+
+Each heuristic gives every step of the workload a launch; the time model times it
+(:class:`decodecalc.reports.tune_eval.StepTimer`) and the table compares mean and p99 step time with
+the engine's default and with the per-step optimum (the bound). The engines' own rules are the
+launcher modules' (never restated here); the proposals are modeled from their pull requests, each
+with its source; a user rule is a Python file.
+
+User rule (``--rule FILE``): the file defines ``splits(step)`` returning one split count per sequence
+of the step (run on SGLang's kernel, which takes the counts as a tensor; the grid's split dimension is
+the largest count the rule returns over the workload), and optionally ``segments(step)`` returning one
+segment count for the whole launch (run on vLLM's kernel; 1 = the 2D kernel). ``step`` has
+``batch``, ``seq_lens`` and ``query_lens`` (longest first), ``num_sms``, ``num_heads``,
+``num_kv_heads``, ``head_size``, ``gpu`` and ``origin`` (where the step came from).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.errors import ConfigError, UnknownNameError
+from decodecalc.launchers import sglang_triton as sg
+from decodecalc.launchers import vllm_unified as vu
+from decodecalc.reports.tune_eval import Stats, stats
+
+#: per-step optimum search space (the bound): vLLM 2D or 3D with these segments, SGLang static counts
+BOUND_VLLM_SEGMENTS = (1, 2, 4, 8, 16, 32, 64, 128)
+BOUND_SGLANG_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+
+# PR #27786 (sgl-project/sglang): gate and raised cap, from its description
+PR27786_GATE_TOKENS = 24576
+PR27786_CAP = 64
+# PR #35801 (sgl-project/sglang): one split per 256-token chunk
+PR35801_CHUNK_TOKENS = 256
+# PR #47520 (vllm-project/vllm): long-context multiplier, threshold cap and long-context cut-off
+PR47520_LONGCTX_MULT = 4
+PR47520_CAP = 64
+PR47520_LONGCTX_TOKENS = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class RuleStep:
+    """What a split rule sees of one step."""
+
+    batch: int
+    seq_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    num_sms: int
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    gpu: str
+    origin: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeuristicScore:
+    name: str
+    engine: str
+    kind: str  # engine | tuned | bound | proposal | user
+    stats: Stats
+    vs_default: float
+    vs_bound: float
+    source: str
+    times: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "engine": self.engine, "mean_step_s": self.stats.mean_step_s,
+                "p99_step_s": self.stats.p99_step_s, "vs_default": self.vs_default, "vs_bound": self.vs_bound,
+                "total_s": self.stats.total_s, "kind": self.kind, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class Heuristic:
+    name: str
+    engine: str
+    kind: str
+    source: str
+    times: Callable[[Any, Any], tuple[float, ...]]  # (TuneContext, TuneResult) -> per-shape seconds
+
+
+# ----------------------------------------------------------------------------------------------
+# vLLM
+
+
+def _vllm_default(ctx: Any, result: Any) -> tuple[float, ...]:
+    return ctx.timer.vllm(ctx.vllm)
+
+
+def _vllm_bound(ctx: Any, result: Any) -> tuple[float, ...]:
+    return ctx.timer.per_shape(lambda i: min(ctx.timer.vllm_forced(i, s) for s in BOUND_VLLM_SEGMENTS))
+
+
+def pr47520_threshold(num_sms: int, num_kv_heads: int, max_model_len: int) -> int:
+    """seq_threshold_3D as vLLM PR #47520 describes it: sized from the SM count instead of a 128-program
+    grid, times 4 for long-context deployments (max_model_len >= 8192), capped at 64 and never below the
+    stock 128 // num_kv_heads."""
+    stock = vu.MIN_LAUNCH_GRID_SIZE_2D // num_kv_heads
+    mult = PR47520_LONGCTX_MULT if max_model_len >= PR47520_LONGCTX_TOKENS else 1
+    return max(stock, min(PR47520_CAP, num_sms // num_kv_heads * mult))
+
+
+def _vllm_pr47520(ctx: Any, result: Any) -> tuple[float, ...]:
+    ctx_len = ctx.work.model.context_length or max(L for sh in ctx.shapes.shapes for L, _ in sh)
+    t = pr47520_threshold(ctx.gpu.num_sms, ctx.work.num_kv_heads, ctx_len)
+    settings = dataclasses.replace(ctx.vllm, min_launch_grid_size_2d=t * ctx.work.num_kv_heads)
+    return ctx.timer.vllm(settings)
+
+
+# ----------------------------------------------------------------------------------------------
+# SGLang
+
+
+def _sglang_default(ctx: Any, result: Any) -> tuple[float, ...]:
+    return ctx.timer.sglang(ctx.sglang)
+
+
+def _sglang_bound(ctx: Any, result: Any) -> tuple[float, ...]:
+    default = ctx.timer.sglang(ctx.sglang)
+    return ctx.timer.per_shape(lambda i: min([default[i]] + [ctx.timer.sglang_splits(i, (s,) * len(ctx.shapes.shapes[i]),
+                                                                                     s, adaptive=False)
+                                                             for s in BOUND_SGLANG_SPLITS]))
+
+
+def _base_max(ctx: Any) -> int:
+    return ctx.sglang.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS
+
+
+def _sglang_pr21775(ctx: Any, result: Any) -> tuple[float, ...]:
+    cap = max(_base_max(ctx), next_power_of_2(ctx.gpu.num_sms // 4))
+    return ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=cap, static_kv_splits=False))
+
+
+def pr27786_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int, num_sms: int,
+                   max_kv_splits: int) -> tuple[int, ...]:
+    """Split counts as SGLang PR #27786 describes them: a sequence of >= 24,576 tokens gets the adaptive
+    rule with the cap raised to 64; a shorter one keeps its split count under the server's cap."""
+    cap = max(max_kv_splits, PR27786_CAP)
+    seq = tuple(seq_lens)
+    low = sg.get_num_kv_splits(seq, num_head=num_heads, num_kv_head=num_kv_heads, device_core_count=num_sms,
+                               max_kv_splits=max_kv_splits)
+    high = sg.get_num_kv_splits(seq, num_head=num_heads, num_kv_head=num_kv_heads, device_core_count=num_sms,
+                                max_kv_splits=cap)
+    return tuple(h if L >= PR27786_GATE_TOKENS else lo for L, lo, h in zip(seq, low, high))
+
+
+def _sglang_pr27786(ctx: Any, result: Any) -> tuple[float, ...]:
+    base = _base_max(ctx)
+
+    def one(i: int) -> float:
+        w = ctx.timer.work(i)
+        splits = pr27786_splits(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                                num_sms=ctx.gpu.num_sms, max_kv_splits=base)
+        return ctx.timer.sglang_splits(i, splits, max(base, PR27786_CAP))  # split buffers sized by the cap
+    return ctx.timer.per_shape(one)
+
+
+def pr35801_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int, num_sms: int,
+                   max_kv_splits: int) -> tuple[int, ...]:
+    """Split counts as SGLang PR #35801 describes them: one split per 256-token chunk, bounded by the
+    server maximum and by one wave of the SMs over the stage-1 programs of one split."""
+    grid = sg.token_grid(len(seq_lens), num_heads, num_kv_heads)
+    wave_cap = max(1, num_sms // grid)
+    return tuple(max(1, min(cdiv(L, PR35801_CHUNK_TOKENS), max_kv_splits, wave_cap)) for L in seq_lens)
+
+
+def _sglang_pr35801(ctx: Any, result: Any) -> tuple[float, ...]:
+    base = _base_max(ctx)
+
+    def one(i: int) -> float:
+        w = ctx.timer.work(i)
+        splits = pr35801_splits(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                                num_sms=ctx.gpu.num_sms, max_kv_splits=base)
+        return ctx.timer.sglang_splits(i, splits, base)
+    return ctx.timer.per_shape(one)
+
+
+def _tuned(engine: str) -> Callable[[Any, Any], tuple[float, ...]]:
+    return lambda ctx, result: result.engines[engine].best.times
+
+
+HEURISTICS: dict[str, Heuristic] = {h.name: h for h in (
+    Heuristic("vllm-default", "vllm", "engine", "vLLM 0.33.0 triton_attn.py L58-59, L136-149: 16 segments, "
+              "3D up to 128 // h_kv sequences snapped to a capture size (launchers/vllm_unified.py)", _vllm_default),
+    Heuristic("vllm-tuned", "vllm", "tuned", "the best global setting tune found for this workload", _tuned("vllm")),
+    Heuristic("vllm-pr47520", "vllm", "proposal",
+              "vllm-project/vllm PR #47520 (open; fixes issue #48076): seq_threshold_3D from the SM count, x4 when "
+              "max_model_len >= 8192, capped at 64, never below the stock value; modeled from the PR description "
+              "(the diff was not available), CUDA-graph snapping kept", _vllm_pr47520),
+    Heuristic("vllm-bound", "vllm", "bound", "per-step optimum under the time model: per step the fastest of 2D, "
+              "3D with 2-128 segments, the default, the tuned setting and every heuristic above", _vllm_bound),
+    Heuristic("sglang-default", "sglang", "engine", "SGLang 0.5.23 get_num_kv_splits_triton, max 8 "
+              "(launchers/sglang_triton.py)", _sglang_default),
+    Heuristic("sglang-tuned", "sglang", "tuned", "the best global setting tune found for this workload",
+              _tuned("sglang")),
+    Heuristic("sglang-pr21775", "sglang", "proposal",
+              "sgl-project/sglang PR #21775 (closed): max_kv_splits = max(max_kv_splits, next_power_of_2(SM // 4)) "
+              "with the adaptive rule, as quoted in the PR description; its stage-2 rewrite is not modeled",
+              _sglang_pr21775),
+    Heuristic("sglang-pr27786", "sglang", "proposal",
+              "sgl-project/sglang PR #27786 (closed): sequences of >= 24,576 tokens get the adaptive rule with a cap "
+              "of 64, shorter ones keep the default; modeled from the PR description", _sglang_pr27786),
+    Heuristic("sglang-pr35801", "sglang", "proposal",
+              "sgl-project/sglang PR #35801 (open; for issue #2271): one split per 256-token chunk, capped by "
+              "max_kv_splits and by one wave of SMs over the stage-1 programs; modeled from the PR description "
+              "(the exact formula was not available)", _sglang_pr35801),
+    Heuristic("sglang-bound", "sglang", "bound", "per-step optimum under the time model: per step the fastest of "
+              "static 1-64 splits, the default, the tuned setting and every heuristic above", _sglang_bound),
+)}
+
+
+# ----------------------------------------------------------------------------------------------
+# user rule
+
+
+def load_rule(path: Path) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"--rule {path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"decodecalc_user_rule_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"--rule {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's code: any failure is a bad input
+        line = getattr(exc, "lineno", None)
+        raise ConfigError(f"--rule {path}{f', line {line}' if line else ''}: cannot load it: "
+                          f"{type(exc).__name__}: {exc}") from None
+    splits, segments = getattr(module, "splits", None), getattr(module, "segments", None)
+    if not callable(splits) and not callable(segments):
+        raise ConfigError(f"--rule {path}: define splits(step) (per-sequence split counts) and/or segments(step)")
+    return (splits if callable(splits) else None), (segments if callable(segments) else None)
+
+
+def _rule_step(ctx: Any, i: int) -> RuleStep:
+    w = ctx.timer.work(i)
+    sh = ctx.shapes
+    origin = sh.step_origin[sh.step_shape.index(i)] if i in sh.step_shape else ctx.trace.source
+    return RuleStep(batch=w.batch, seq_lens=w.seq_lens, query_lens=w.query_lens, num_sms=ctx.gpu.num_sms,
+                    num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, head_size=w.head_size, gpu=ctx.gpu.name,
+                    origin=origin)
+
+
+def _call(fn: Callable[..., Any], step: RuleStep, path: Path, what: str) -> Any:
+    try:
+        return fn(step)
+    except Exception as exc:  # the user's code
+        raise ConfigError(f"--rule {path}: {what}(step) raised {type(exc).__name__}: {exc} on the step at "
+                          f"{step.origin} (batch {step.batch}, KV lengths {step.seq_lens[-1]}..{step.seq_lens[0]})") \
+            from None
+
+
+def _check_count(v: Any, step: RuleStep, path: Path, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ConfigError(f"--rule {path}: {what}(step) returned {v!r} for the step at {step.origin}; expected "
+                          "integers >= 1")
+    return v
+
+
+def user_heuristics(path: Path) -> list[Heuristic]:
+    splits_fn, segments_fn = load_rule(path)
+    out = []
+    if splits_fn is not None:
+        def sglang_times(ctx: Any, result: Any) -> tuple[float, ...]:
+            per: list[tuple[int, ...]] = []
+            for i in range(len(ctx.shapes.shapes)):
+                step = _rule_step(ctx, i)
+                got = _call(splits_fn, step, path, "splits")
+                if not isinstance(got, (list, tuple)) or len(got) != step.batch:
+                    n = len(got) if isinstance(got, (list, tuple)) else "not a list:"
+                    raise ConfigError(f"--rule {path}: splits(step) returned {n} {'' if n == 'not a list:' else 'values '}"
+                                      f"{'' if isinstance(got, (list, tuple)) else repr(got) + ' '}for the step at "
+                                      f"{step.origin}, which has {step.batch} sequences; return one split count per "
+                                      "sequence")
+                per.append(tuple(_check_count(v, step, path, "splits") for v in got))
+            grid = max(max(p) for p in per)
+            return tuple(ctx.timer.sglang_splits(i, p, grid) for i, p in enumerate(per))
+        out.append(Heuristic("user-splits", "sglang", "user", f"user rule {path}: splits(step) on SGLang's kernel",
+                             sglang_times))
+    if segments_fn is not None:
+        def vllm_times(ctx: Any, result: Any) -> tuple[float, ...]:
+            res = []
+            for i in range(len(ctx.shapes.shapes)):
+                step = _rule_step(ctx, i)
+                s = _check_count(_call(segments_fn, step, path, "segments"), step, path, "segments")
+                res.append(ctx.timer.vllm_forced(i, s))
+            return tuple(res)
+        out.append(Heuristic("user-segments", "vllm", "user", f"user rule {path}: segments(step) on vLLM's kernel",
+                             vllm_times))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def select_heuristics(names: str | None, rule: Path | None) -> list[Heuristic]:
+    """``--heuristics a,b`` (default all built-in ones, 'none' for none) plus the ``--rule`` file's."""
+    if names is None:
+        chosen = list(HEURISTICS.values())
+    elif names.strip().lower() == "none":
+        chosen = []
+    else:
+        chosen = []
+        for n in (x.strip().lower() for x in names.split(",") if x.strip()):
+            if n not in HEURISTICS:
+                raise UnknownNameError("heuristic", n, HEURISTICS)
+            chosen.append(HEURISTICS[n])
+    if rule is not None:
+        chosen += user_heuristics(rule)
+    return chosen
+
+
+def score_heuristics(ctx: Any, result: Any, chosen: Sequence[Heuristic]) -> tuple[HeuristicScore, ...]:
+    """Score ``chosen`` over the workload. The bound of an engine is the per-step minimum over its search
+    space (BOUND_*), its default, its tuned setting and every heuristic scored here, so no heuristic in the
+    table beats it."""
+    chosen = [h for h in chosen if h.engine in result.engines]
+    times = {h.name: h.times(ctx, result) for h in chosen if h.kind != "bound"}
+    bounds: dict[str, tuple[float, ...]] = {}
+    for engine in {h.engine for h in chosen}:
+        rows = [HEURISTICS[f"{engine}-bound"].times(ctx, result), result.engines[engine].default.times,
+                result.engines[engine].best.times] + [t for h in chosen if h.engine == engine and h.name in times
+                                                      for t in (times[h.name],)]
+        bounds[engine] = tuple(min(col) for col in zip(*rows))
+    out = []
+    for h in chosen:
+        t = bounds[h.engine] if h.kind == "bound" else times[h.name]
+        st = stats(t, ctx.shapes)
+        default = result.engines[h.engine].default.stats
+        bound = stats(bounds[h.engine], ctx.shapes)
+        out.append(HeuristicScore(name=h.name, engine=h.engine, kind=h.kind, stats=st,
+                                  vs_default=st.mean_step_s / default.mean_step_s - 1.0,
+                                  vs_bound=st.mean_step_s / bound.mean_step_s - 1.0, source=h.source, times=tuple(t)))
+    return tuple(out)

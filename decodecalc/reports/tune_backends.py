@@ -1,0 +1,93 @@
+"""The attention backend as a lever: what switching each engine to another decode backend would save.
+
+Data-driven: a backend is compared only when the time model has kernel families for it
+(:data:`decodecalc.timemodel.KERNEL_FAMILIES`) and the profile in use calibrates them; otherwise the
+result says that there is no calibrated time for it. The launch comes from the backend's launcher
+module (launchers/flashinfer.py, launchers/flash_attn3.py), the time from the time model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.launchers import flash_attn3, flashinfer
+from decodecalc.launchers.base import LaunchPlan
+from decodecalc.reports.tune_eval import stats
+from decodecalc.timemodel import KERNEL_FAMILIES, launch_time_s, work_for_plan
+
+Planner = Callable[[Any, Any], LaunchPlan]
+
+# vLLM passes flash_attn_max_num_splits_for_cuda_graph (default 32) under full CUDA graphs
+# (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0)
+_VLLM_FA3_SPLITS = 32
+
+
+def _planner(key: str, engine: str) -> Planner | None:
+    if key.startswith("flashinfer"):
+        if "tc" in key or "tensor" in key:
+            return lambda w, g: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=True)
+        return lambda w, g: flashinfer.plan_flashinfer(w, g, cuda_graph=True)
+    if key.startswith(("fa3", "flash_attn3")):
+        splits = _VLLM_FA3_SPLITS if engine == "vllm" else 0
+        return lambda w, g: flash_attn3.plan_flash_attn3(w, g, num_splits=splits)
+    return None
+
+
+#: (engine, backend name, time-model kernel prefix, how to switch to it)
+LEVERS = (
+    ("vllm", "FlashInfer", "flashinfer", "VLLM_ATTENTION_BACKEND=FLASHINFER"),
+    ("vllm", "FlashAttention-3", ("fa3", "flash_attn3"), "VLLM_ATTENTION_BACKEND=FLASH_ATTN"),
+    ("sglang", "FlashInfer", "flashinfer", "--attention-backend flashinfer"),
+    ("sglang", "FlashAttention-3", ("fa3", "flash_attn3"), "--attention-backend fa3"),
+)
+
+
+def _calibrated_keys(prefix: str | tuple[str, ...], profile: Any) -> tuple[list[str], str]:
+    keys = [k for k in KERNEL_FAMILIES if k.startswith(prefix)]
+    if not keys:
+        return [], "the time model has no kernel family for it yet"
+    uncal = set(profile.fit.get("uncalibrated_families", ()) or ())
+    ok = [k for k in keys if profile.calibrated and all(f in profile.families and f not in uncal
+                                                          for f in KERNEL_FAMILIES[k])]
+    if not ok:
+        return [], f"no calibrated time for it in the {profile.gpu} profile ({profile.path or 'built-in'})"
+    return ok, ""
+
+
+def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
+    from decodecalc.reports.tune import BackendNote
+
+    out = []
+    for engine, name, prefix, how in LEVERS:
+        if engine not in engines:
+            continue
+        keys, why = _calibrated_keys(prefix, ctx.profile)
+        if not keys:
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {why}"))
+            continue
+        best = None
+        note = ""
+        for key in keys:
+            planner = _planner(key, engine)
+            if planner is None:
+                note = f"no launcher for time-model kernel {key!r}"
+                continue
+            try:
+                times = []
+                for i in range(len(ctx.shapes.shapes)):
+                    w = ctx.timer.work(i)
+                    times.append(launch_time_s(work_for_plan(planner(w, ctx.gpu), w, key), ctx.profile))
+            except (UnsupportedError, ConfigError) as exc:
+                note = f"not compared: {exc}"
+                continue
+            st = stats(times, ctx.shapes)
+            if best is None or st.total_s < best[0].total_s:
+                best = (st, key)
+        if best is None:
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=note or "not compared"))
+        else:
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=best[0],
+                                   note=f"time-model kernel {best[1]}, calibrated"))
+    return tuple(out)

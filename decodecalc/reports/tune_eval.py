@@ -1,0 +1,177 @@
+"""Time every step of a decode workload under an engine setting, evaluating each distinct shape once.
+
+A step's launch depends on its batch only through the multiset of (KV length, query length) pairs,
+so steps are grouped by that canonical shape (:attr:`decodecalc.traffic.DecodeStep.shape`) and each
+shape is planned by the launcher module and timed by the time model once per setting. The launch
+plan itself is asked once per (batch size, query lengths, setting): vLLM's 2D/3D gate, its CUDA-graph
+padding and its tile and segment counts depend on those only (launchers/vllm_unified.py), and
+tests/test_tune.py checks that reuse against a fresh plan for every shape. Identical launch works
+(for example every segment count of a batch that runs 2D) are timed once.
+
+With more distinct shapes than ``max_shapes`` the shapes are sorted by (batch, KV tokens) and every
+k-th one stands for its neighbours (their weights added to it); the result says so (``sampled``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from decodecalc.errors import ConfigError
+from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
+from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.timemodel import LaunchWork, TimeProfile, launch_time_s, sglang_work, vllm_work, work_for_plan
+from decodecalc.traffic import StepTrace
+from decodecalc.workload import Workload
+
+Shape = tuple[tuple[int, int], ...]
+DEFAULT_MAX_SHAPES = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeSet:
+    """The distinct shapes of a trace (or the representatives of a sample of them) and their weights."""
+
+    shapes: tuple[Shape, ...]
+    weights: tuple[int, ...]  # steps each (representative) shape stands for
+    step_shape: tuple[int, ...]  # shape index of every step of the trace, in order
+    step_weight: tuple[int, ...]
+    step_origin: tuple[str, ...]
+    distinct: int  # distinct shapes in the trace
+    sampled: bool
+
+    @property
+    def total_weight(self) -> int:
+        return sum(self.weights)
+
+
+def shape_set(trace: StepTrace, max_shapes: int = DEFAULT_MAX_SHAPES) -> ShapeSet:
+    if max_shapes < 1:
+        raise ConfigError(f"--max-shapes must be >= 1, got {max_shapes}")
+    index: dict[Shape, int] = {}
+    weights: list[int] = []
+    step_shape = []
+    for s in trace.steps:
+        key = s.shape
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(weights)
+            weights.append(0)
+        weights[i] += s.weight
+        step_shape.append(i)
+    shapes = list(index)
+    distinct = len(shapes)
+    sampled = distinct > max_shapes
+    if sampled:
+        order = sorted(range(distinct), key=lambda i: (len(shapes[i]), sum(L for L, _ in shapes[i]), shapes[i]))
+        stride = distinct / max_shapes
+        reps = sorted({order[min(distinct - 1, int(j * stride + stride / 2))] for j in range(max_shapes)})
+        rank = {s: r for r, s in enumerate(order)}
+        rep_ranks = sorted(rank[r] for r in reps)
+        new_index = {r: n for n, r in enumerate(sorted(reps, key=lambda r: rank[r]))}
+        owner = {}
+        j = 0
+        for pos, s in enumerate(order):  # each shape goes to the nearest representative in sorted order
+            while j + 1 < len(rep_ranks) and abs(rep_ranks[j + 1] - pos) <= abs(rep_ranks[j] - pos):
+                j += 1
+            owner[s] = new_index[order[rep_ranks[j]]]
+        new_w = [0] * len(new_index)
+        for s, w in enumerate(weights):
+            new_w[owner[s]] += w
+        rep_shapes = [None] * len(new_index)
+        for r, n in new_index.items():
+            rep_shapes[n] = shapes[r]
+        step_shape = [owner[i] for i in step_shape]
+        shapes, weights = rep_shapes, new_w  # type: ignore[assignment]
+    return ShapeSet(shapes=tuple(shapes), weights=tuple(weights), step_shape=tuple(step_shape),  # type: ignore[arg-type]
+                    step_weight=tuple(s.weight for s in trace.steps), step_origin=tuple(s.origin for s in trace.steps),
+                    distinct=distinct, sampled=sampled)
+
+
+class StepTimer:
+    """Per-shape decode-attention time of one layer under engine settings (seconds)."""
+
+    def __init__(self, base: Workload, gpu: GPUSpec, profile: TimeProfile, shapes: ShapeSet) -> None:
+        self.base, self.gpu, self.profile, self.shapes = base, gpu, profile, shapes
+        self._works: list[Workload | None] = [None] * len(shapes.shapes)
+        self._time_cache: dict[LaunchWork, float] = {}
+        self._plan_cache: dict[tuple, object] = {}
+        self.families: dict[str, set[str]] = {}  # engine -> kernel families its launches used
+
+    def work(self, i: int) -> Workload:
+        w = self._works[i]
+        if w is None:
+            shape = self.shapes.shapes[i]
+            w = dataclasses.replace(self.base, seq_lens=tuple(L for L, _ in shape), query_lens=tuple(q for _, q in shape))
+            self._works[i] = w
+        return w
+
+    def _time(self, lw: LaunchWork, engine: str) -> float:
+        t = self._time_cache.get(lw)
+        if t is None:
+            t = self._time_cache[lw] = launch_time_s(lw, self.profile)
+            self.families.setdefault(engine, set()).update(k.family for k in lw.kernels)
+        return t
+
+    # vLLM ------------------------------------------------------------------------------------
+
+    def vllm_running_plan(self, i: int, settings: VllmSettings):
+        """The launch plan that runs for shape i (the padded FULL-graph replay when one runs)."""
+        shape = self.shapes.shapes[i]
+        key = ("vllm", len(shape), tuple(q for _, q in shape), settings)
+        plan = self._plan_cache.get(key)
+        if plan is None:
+            vp = plan_vllm(self.work(i), self.gpu, settings)
+            plan = self._plan_cache[key] = vp.replay.plan if vp.replay is not None else vp.plan
+        return plan
+
+    def vllm(self, settings: VllmSettings) -> tuple[float, ...]:
+        return tuple(self._time(work_for_plan(self.vllm_running_plan(i, settings), self.work(i), "vllm"), "vllm")
+                     for i in range(len(self.shapes.shapes)))
+
+    def vllm_forced(self, i: int, segments: int) -> float:
+        """Shape i on the 2D kernel (segments 1) or the 3D kernel with ``segments``, whatever the gate says."""
+        return self._time(vllm_work(self.work(i), splits=segments, use_3d=segments > 1), "vllm")
+
+    # SGLang ----------------------------------------------------------------------------------
+
+    def sglang(self, settings: SglangSettings) -> tuple[float, ...]:
+        out = []
+        for i in range(len(self.shapes.shapes)):
+            sp = plan_sglang(self.work(i), self.gpu, settings)
+            out.append(self._time(work_for_plan(sp.plan, self.work(i), "sglang"), "sglang"))
+        return tuple(out)
+
+    def sglang_splits(self, i: int, splits: Sequence[int], max_kv_splits: int, *, adaptive: bool = True) -> float:
+        """Shape i with these per-sequence split counts (SGLang's kernel takes them as a tensor); the grid's
+        split dimension is ``max_kv_splits``; ``adaptive`` counts the split-count kernel's launch."""
+        return self._time(sglang_work(self.work(i), splits=tuple(splits), max_kv_splits=max_kv_splits,
+                                      adaptive=adaptive), "sglang")
+
+    def per_shape(self, fn: Callable[[int], float]) -> tuple[float, ...]:
+        return tuple(fn(i) for i in range(len(self.shapes.shapes)))
+
+    def calibrated(self, engine: str) -> bool:
+        uncal = set(self.profile.fit.get("uncalibrated_families", ()) or ())
+        return self.profile.calibrated and not (uncal & self.families.get(engine, set()))
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    mean_step_s: float
+    p99_step_s: float
+    total_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"mean_step_s": self.mean_step_s, "p99_step_s": self.p99_step_s, "total_s": self.total_s}
+
+
+def stats(times: Sequence[float], shapes: ShapeSet) -> Stats:
+    """Weighted mean, p99 (nearest rank) and total over the steps the shapes stand for."""
+    from decodecalc.traffic import weighted_percentile
+
+    pairs = list(zip(times, shapes.weights))
+    total = sum(t * w for t, w in pairs)
+    return Stats(mean_step_s=total / shapes.total_weight, p99_step_s=weighted_percentile(pairs, 99), total_s=total)

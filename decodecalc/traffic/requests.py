@@ -1,0 +1,178 @@
+"""Request traces turned into decode steps by a small model of an engine's continuous batching.
+
+A request file (``--requests``, JSON Lines or CSV) has one request per line:
+``{"prompt_tokens": P, "output_tokens": O, "arrival_s": t}`` (``arrival_s`` optional, default 0).
+
+The batching model (a simplification of vLLM v1's scheduler with chunked prefill; SGLang's is alike
+for decode batches). Time advances in steps of ``step_interval_s``; each step:
+
+1. requests whose arrival time has come join the waiting queue (by arrival, then file order);
+2. every running request that has finished its prefill decodes one token, in admission order,
+   each taking one token of the ``max_num_batched_tokens`` budget;
+3. a running request still in prefill takes the next chunk of its prompt from what is left of the budget;
+4. waiting requests are admitted in order while fewer than ``max_num_seqs`` run and budget is left;
+   each takes a chunk of its prompt (``min(prompt left, budget left)``);
+5. the decode step recorded is the set of requests of item 2: KV length ``P + g`` for a request that
+   has generated ``g`` tokens so far (the token fed this step included), query length 1.
+   A step with no decode is not recorded (the clock still advances);
+6. the step that finishes a prompt also yields the first output token; a request decodes from the
+   step after its prefill to its last token (``O - 1`` decode steps) and then leaves.
+
+Prefill chunks that share a step with decodes are not part of the recorded decode step (vLLM runs
+them in the same launch, on the 2D path; SGLang runs them in a separate extend launch). Speculative
+decoding is not modeled here; give a step trace with ``query_lens`` for it.
+
+Worked example (``max_num_seqs`` 2, budget 8; A: P=3, O=3; B: P=4, O=2; C: P=2, O=2, all at t=0):
+step 0 prefills A (3) and B (4), C waits (two running); step 1 decodes A at 4 and B at 5, B is done;
+step 2 decodes A at 5 and prefills C, A is done; step 3 decodes C at 3. Recorded: [4, 5], [5], [3].
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from decodecalc.errors import ConfigError
+from decodecalc.traffic.steps import DecodeStep, StepTrace, nonempty, records
+
+REQUEST_FIELDS = ("prompt_tokens", "output_tokens", "arrival_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float = 0.0
+    origin: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchingLimits:
+    """The engine limits the batching model obeys (vLLM's EngineArgs names and 0.33.0 defaults on a
+    >= 70 GiB GPU, vllm/engine/arg_utils.py L2973-2996)."""
+
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 8192
+    step_interval_s: float = 0.025  # wall time of one engine step, to place arrivals on steps
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs <= 0:
+            raise ConfigError(f"max_num_seqs must be positive, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens <= 0:
+            raise ConfigError(f"max_num_batched_tokens must be positive, got {self.max_num_batched_tokens}")
+        if not self.step_interval_s > 0:
+            raise ConfigError(f"step_interval_s must be positive, got {self.step_interval_s}")
+
+
+def make_request(rec: dict[str, Any], where: str) -> Request:
+    unknown = sorted(set(rec) - set(REQUEST_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}, field '{unknown[0]}': unknown field; a request has "
+                          f"{', '.join(REQUEST_FIELDS)}")
+    vals = {}
+    for name in ("prompt_tokens", "output_tokens"):
+        if name not in rec:
+            raise ConfigError(f"{where}, field '{name}': missing")
+        v = rec[name]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{where}, field '{name}': expected an integer, got {v!r}")
+        if v <= 0:
+            raise ConfigError(f"{where}, field '{name}': must be >= 1, got {v}")
+        vals[name] = v
+    t = rec.get("arrival_s", 0.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise ConfigError(f"{where}, field 'arrival_s': expected a number of seconds >= 0, got {t!r}")
+    return Request(prompt_tokens=vals["prompt_tokens"], output_tokens=vals["output_tokens"], arrival_s=float(t),
+                   origin=where)
+
+
+def load_requests(path: Path) -> tuple[Request, ...]:
+    reqs = tuple(make_request(rec, where) for rec, where in records(path, list_fields=(), known=REQUEST_FIELDS))
+    if not reqs:
+        raise ConfigError(f"{path}: the workload is empty (no requests)")
+    return reqs
+
+
+@dataclass(slots=True)
+class _Running:
+    req: Request
+    prefilled: int = 0
+    generated: int = 0
+    order: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingResult:
+    trace: StepTrace
+    engine_steps: int  # steps simulated (with or without a decode)
+    queue_empty_step: int  # index into trace.steps of the first decode step after the last admission
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def batch_requests(requests: Sequence[Request], limits: BatchingLimits = BatchingLimits(), *,
+                   source: str = "requests") -> BatchingResult:
+    """Decode steps of ``requests`` under the continuous-batching model of this module's docstring."""
+    if not requests:
+        raise ConfigError(f"{source}: the workload is empty (no requests)")
+    pending = deque(sorted(enumerate(requests), key=lambda p: (p[1].arrival_s, p[0])))
+    waiting: deque[Request] = deque()
+    running: list[_Running] = []
+    steps: list[DecodeStep] = []
+    k = 0
+    admitted_all_at = -1
+    counter = 0
+    while pending or waiting or running:
+        now = k * limits.step_interval_s
+        if not waiting and not running and pending and pending[0][1].arrival_s > now:
+            k = math.ceil(pending[0][1].arrival_s / limits.step_interval_s - 1e-12)  # idle: jump to next arrival
+            now = k * limits.step_interval_s
+        while pending and pending[0][1].arrival_s <= now + 1e-12:
+            waiting.append(pending.popleft()[1])
+        budget = limits.max_num_batched_tokens
+        decoding = [r for r in running if r.prefilled == r.req.prompt_tokens][:budget]
+        budget -= len(decoding)
+        chunks: list[tuple[_Running, int]] = []
+        for r in running:
+            if r.prefilled < r.req.prompt_tokens and budget > 0:
+                c = min(r.req.prompt_tokens - r.prefilled, budget)
+                chunks.append((r, c))
+                budget -= c
+        while waiting and len(running) < limits.max_num_seqs and budget > 0:
+            req = waiting.popleft()
+            r = _Running(req=req, order=counter)
+            counter += 1
+            running.append(r)
+            c = min(req.prompt_tokens, budget)
+            chunks.append((r, c))
+            budget -= c
+        if not waiting and not pending and admitted_all_at < 0:
+            admitted_all_at = len(steps)
+        if decoding:
+            steps.append(DecodeStep(seq_lens=tuple(r.req.prompt_tokens + r.generated for r in decoding),
+                                    query_lens=(1,) * len(decoding), origin=f"{source}, engine step {k}"))
+        done = set()
+        for r in decoding:
+            r.generated += 1
+            if r.generated >= r.req.output_tokens:
+                done.add(id(r))
+        for r, c in chunks:
+            r.prefilled += c
+            if r.prefilled == r.req.prompt_tokens:
+                r.generated = 1  # the prefill step yields the first output token
+                if r.req.output_tokens <= 1:
+                    done.add(id(r))
+        running = [r for r in running if id(r) not in done]
+        k += 1
+    trace = StepTrace(steps=tuple(steps), source=source,
+                      notes=(f"continuous batching: max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens "
+                             f"{limits.max_num_batched_tokens}, {len(requests)} requests",))
+    return BatchingResult(trace=trace, engine_steps=k, queue_empty_step=max(admitted_all_at, 0))
+
+
+def steps_from_requests(path: Path, limits: BatchingLimits = BatchingLimits()) -> StepTrace:
+    result = batch_requests(load_requests(path), limits, source=str(path))
+    return nonempty(result.trace, f"{path} (every request has output_tokens 1, so no decode step)")

@@ -1,0 +1,260 @@
+"""A decode workload: a sequence of decode steps, each one batch of KV lengths (and query lengths).
+
+:class:`DecodeStep` is one engine step's decode batch on one rank; :class:`StepTrace` is the whole
+workload. (:class:`decodecalc.workload.Workload` is the per-layer launch shape that the launchers
+model; tune turns every distinct step into one.)
+
+Step trace files (``--steps``):
+
+* JSON Lines, one step per line: ``{"seq_lens": [...], "query_lens": [...], "weight": n}``;
+  ``query_lens`` (default all 1) and ``weight`` (default 1, the number of times the step repeats)
+  are optional. Blank lines are skipped.
+* CSV with a header naming the same columns; a list cell holds integers separated by spaces,
+  semicolons or commas (quote it if it has commas).
+
+Every error names the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decodecalc.errors import ConfigError
+
+STEP_FIELDS = ("seq_lens", "query_lens", "weight")
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeStep:
+    """One decode step: KV length of every sequence (this step's tokens included) and its query tokens."""
+
+    seq_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    weight: int = 1  # how many times this step occurs
+    origin: str = ""  # "file, line n" (for error messages)
+
+    @property
+    def batch(self) -> int:
+        return len(self.seq_lens)
+
+    @property
+    def query_tokens(self) -> int:
+        return sum(self.query_lens)
+
+    @property
+    def shape(self) -> tuple[tuple[int, int], ...]:
+        """Canonical shape: (KV length, query length) pairs, longest first. Two steps with the same shape
+        launch the same work (order within a batch does not change any modeled launch)."""
+        return tuple(sorted(zip(self.seq_lens, self.query_lens), reverse=True))
+
+
+@dataclass(frozen=True, slots=True)
+class StepTrace:
+    """A decode workload: its steps in order and where they came from."""
+
+    steps: tuple[DecodeStep, ...]
+    source: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def num_steps(self) -> int:
+        """Steps counted with their weights."""
+        return sum(s.weight for s in self.steps)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON ``workload`` block: steps, tokens, percentiles of batch size and KV length."""
+        batches = [(s.batch, s.weight) for s in self.steps]
+        lens: dict[int, int] = {}
+        for s in self.steps:
+            for L in s.seq_lens:
+                lens[L] = lens.get(L, 0) + s.weight
+        return {
+            "source": self.source,
+            "steps": self.num_steps,
+            "distinct_shapes": len({s.shape for s in self.steps}),
+            "generated_tokens": sum(s.batch * s.weight for s in self.steps),
+            "query_tokens": sum(s.query_tokens * s.weight for s in self.steps),
+            "batch": percentiles(batches),
+            "seq_len": percentiles(list(lens.items())),
+            "speculative": any(q > 1 for s in self.steps for q in s.query_lens),
+            "notes": list(self.notes),
+        }
+
+
+def weighted_percentile(pairs: Sequence[tuple[float, int]], q: float) -> float:
+    """Nearest-rank percentile of values with integer weights: the smallest value whose cumulative
+    weight reaches ``q`` percent of the total (``q`` in [0, 100])."""
+    if not pairs:
+        raise ConfigError("percentile of an empty workload")
+    ordered = sorted(pairs)
+    total = sum(w for _, w in ordered)
+    rank = max(1, math.ceil(q / 100.0 * total))
+    acc = 0
+    for v, w in ordered:
+        acc += w
+        if acc >= rank:
+            return v
+    return ordered[-1][0]
+
+
+def percentiles(pairs: Sequence[tuple[float, int]]) -> dict[str, float]:
+    total = sum(w for _, w in pairs)
+    mean = sum(v * w for v, w in pairs) / total
+    return {"mean": mean, "p50": weighted_percentile(pairs, 50), "p90": weighted_percentile(pairs, 90),
+            "p99": weighted_percentile(pairs, 99), "max": max(v for v, _ in pairs),
+            "min": min(v for v, _ in pairs)}
+
+
+# --------------------------------------------------------------------------------------------
+# validation shared by every source
+
+
+def _int_list(value: Any, where: str, field: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}, field '{field}': expected a non-empty list of integers, got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"{where}, field '{field}': {v!r} is not an integer")
+        if v <= 0:
+            raise ConfigError(f"{where}, field '{field}': lengths must be >= 1, got {v}")
+        out.append(v)
+    return tuple(out)
+
+
+def make_step(record: dict[str, Any], where: str) -> DecodeStep:
+    """A DecodeStep from one parsed record (a JSON object or a CSV row turned into lists), or ConfigError
+    naming ``where`` (file and line) and the field."""
+    unknown = sorted(set(record) - set(STEP_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}, field '{unknown[0]}': unknown field; a step has {', '.join(STEP_FIELDS)}")
+    if "seq_lens" not in record:
+        raise ConfigError(f"{where}, field 'seq_lens': missing (every step needs its KV lengths)")
+    seq = _int_list(record["seq_lens"], where, "seq_lens")
+    q_raw = record.get("query_lens")
+    query = (1,) * len(seq) if q_raw is None else _int_list(q_raw, where, "query_lens")
+    if len(query) != len(seq):
+        raise ConfigError(f"{where}, field 'query_lens': {len(query)} values for {len(seq)} sequences")
+    for i, (q, L) in enumerate(zip(query, seq)):
+        if q > L:
+            raise ConfigError(f"{where}, field 'query_lens': sequence {i} has {q} query tokens but KV length {L} "
+                              "(the KV length counts this step's tokens too)")
+    w = record.get("weight", 1)
+    if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
+        raise ConfigError(f"{where}, field 'weight': expected a positive integer, got {w!r}")
+    return DecodeStep(seq_lens=seq, query_lens=query, weight=w, origin=where)
+
+
+def nonempty(trace: StepTrace, what: str) -> StepTrace:
+    if not trace.steps:
+        raise ConfigError(f"{what}: the workload is empty (no decode steps)")
+    return trace
+
+
+# --------------------------------------------------------------------------------------------
+# files
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({e.reason})") from None
+
+
+def _jsonl_records(path: Path) -> Iterable[tuple[dict[str, Any], str]]:
+    for n, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(rec, dict):
+            raise ConfigError(f"{where}: expected a JSON object per line, got {type(rec).__name__}")
+        yield rec, where
+
+
+def _csv_list(cell: str, where: str, field: str) -> list[int]:
+    parts = [p for p in cell.replace(";", " ").replace(",", " ").split() if p]
+    out = []
+    for p in parts:
+        try:
+            out.append(int(p))
+        except ValueError:
+            raise ConfigError(f"{where}, field '{field}': {p!r} is not an integer") from None
+    return out
+
+
+def _csv_records(path: Path, list_fields: Sequence[str], known: Sequence[str]) -> Iterable[tuple[dict[str, Any], str]]:
+    text = _read_text(path)
+    reader = csv.reader(text.splitlines())
+    header: list[str] | None = None
+    for n, row in enumerate(reader, start=1):
+        if not any(c.strip() for c in row):
+            continue
+        if header is None:
+            header = [c.strip() for c in row]
+            bad = [h for h in header if h not in known]
+            if bad:
+                raise ConfigError(f"{path}, line {n}, field '{bad[0]}': unknown column; expected a header naming "
+                                  f"{', '.join(known)}")
+            continue
+        where = f"{path}, line {n}"
+        if len(row) != len(header):
+            raise ConfigError(f"{where}: {len(row)} cells for {len(header)} columns ({', '.join(header)})")
+        rec: dict[str, Any] = {}
+        for h, cell in zip(header, row):
+            cell = cell.strip()
+            if cell == "":
+                continue
+            if h in list_fields:
+                rec[h] = _csv_list(cell, where, h)
+            else:
+                try:
+                    rec[h] = int(cell)
+                except ValueError:
+                    try:
+                        rec[h] = float(cell)
+                    except ValueError:
+                        raise ConfigError(f"{where}, field '{h}': {cell!r} is not a number") from None
+        yield rec, where
+    if header is None:
+        return
+
+
+def records(path: Path, *, list_fields: Sequence[str], known: Sequence[str]) -> Iterable[tuple[dict[str, Any], str]]:
+    """(record, "file, line n") of a JSON Lines or CSV file (by suffix: .csv is CSV, anything else JSONL)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    if path.suffix.lower() == ".csv":
+        return _csv_records(path, list_fields, known)
+    return _jsonl_records(path)
+
+
+def load_steps(path: Path) -> StepTrace:
+    """Read a step trace (JSON Lines or CSV)."""
+    steps = tuple(make_step(rec, where) for rec, where in records(path, list_fields=("seq_lens", "query_lens"),
+                                                                  known=STEP_FIELDS))
+    return nonempty(StepTrace(steps=steps, source=str(path)), str(path))
+
+
+def dump_steps_jsonl(trace: StepTrace) -> str:
+    """The trace as JSON Lines (query_lens and weight only where they are not the defaults)."""
+    lines = []
+    for s in trace.steps:
+        rec: dict[str, Any] = {"seq_lens": list(s.seq_lens)}
+        if any(q != 1 for q in s.query_lens):
+            rec["query_lens"] = list(s.query_lens)
+        if s.weight != 1:
+            rec["weight"] = s.weight
+        lines.append(json.dumps(rec, separators=(", ", ": ")))
+    return "\n".join(lines) + "\n"
