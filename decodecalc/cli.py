@@ -23,11 +23,12 @@ from decodecalc.commands import (
     library,
     recommend,
     sweep,
+    tune,
     verify,
 )
 
 #: command modules, in --help order
-COMMAND_MODULES = (grid, library, compare, sweep, determinism, cudagraphs, verify, recommend, calibrate)
+COMMAND_MODULES = (grid, library, compare, sweep, determinism, cudagraphs, verify, recommend, tune, calibrate)
 
 HELP = ("What LLM decode attention launches on a GPU, and how well it fills it: vLLM and SGLang launch grids, "
         "KV splits, SM coverage, merge traffic and roofline, from pure-Python models of their launchers.")
