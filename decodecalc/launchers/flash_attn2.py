@@ -1,10 +1,15 @@
 """FlashAttention-2 split-KV decode (upstream-launchers.md section 7.1).
 
-Dao-AILab/flash-attention @ 0251105a2fb19d2957484b7f023cd8c115286ced:
-- ``csrc/flash_attn/flash_api.cpp`` ``num_splits_heuristic`` L281-315, ``set_params_splitkv``
-  L317-346, ``seqlenq_ngroups_swapped`` L431/L622/L1319, varlen L730-734, kvcache L1498-1514;
-- ``csrc/flash_attn/src/flash_fwd_launch_template.h`` grid L107, combine tile L140-141, split tile L180-184;
-- ``csrc/flash_attn/src/flash_fwd_kernel.h`` L535-544 (a split past the sequence writes 0 / -inf and exits).
+flash-attn 2.8.3.post2 (the PyPI source archive; checked against its own host code by
+tests/test_oracles_fa2.py):
+- ``csrc/flash_attn/flash_api.cpp`` ``run_mha_fwd`` L243-255, ``num_splits_heuristic`` L263-297,
+  ``set_params_splitkv`` L299-329, ``seqlenq_ngroups_swapped`` L408/L592/L1278, varlen splits only
+  when swapped L700-706, kvcache seqlen_k L1265, head_size_rounded L1321-1324, splits L1441-1443,
+  forced split kernel L1457;
+- ``csrc/flash_attn/src/flash_fwd_launch_template.h`` grid L106-107, combine tile L140-141, split
+  tile L165-168; ``src/static_switch.h`` HEADDIM_SWITCH L90-111;
+- ``csrc/flash_attn/src/flash_fwd_kernel.h`` (a split past the sequence writes 0 / -inf and exits;
+  read at Dao-AILab/flash-attention@0251105a L535-544).
 
 The heuristic runs in float32: ``n_waves = float(a * s) / n_sm``, ``eff = n_waves / ceil(n_waves)``
 and compares with ``0.85 * max_eff`` in double. :func:`f32` rounds a Python float to float32
@@ -23,13 +28,13 @@ from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, re
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
-FA_COMMIT = "0251105a"
-SRC_API = f"flash-attention@{FA_COMMIT} csrc/flash_attn/flash_api.cpp"
-SRC_TMPL = f"flash-attention@{FA_COMMIT} csrc/flash_attn/src/flash_fwd_launch_template.h"
-SRC_KERN = f"flash-attention@{FA_COMMIT} csrc/flash_attn/src/flash_fwd_kernel.h"
+FA_VERSION = "2.8.3.post2"
+SRC_API = f"flash-attn {FA_VERSION} csrc/flash_attn/flash_api.cpp"
+SRC_TMPL = f"flash-attn {FA_VERSION} csrc/flash_attn/src/flash_fwd_launch_template.h"
+SRC_KERN = "flash-attention@0251105a csrc/flash_attn/src/flash_fwd_kernel.h"
 
-MAX_SPLITS = 128  # set_params_splitkv L335; "S <= 128" L343
-kBlockM = 64  # split kernel tile, launch template L180-184
+MAX_SPLITS = 128  # set_params_splitkv L317; "num_splits <= 128" L325
+kBlockM = 64  # split kernel tile, launch template L165
 
 
 def f32(x: float) -> float:
@@ -38,8 +43,10 @@ def f32(x: float) -> float:
 
 
 def num_splits_heuristic(batch_nheads_mblocks: int, num_SMs: int, num_n_blocks: int, max_splits: int) -> int:
-    """flash_api.cpp L281-315, float32 efficiencies, with the FA2 eligibility filter."""
-    if batch_nheads_mblocks >= f32(0.8) * num_SMs:  # `0.8f * num_SMs` (float)
+    """flash_api.cpp L263-297, float32 efficiencies, with the FA2 eligibility filter."""
+    # `batch_nheads_mblocks >= 0.8f * num_SMs`: the product is a float (rounded), so e.g. 272 >= 0.8f * 340
+    # holds (272.0000041 rounds to 272.0f); found by tests/test_oracles_fa2.py
+    if batch_nheads_mblocks >= f32(f32(0.8) * num_SMs):
         return 1
     max_splits = min(max_splits, num_SMs, num_n_blocks)
 
@@ -63,13 +70,22 @@ def num_splits_heuristic(batch_nheads_mblocks: int, num_SMs: int, num_n_blocks: 
 
 
 def block_n(d: int) -> int:
-    """set_params_splitkv L323: ``256 if d <= 64 else (128 if d <= 128 else 64)``."""
+    """set_params_splitkv L305: ``256 if d <= 64 else (128 if d <= 128 else 64)``."""
     return 256 if d <= 64 else (128 if d <= 128 else 64)
 
 
 def head_size_rounded(d: int) -> int:
-    """flash_api.cpp ``round_multiple(head_size, 32)`` for d <= 192, else 256."""
-    return cdiv(d, 32) * 32 if d <= 192 else 256
+    """``round_multiple(head_size, head_size <= 128 ? 32 : 64)`` with ``head_size = round_multiple(d, 8)``
+    (flash-attn 2.8.3.post2 flash_api.cpp L1321-1324)."""
+    hs = cdiv(d, 8) * 8
+    m = 32 if hs <= 128 else 64
+    return cdiv(hs, m) * m
+
+
+def head_dim_bucket(d: int) -> int:
+    """``HEADDIM_SWITCH(params.d)``: the compiled head dim the kernel runs, 32/64/96/128/192/256
+    (flash-attn 2.8.3.post2 src/static_switch.h L90-111; no 160 bucket)."""
+    return next(b for b in (32, 64, 96, 128, 192, 256) if d <= b)
 
 
 def plan_flash_attn2(
@@ -80,7 +96,7 @@ def plan_flash_attn2(
     "varlen" (``flash_attn_varlen_func``). ``num_splits`` 0 = heuristic (the default of both).
 
     Upstream FA2 takes a paged KV cache only with ``page_block_size % 256 == 0``
-    (flash_api.cpp L613, L1305). ``paged=None`` models a paged cache when the block size allows
+    (flash_api.cpp L583, L1264). ``paged=None`` models a paged cache when the block size allows
     it and a contiguous cache (``cache_seqlens``) otherwise; the split rule is the same for both
     entries except varlen without the GQA swap. vLLM's own FA fork accepts smaller pages (not
     verified here)."""
@@ -104,33 +120,40 @@ def plan_flash_attn2(
     page_ok = w.block_size % 256 == 0
     if paged and not page_ok:
         raise UnsupportedError(f"{system}: a paged KV cache needs page_block_size % 256 == 0, got {w.block_size} "
-                               f"({SRC_API} L613, L1305)")
+                               f"({SRC_API} L583, L1264)")
     paged = page_ok if paged is None else paged
     ex.add("paged_kv", paged, "page_block_size % 256 == 0 (else a contiguous cache with cache_seqlens)",
-           f"{SRC_API} L613, L1305", page_block_size=w.block_size)
+           f"{SRC_API} L583, L1264", page_block_size=w.block_size)
     B, h, h_kv = w.batch, w.num_heads, w.num_kv_heads
     s_q = w.max_seqlen_q
     window = bool(layer_window(w, layer))
     swapped = ex.add("seqlenq_ngroups_swapped", s_q == 1 and h > h_kv and not window and d % 8 == 0,
                      "s_q == 1 and h > h_kv and no window and no dropout and d % 8 == 0 and no ALiBi",
-                     f"{SRC_API} L431, L622, L1319", s_q=s_q, h=h, h_kv=h_kv, d=d)
+                     f"{SRC_API} L408, L592, L1278", s_q=s_q, h=h, h_kv=h_kv, d=d)
     s_q_k, h_k = (w.group_size, h_kv) if swapped else (s_q, h)
-    bN = ex.add("kBlockN", block_n(d), "256 if d <= 64 else (128 if d <= 128 else 64)", f"{SRC_API} L323", d=d)
+    bN = ex.add("kBlockN", block_n(d), "256 if d <= 64 else (128 if d <= 128 else 64)", f"{SRC_API} L305", d=d)
     maxL = w.max_seqlen_k
-    n_blocks = ex.add("num_n_blocks", cdiv(maxL, bN), "cdiv(max_seqlen_k, kBlockN)", f"{SRC_API} L327",
-                      max_seqlen_k=maxL, kBlockN=bN)
-    mblocks = ex.add("num_m_blocks", cdiv(s_q_k, kBlockM), "cdiv(seqlen_q, 64)", f"{SRC_API} L327", seqlen_q=s_q_k)
+    if paged and entry == "kvcache":
+        # seqlen_k = max_num_blocks_per_seq * page_block_size (L1265): the block table's width, taken
+        # here as the longest sequence's pages
+        maxL = ex.add("seqlen_k", cdiv(maxL, w.block_size) * w.block_size,
+                      "max_num_blocks_per_seq * page_block_size, max_num_blocks_per_seq = cdiv(max_seqlen_k, "
+                      "page_block_size)", f"{SRC_API} L1265", max_seqlen_k=w.max_seqlen_k,
+                      page_block_size=w.block_size)
+    n_blocks = ex.add("num_n_blocks", cdiv(maxL, bN), "cdiv(seqlen_k, kBlockN)", f"{SRC_API} L306",
+                      seqlen_k=maxL, kBlockN=bN)
+    mblocks = ex.add("num_m_blocks", cdiv(s_q_k, kBlockM), "cdiv(seqlen_q, 64)", f"{SRC_API} L309", seqlen_q=s_q_k)
     n_sm = 2 * gpu.num_sms
     a = B * h_k * mblocks
     if num_splits >= 1:
-        S = ex.add("num_splits", num_splits, "user num_splits", f"{SRC_API} L1498-1500", num_splits=num_splits)
+        S = ex.add("num_splits", num_splits, "user num_splits", f"{SRC_API} L1441-1443", num_splits=num_splits)
     elif entry == "varlen" and not swapped:
         S = ex.add("num_splits", 1, "varlen without GQA swap: no split (paged KV requires num_splits <= 1)",
-                   f"{SRC_API} L730-734")
+                   f"{SRC_API} L700-706")
     else:
         S = ex.add("num_splits", num_splits_heuristic(a, n_sm, n_blocks, MAX_SPLITS),
                    "num_splits_heuristic(batch_nheads_mblocks, 2 * num_SMs, num_n_blocks, 128)",
-                   f"{SRC_API} L281-315, L335", batch_nheads_mblocks=a, num_SMs=gpu.num_sms,
+                   f"{SRC_API} L263-297, L317", batch_nheads_mblocks=a, num_SMs=gpu.num_sms,
                    num_n_blocks=n_blocks)
     if S > MAX_SPLITS:
         raise UnsupportedError(f"{system}: num_splits {S} > 128")
@@ -139,7 +162,8 @@ def plan_flash_attn2(
            f"{SRC_KERN} L535-544", max_seqlen_k=maxL, kBlockN=bN, num_splits=S)
     nonempty = tuple(cdiv(cdiv(L, bN), n_blocks_per_split) for L in w.seq_lens)
     tps = tuple(min(n_blocks_per_split * bN, L) for L in w.seq_lens)
-    d_round = head_size_rounded(d)
+    d_round = ex.add("head_size_rounded", head_size_rounded(d), "round_multiple(d, d <= 128 ? 32 : 64)",
+                     f"{SRC_API} L1321-1324", d=d)
     rows = w.num_tokens * h  # (query token, query head) pairs (after unswap)
     if S > 1:
         grid: tuple[int, ...] = (mblocks, S, B * h_k)
@@ -147,20 +171,25 @@ def plan_flash_attn2(
     else:
         grid = (mblocks, B, h_k)
         working = mblocks * B * h_k
-    kernels = [KernelLaunch(name="flash_fwd_splitkv_kernel" if (S > 1 or entry == "kvcache") else "flash_fwd_kernel",
+    # run_mha_fwd (L243-255): the split kernel when num_splits > 1 or forced; mha_fwd_kvcache forces
+    # it for a paged cache (L1457; decodecalc appends no new keys and passes no cache_batch_idx)
+    split_kernel = S > 1 or (entry == "kvcache" and paged)
+    kernels = [KernelLaunch(name="flash_fwd_splitkv_kernel" if split_kernel else "flash_fwd_kernel",
                             grid=grid, working_programs=working,
                             constexprs={"kBlockM": kBlockM, "kBlockN": bN, "Split": S > 1})]
     per = 0
     if S > 1:
-        kBlockM_c = 4 if d % 128 == 0 else (8 if d % 64 == 0 else 16)
+        kHeadDim = head_dim_bucket(d)
+        kBlockM_c = 4 if kHeadDim % 128 == 0 else (8 if kHeadDim % 64 == 0 else 16)
         comb = cdiv(B * h_k * s_q_k, kBlockM_c)
-        ex.add("combine_grid", comb, "cdiv(B * h * s_q, kBlockM_combine)", f"{SRC_TMPL} L140-141", B=B, h=h_k,
-               s_q=s_q_k, kBlockM_combine=kBlockM_c)
+        ex.add("combine_grid", comb, "cdiv(B * h * s_q, kBlockM_combine), kBlockM_combine = 4 if kHeadDim % 128 == 0 "
+               "else (8 if kHeadDim % 64 == 0 else 16)", f"{SRC_TMPL} L140-141; static_switch.h L90-111", B=B,
+               h=h_k, s_q=s_q_k, kHeadDim=kHeadDim)
         kernels.append(KernelLaunch(name="flash_fwd_splitkv_combine_kernel", grid=(comb,), working_programs=comb,
                                     constexprs={"kBlockM": kBlockM_c}))
         per = ex.add("partial_state_bytes_per_token_head", S * (4 * d_round + 4),
                      "num_splits * (4 * d_rounded + 4)  (out_accum, softmax_lse_accum fp32)",
-                     f"{SRC_API} L338-339", num_splits=S, d_rounded=d_round, unit="bytes")
+                     f"{SRC_API} L320-321", num_splits=S, d_rounded=d_round, unit="bytes")
     used = sum(n * q * h * (4 * d_round + 4) for n, q in zip(nonempty, w.query_lens)) if S > 1 else 0
     return LaunchPlan(
         system="fa2", kernels=tuple(kernels), splits=(S,) * B, nonempty_splits=nonempty if S > 1 else (1,) * B,
@@ -174,5 +203,6 @@ def plan_flash_attn2(
 def length_key(w: Workload) -> LengthKey:
     """For the sweep: a uniform batch's launch depends on the length only through its kBlockN block count."""
     bN = block_n(w.head_size)
-    return LengthKey(lambda L: cdiv(L, bN),
+    page = w.block_size if w.block_size % 256 == 0 else 1  # a paged cache counts whole pages (seqlen_k)
+    return LengthKey(lambda L: cdiv(cdiv(L, page) * page, bN),
                      lambda p, L: min(p.details["n_blocks_per_split"] * bN, L) if p.splits[0] > 1 else L)

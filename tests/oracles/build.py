@@ -1,0 +1,146 @@
+"""Build the host-side oracles from the release sources tools/fetch_oracles.sh unpacked into ./oracles/.
+
+Upstream host code is used unmodified: whole headers are included as they are, and from files that
+cannot be compiled whole (flash_api.cpp pulls in all of torch) the functions and statements the
+launch depends on are copied verbatim -- cut at brace/semicolon boundaries, never edited -- into
+``oracles/build/*.inc``, which the drivers here (our own code) #include next to minimal stub headers
+(tests/oracles/stubs/) for the torch/CUDA types those lines name. Each snippet must be found exactly
+once, so a changed upstream file fails the build loudly instead of silently testing something else.
+
+    python tests/oracles/build.py --oracles oracles     # writes oracles/build/<name> executables
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FA2 = "flash_attn-2.8.3.post2/csrc/flash_attn"
+FI = "flashinfer_python-0.7.2.post1/include"
+VLLM11 = "vllm-0.11.0"
+VLLM33 = "vllm-0.33.0"
+
+
+class ExtractError(RuntimeError):
+    pass
+
+
+def _match_end(text: str, start: int, *, brace: bool) -> int:
+    """Index just past the function body (brace) or statement (';' at depth 0) starting at ``start``."""
+    depth = 0
+    i = start
+    seen_brace = False
+    while i < len(text):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+            seen_brace = seen_brace or c == "{"
+        elif c in ")]}":
+            depth -= 1
+            if brace and seen_brace and depth == 0 and c == "}":
+                return i + 1
+        elif c == ";" and depth == 0 and not brace:
+            return i + 1
+        elif c == "/" and text.startswith("//", i):
+            i = text.index("\n", i)
+        i += 1
+    raise ExtractError(f"unterminated snippet at offset {start}")
+
+
+def snippet(path: Path, pattern: str, *, brace: bool, after: str | None = None) -> str:
+    """The one function (``brace``) or statement starting at the line matching ``pattern``; with
+    ``after``, the first match past the one line matching ``after``."""
+    text = path.read_text()
+    base = 0
+    if after is not None:
+        hits = [m.start() for m in re.finditer(after, text, re.M)]
+        if len(hits) != 1:
+            raise ExtractError(f"{path.name}: {after!r} found {len(hits)} times (want 1)")
+        base = hits[0]
+        m = re.compile(pattern, re.M).search(text, base)
+        if m is None:
+            raise ExtractError(f"{path.name}: {pattern!r} not found after {after!r}")
+        starts = [m.start()]
+    else:
+        starts = [m.start() for m in re.finditer(pattern, text, re.M)]
+        if len(starts) != 1:
+            raise ExtractError(f"{path.name}: {pattern!r} found {len(starts)} times (want 1)")
+    line_start = text.rfind("\n", 0, starts[0]) + 1
+    end = _match_end(text, line_start, brace=brace)
+    line = text.count("\n", 0, line_start) + 1
+    return f"// {path.name} L{line} (verbatim)\n#line {line} \"{path.name}\"\n{text[line_start:end]}\n"
+
+
+def fa2_snippets(src: Path) -> dict[str, str]:
+    """flash-attn 2.8.3.post2: one .inc file per snippet, #included by fa2_driver.cpp where it belongs."""
+    api, tmpl = src / "flash_api.cpp", src / "src" / "flash_fwd_launch_template.h"
+    kv = r"^mha_fwd_kvcache\("
+    return {
+        "fa2_functions.inc": snippet(api, r"^inline int num_splits_heuristic\(", brace=True)
+        + snippet(api, r"^std::tuple<at::Tensor, at::Tensor> set_params_splitkv\(", brace=True),
+        # mha_fwd_kvcache's own decisions, in the order the function makes them
+        "fa2_kvcache_swap.inc": snippet(api, r"^[ \t]*const int seqlenq_ngroups_swapped = seqlen_q == 1", brace=False,
+                                        after=kv),
+        "fa2_kvcache_seqlen_k.inc": snippet(api, r"^[ \t]*const int seqlen_k = !paged_KV", brace=False, after=kv),
+        "fa2_kvcache_round.inc": snippet(api, r"^[ \t]*auto round_multiple = ", brace=False, after=kv)
+        + snippet(api, r"^[ \t]*const int head_size = round_multiple\(head_size_og, 8\);", brace=False, after=kv)
+        + snippet(api, r"^[ \t]*const int head_size_rounded = ", brace=False, after=kv),
+        "fa2_kvcache_run.inc": snippet(api, r"^[ \t]*run_mha_fwd\(params, stream, /\*force_split_kernel=\*/", brace=False),
+        "fa2_run_mha_fwd.inc": snippet(api, r"^void run_mha_fwd\(Flash_fwd_params &params", brace=True),
+        # the split launch (run_mha_fwd_splitkv_dispatch / run_flash_splitkv_fwd)
+        "fa2_split_kblockn.inc": snippet(tmpl, r"^[ \t]*constexpr static int kBlockN = Headdim <= 64", brace=False),
+        "fa2_split_grid.inc": snippet(tmpl, r"^[ \t]*const int num_m_block = ", brace=False,
+                                      after=r"^void run_flash_splitkv_fwd\(")
+        + snippet(tmpl, r"^[ \t]*dim3 grid\(num_m_block, params.num_splits > 1", brace=False),
+        "fa2_combine_grid.inc": snippet(tmpl, r"^[ \t]*constexpr static int kBlockM = Kernel_traits::kHeadDim % 128",
+                                        brace=False)
+        + snippet(tmpl, r"^[ \t]*dim3 grid_combine\(", brace=False),
+    }
+
+
+def compile_cpp(out: Path, driver: Path, includes: list[Path], *, std: str = "c++17") -> None:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise ExtractError("no C++ compiler (g++) on PATH")
+    cmd = [cxx, f"-std={std}", "-O1", "-o", str(out), str(driver)]
+    for inc in includes:
+        cmd += ["-I", str(inc)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise ExtractError(f"compiling {driver.name} failed:\n{res.stderr[-4000:]}")
+
+
+def build(oracles: Path) -> list[str]:
+    bdir = oracles / "build"
+    bdir.mkdir(parents=True, exist_ok=True)
+    built = []
+    fa2 = oracles / FA2
+    if fa2.is_dir():
+        for name, text in fa2_snippets(fa2).items():
+            (bdir / name).write_text(text)
+        compile_cpp(bdir / "fa2_oracle", HERE / "fa2_driver.cpp",
+                    [bdir, HERE / "stubs", fa2 / "src"])
+        built.append("fa2_oracle")
+    return built
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--oracles", type=Path, default=HERE.parent.parent / "oracles")
+    args = ap.parse_args()
+    try:
+        built = build(args.oracles)
+    except ExtractError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    print("built:", ", ".join(built) or "nothing (no sources unpacked)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
