@@ -15,8 +15,9 @@ Dao-AILab/flash-attention @ 0251105a2fb19d2957484b7f023cd8c115286ced:
   ``hopper/tile_scheduler.hpp`` L548-549 (varlen persistent grid = num_sm), L66-67
   (SingleTileScheduler grid ``(n_mblocks, S * heads, B)``).
 
-The combine kernel's grid was not derived upstream (section 12); it is shown as
-``cdiv(rows, kBlockM)`` with ``kBlockM = 8`` for ``d_v % 128 == 0`` and marked approximate.
+The combine kernel's grid was not derived upstream (section 12); it is the grid measured on the H200
+(vLLM 0.33.0's FA3 build): ``(cdiv(rows, kBlockM) + B, cdiv(d_v, kBlockK))`` for varlen batches of more
+than one request, ``kBlockM = 8`` for ``d_v % 128 == 0`` (16 for 64), ``kBlockK = min(d_v, 128)``.
 """
 
 from __future__ import annotations
@@ -234,9 +235,15 @@ def plan_flash_attn3(
     per = 0
     if S_static > 1:
         kBlockM_c = 8 if dv % 128 == 0 else (16 if dv % 64 == 0 else 32)
-        comb = cdiv(rows, kBlockM_c)
-        kernels.append(KernelLaunch(name="FlashAttnFwdCombine (grid approximate)", grid=(comb,),
-                                    working_programs=comb, constexprs={"kBlockM": kBlockM_c}))
+        kBlockK_c = min(dv, 128)
+        # measured, not derived: vLLM 0.33.0's _vllm_fa3_C on the H200 launched FlashAttnFwdCombine with
+        # grid (cdiv(total_q * h, kBlockM) + B, cdiv(d_v, kBlockK)) for varlen batches of B > 1 and
+        # (cdiv(h, kBlockM), ...) for B = 1, over 192 captures (benchmarks/results/capture-backends-h200.jsonl)
+        comb = cdiv(rows, kBlockM_c) + (B if varlen and B > 1 else 0)
+        grid_c: tuple[int, ...] = (comb, cdiv(dv, kBlockK_c)) if dv > kBlockK_c else (comb,)
+        kernels.append(KernelLaunch(name="FlashAttnFwdCombine", grid=grid_c,
+                                    working_programs=comb * grid_c[-1] if len(grid_c) > 1 else comb,
+                                    constexprs={"kBlockM": kBlockM_c, "kBlockK": kBlockK_c}))
         per = ex.add("partial_state_bytes_per_token_head", S_static * (4 * dv + 4),
                      "num_splits_static * (4 * d_v + 4)  (out_accum, lse_accum fp32, allocated with the static bound)",
                      f"{SRC_API} L1092-1103", num_splits_static=S_static, d_v=dv, unit="bytes")

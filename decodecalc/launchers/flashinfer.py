@@ -12,13 +12,18 @@ flashinfer-ai/flashinfer @ fb28d7242b3506a2348265962041acc1fb56cca4:
 
 The one run-time input: the CUDA-core kernel sizes its grid with
 ``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` (register dependent, not derivable from source).
-``occupancy=None`` uses :func:`occupancy_lower_bound`: the CTAs/SM guaranteed by the kernel's
+``occupancy=None`` uses the value measured for this GPU and kernel variant when
+``decodecalc/data/occupancy.yaml`` has one (the H200: 9 CTAs/SM for the decode kernel, 56 registers
+per thread; 10-12 for the merge kernel), else :func:`occupancy_lower_bound`: the CTAs/SM guaranteed by the kernel's
 threads and shared memory (both from source) and the worst legal register use (255 per thread,
 allocated in 256-register warp units). For 128-thread CTAs that bound is 2, the value for which
 the section-2.1 table gives ``(20, 8)`` for Llama-3-8B; pass ``occupancy=`` to use a measured value.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
@@ -94,12 +99,49 @@ def _merge_kernel(w: Workload, gpu: GPUSpec, merge_occupancy: int | None, ex: Ex
     bdx = d // vec
     bdy = 128 // bdx
     smem = 4 * bdy * d * out_b + 128 * 4
-    occ_m = merge_occupancy or occupancy_lower_bound(128, smem, gpu.compute_capability)
+    measured = measured_occupancy(gpu, "flashinfer_merge", str(d))
+    if merge_occupancy:
+        occ_m = merge_occupancy
+    elif measured:
+        occ_m = ex.add("merge_occupancy", measured[0], "occupancy.yaml[gpu][head_dim]: CTAs/SM of the merge "
+                       "kernel measured on this GPU", measured[1], gpu=gpu.name, head_dim=d)
+    else:
+        occ_m = occupancy_lower_bound(128, smem, gpu.compute_capability)
     n = ex.add("merge_grid", gpu.num_sms * min(occ_m, cdiv(rows * w.num_heads, gpu.num_sms)),
                "num_sms * min(occ_merge, cdiv(seq_len * num_heads, num_sms))", SRC_CASCADE,
                num_sms=gpu.num_sms, occ_merge=occ_m, seq_len=rows, num_heads=w.num_heads)
     return KernelLaunch(name="PersistentVariableLengthMergeStatesKernel", grid=(n,),
                         working_programs=min(n, rows * w.num_heads), constexprs={"occupancy": occ_m})
+
+
+#: data/occupancy.yaml: measured CTAs/SM per GPU and kernel variant (the one run-time input of the grid)
+OCCUPANCY_DATA = "occupancy.yaml"
+
+
+@functools.cache
+def _occupancy_table() -> dict[str, Any]:
+    from importlib import resources
+
+    from decodecalc.yamlio import safe_load
+
+    data = safe_load(resources.files("decodecalc.data").joinpath(OCCUPANCY_DATA).read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def measured_occupancy(gpu: GPUSpec, kernel: str, variant: str) -> tuple[int, str] | None:
+    """(CTAs/SM, source) measured for ``kernel`` ("flashinfer_decode" keyed "head_dim/group_size",
+    "flashinfer_merge" keyed "head_dim") on ``gpu`` (decodecalc/data/occupancy.yaml), or None."""
+    entry = _occupancy_table().get(gpu.name, {})
+    row = (entry.get(kernel) or {}).get(variant) if isinstance(entry, dict) else None
+    if not isinstance(row, dict) or not isinstance(row.get("occupancy"), int) or row["occupancy"] < 1:
+        return None
+    return row["occupancy"], f"measured: decodecalc/data/occupancy.yaml {gpu.name} {kernel} {variant} ({entry.get('source', '')})"
+
+
+#: group sizes the CUDA-core decode kernel is compiled for (DISPATCH_GQA_GROUP_SIZE; others raise
+#: "Unsupported group_size", seen on the H200 for 7)
+GROUP_SIZES = (1, 2, 3, 4, 6, 8, 16)
+SRC_GROUPS = "flashinfer 0.7.2.post1 include/flashinfer/utils.cuh L142-167 DISPATCH_GQA_GROUP_SIZE"
 
 
 def _check(w: Workload, gpu: GPUSpec, system: str, check_platform: bool) -> None:
@@ -121,7 +163,16 @@ def plan_flashinfer(
     ex = Explain()
     B, h, h_kv, page = w.batch, w.num_heads, w.num_kv_heads, w.block_size
     threads, smem = decode_kernel_resources(w, gpu.compute_capability)
-    if occupancy is None:
+    if w.group_size not in GROUP_SIZES:
+        raise UnsupportedError(f"{system}: group size {w.group_size} (query heads per KV head) not compiled; "
+                               f"compiled: {', '.join(map(str, GROUP_SIZES))} ({SRC_GROUPS})")
+    measured = measured_occupancy(gpu, "flashinfer_decode", f"{w.head_size}/{w.group_size}") \
+        if occupancy is None else None
+    if measured is not None:
+        occ = ex.add("occupancy", measured[0], "occupancy.yaml[gpu][head_dim/group_size]: "
+                     "cudaOccupancyMaxActiveBlocksPerMultiprocessor measured on this GPU", measured[1],
+                     gpu=gpu.name, head_dim=w.head_size, group_size=w.group_size)
+    elif occupancy is None:
         occ = ex.add("occupancy", occupancy_lower_bound(threads, smem, gpu.compute_capability),
                      "lower bound of cudaOccupancyMaxActiveBlocksPerMultiprocessor: min(threads, CTAs, smem, 255-register limits)",
                      f"{SRC_SCHED} L175-182 (runtime query; bound documented in decodecalc)",
@@ -204,7 +255,9 @@ def plan_flashinfer_tc(
     max_bs = ex.add("max_batch_size_if_split", max_grid // h_kv, "(2 * num_sm - colocated_ctas) // num_kv_heads",
                     f"{SRC_SCHED} L788-791", num_sm=gpu.num_sms, colocated_ctas=0, num_kv_heads=h_kv)
     packed = [q * g for q in w.query_lens]
-    if cuda_graph and len(set(w.query_lens)) == 1:
+    # the decode wrapper passes uniform_q_len = q_len only when q_len > 1 (flashinfer 0.7.2.post1
+    # decode.py L1795); single-token decode under CUDA graph takes the ragged bound (seen on the H200)
+    if cuda_graph and len(set(w.query_lens)) == 1 and w.query_lens[0] > 1:
         cta_tile_q = fa2_determine_cta_tile_q(packed[0], w.head_size_v)
         total_tiles_q = B * cdiv(packed[0], cta_tile_q)
     elif cuda_graph:

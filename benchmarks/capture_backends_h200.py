@@ -1,0 +1,226 @@
+"""Capture the default backends' launches on an H200 and time them: FlashInfer (CUDA-core and
+tensor-core decode), vLLM's FA3 and vLLM's FlashMLA (decodecalc.verify.profiler).
+
+For the worked examples of upstream-launchers.md section 2 and >= 100 further shapes (model head
+configurations x batch x lengths, bf16, page 16; FlashMLA page 64), each backend's decode step is
+run once under torch.profiler (every kernel's name, grid, block, registers per thread), timed under
+CUDA graphs (decodecalc.verify.timing), and compared with decodecalc's model
+(decodecalc.reports.compare.evaluate with the matching options: eager plan / CUDA-graph plan).
+
+Run on the device machine (see BENCHMARKS.md for the command); writes JSON lines to --out and a
+summary JSON; prints a short table last. A time guard stops starting new cases near --budget-s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.specs.models import resolve_model  # noqa: E402
+from decodecalc.workload import make_workload  # noqa: E402
+
+#: (model, tp): head configurations (h, h_kv, d) = (32,8,128) (8,1,128) (64,8,128) (16,2,128) (32,8,64) (16,8,256)
+HEAD_CONFIGS = [("llama3-8b", 1), ("llama3-70b", 8), ("llama3-70b", 1), ("llama3-70b", 4), ("llama3.2-1b", 1),
+                ("gemma-2-9b", 1)]
+BATCHES = [1, 4, 16, 64, 256]
+LENGTHS = [512, 2560, 8192, 32768, 131072]
+MAX_TOKENS = 2_200_000
+MLA_CONFIGS = [("deepseek-v3", 1), ("deepseek-v2-lite", 1)]
+MLA_BATCHES = [1, 8, 32, 128]
+MLA_LENGTHS = [1024, 4096, 16384, 65536]
+
+
+def worked_examples() -> list[dict]:
+    """upstream-launchers.md section 2: one request of 2,560 tokens (2.1, 2.2) and the batch sweep (2.3)."""
+    ex = [{"model": "llama3-8b", "tp": 1, "seq_lens": [2560], "tag": "worked-2.1"},
+          {"model": "llama3-70b", "tp": 8, "seq_lens": [2560], "tag": "worked-2.2"}]
+    ex += [{"model": "llama3-8b", "tp": 1, "seq_lens": [2560] * b, "tag": "worked-2.3"} for b in (8, 13, 14, 16)]
+    ex.append({"model": "llama3-70b", "tp": 8, "seq_lens": [131072], "tag": "reference-correction"})
+    return ex
+
+
+def grid_shapes() -> list[dict]:
+    out = []
+    for m, tp in HEAD_CONFIGS:
+        for b in BATCHES:
+            for L in LENGTHS:
+                if b * L <= MAX_TOKENS:
+                    out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "grid"})
+    # ragged batches: lengths spread over 32x
+    for m, tp in HEAD_CONFIGS[:3]:
+        for b in (5, 24, 100):
+            lens = [256 + (i * 7919) % 8192 for i in range(b)]
+            out.append({"model": m, "tp": tp, "seq_lens": lens, "tag": "ragged"})
+    out.append({"model": "qwen2.5-7b", "tp": 1, "seq_lens": [2560] * 4, "tag": "group-7"})
+    return out
+
+
+def mla_shapes() -> list[dict]:
+    out = [{"model": "deepseek-v3", "tp": 1, "seq_lens": [2560], "tag": "worked"}]
+    for m, tp in MLA_CONFIGS:
+        for b in MLA_BATCHES:
+            for L in MLA_LENGTHS:
+                if b * L <= MAX_TOKENS:
+                    out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "grid"})
+    return out
+
+
+def workload(shape: dict, block: int):
+    return make_workload(resolve_model(shape["model"]), tp=shape["tp"], seq_lens=tuple(shape["seq_lens"]),
+                         block_size=block)
+
+
+def warm_flashinfer_jit() -> None:
+    """Compile the FlashInfer decode modules (3 head sizes x 2 paths) in parallel processes first."""
+    code = ("import sys; sys.path.insert(0, %r); from benchmarks.capture_backends_h200 import _warm_one; "
+            "_warm_one(%r, %d, %r)")
+    root = str(Path(__file__).resolve().parents[1])
+    procs = []
+    for model, tp in (("llama3-8b", 1), ("llama3.2-1b", 1), ("gemma-2-9b", 1)):
+        for tc in (False, True):
+            procs.append(subprocess.Popen([sys.executable, "-c", code % (root, model, tp, tc)],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode:
+            print("warm-up failed:", out[-2000:], flush=True)
+
+
+def _warm_one(model: str, tp: int, tc: bool) -> None:
+    from decodecalc.verify.profiler import flashinfer_step
+
+    w = make_workload(resolve_model(model), tp=tp, seq_lens=(2560,), block_size=16)
+    flashinfer_step(w, tensor_cores=tc, copies=1).run(0)
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def summarize_occupancy(rec: dict) -> None:
+    from decodecalc.verify.profiler import ctas_per_sm
+
+    for x in rec.get("launches", []):
+        if x.get("registers_per_thread") and x.get("block"):
+            threads = 1
+            for v in x["block"]:
+                threads *= v
+            x["ctas_per_sm_computed"] = ctas_per_sm(threads, x["registers_per_thread"], x.get("shared_memory_bytes") or 0)
+            if x.get("est_occupancy_pct") is not None:
+                x["ctas_per_sm_profiler"] = round(x["est_occupancy_pct"] / 100.0 * 64 / max(1, (threads + 31) // 32))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--budget-s", type=float, default=480.0)
+    ap.add_argument("--backends", default="flashinfer,flashinfer-tc,fa3,flashmla")
+    ap.add_argument("--replays", type=int, default=5)
+    ap.add_argument("--no-warm", action="store_true")
+    args = ap.parse_args()
+    t0 = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from decodecalc.verify import profiler as P
+
+    gpu = resolve_gpu("h200")
+    import torch
+
+    env = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+           "sms": torch.cuda.get_device_properties(0).multi_processor_count}
+    backends = [b for b in args.backends.split(",") if b]
+    avail = {b: P.missing_backend(b) for b in backends}
+    print("environment", env, "missing:", avail, flush=True)
+    if not args.no_warm and any(b.startswith("flashinfer") and avail[b] is None for b in backends):
+        warm_flashinfer_jit()
+        print(f"flashinfer JIT warm-up done at {time.time() - t0:.0f}s", flush=True)
+    plan = []
+    for b in backends:
+        if b == "flashmla":
+            plan += [(b, s, False) for s in mla_shapes()]
+            continue
+        shapes = worked_examples() + grid_shapes()
+        plan += [(b, s, False) for s in shapes]
+        # CUDA-graph plans for the worked examples and a subset of the grid
+        plan += [(b, s, True) for s in worked_examples() + grid_shapes()[::4]]
+    # interleave backends so a time-out leaves every backend with its worked examples and some grid
+    by_b: dict[str, list] = {}
+    for item in plan:
+        by_b.setdefault(item[0], []).append(item)
+    order = []
+    while any(by_b.values()):
+        for b in list(by_b):
+            if by_b[b]:
+                order.append(by_b[b].pop(0))
+    lines = (out / "captures.jsonl").open("w")
+    done = 0
+    failed_load: dict[str, str] = {}
+    for backend, shape, cg in order:
+        if time.time() - t0 > args.budget_s:
+            break
+        if avail.get(backend):
+            continue
+        if backend in failed_load:
+            continue
+        block = 64 if backend == "flashmla" else 16
+        rec = {"shape": shape, "backend": backend, "cuda_graph": cg, "block_size": block}
+        try:
+            w = workload(shape, block)
+            rec.update(P.run_case(backend, w, gpu, cuda_graph=cg, replays=args.replays))
+            summarize_occupancy(rec)
+            occ = [x.get("ctas_per_sm_profiler") or x.get("ctas_per_sm_computed") for x in rec.get("launches", []) if x.get("role") == "main"]
+            if backend == "flashinfer" and occ and occ[0]:
+                alt = P.predict_and_compare(backend, w, gpu, [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v)
+                                                                                for k, v in x.items() if not k.startswith("ctas_per_sm")})
+                                                              for x in rec["launches"]], cuda_graph=cg, occupancy=occ[0])
+                rec["with_measured_occupancy"] = {"occupancy": occ[0], "match": alt.get("match"),
+                                                  "kernels": alt.get("kernels")}
+        except Exception as exc:  # record and go on: one failing shape must not end the capture
+            rec["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
+            if "load" in str(exc).lower() or isinstance(exc, (OSError, RuntimeError)) and done == 0:
+                pass
+            if backend in ("fa3", "flashmla") and ("undefined symbol" in str(exc) or "load_library" in str(exc)
+                                                   or "OSError" in rec["error"]):
+                failed_load[backend] = rec["error"]
+        try:
+            import torch as _t
+
+            _t.cuda.synchronize()
+            _t.cuda.empty_cache()
+        except Exception as exc:
+            rec["error_after"] = str(exc)[:300]
+            lines.write(json.dumps(rec) + "\n")
+            break
+        lines.write(json.dumps(rec) + "\n")
+        lines.flush()
+        done += 1
+        m = rec.get("match")
+        t = (rec.get("timing") or {}).get("t_us")
+        print(f"{time.time() - t0:6.0f}s {backend:13s} cg={int(cg)} {shape['model']:12s} tp{shape['tp']} "
+              f"B={len(shape['seq_lens']):4d} L={max(shape['seq_lens']):6d} match={m} "
+              f"t={t if t is None else round(t, 2)} {rec.get('error', '')[:160]}", flush=True)
+    lines.close()
+    summary: dict = {"environment": env, "missing": avail, "failed_load": failed_load, "elapsed_s": time.time() - t0,
+                     "cases": done, "per_backend": {}}
+    with (out / "captures.jsonl").open() as fh:
+        recs = [json.loads(x) for x in fh]
+    for b in backends:
+        rs = [r for r in recs if r["backend"] == b]
+        ok = [r for r in rs if r.get("match") is True]
+        comp = [r for r in rs if r.get("match") is not None]
+        summary["per_backend"][b] = {"cases": len(rs), "compared": len(comp), "matched": len(ok),
+                                     "errors": sum(1 for r in rs if "error" in r)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary["per_backend"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

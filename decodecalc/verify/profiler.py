@@ -1,0 +1,410 @@
+"""Run the default backends' decode kernels (FlashInfer, FA3, FlashMLA) and record every launch through
+the CUDA profiler (CUPTI via ``torch.profiler``): kernel name, grid, block, registers per thread,
+shared memory and the profiler's occupancy estimate; time the step under CUDA graphs
+(:mod:`decodecalc.verify.timing`).
+
+Unlike Triton kernels (:mod:`decodecalc.verify.capture`), these are compiled libraries: the
+launch is read back from the profiler's trace, not intercepted. torch and the backends are
+imported inside functions only; importing this module is cheap.
+
+Where the backends come from:
+
+* ``flashinfer``, ``flashinfer-tc``: the ``flashinfer`` package (``pip install flashinfer-python``;
+  it JIT-compiles its decode kernels with nvcc on first use);
+* ``fa3``: vLLM's build of FlashAttention-3, ``vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so``
+  (``pip install vllm``), or any file named by ``DECODECALC_FA3_LIB``;
+* ``flashmla``: vLLM's build of FlashMLA, ``vllm/_flashmla_C.abi3.so``, or ``DECODECALC_FLASHMLA_LIB``.
+
+The libraries are loaded with ``torch.ops.load_library`` (their ops register themselves), so
+importing the whole ``vllm`` package is not needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from decodecalc.errors import UnsupportedError
+from decodecalc.workload import Workload
+
+#: verify --system name -> (compare policy, what to install when it is missing)
+BACKENDS: dict[str, tuple[str, str]] = {
+    "flashinfer": ("flashinfer", "flashinfer-python (pip install flashinfer-python)"),
+    "flashinfer-tc": ("flashinfer-tc", "flashinfer-python (pip install flashinfer-python)"),
+    "fa3": ("fa3", "vllm (its vllm_flash_attn/_vllm_fa3_C.abi3.so), or set DECODECALC_FA3_LIB to a build of it"),
+    "flashmla": ("flashmla", "vllm (its _flashmla_C.abi3.so), or set DECODECALC_FLASHMLA_LIB to a build of it"),
+    "fa2": ("fa2", "flash-attn (pip install flash-attn)"),
+}
+_LIB_FILES = {"fa3": ("DECODECALC_FA3_LIB", "vllm_flash_attn/_vllm_fa3_C.abi3.so", "_vllm_fa3_C"),
+              "flashmla": ("DECODECALC_FLASHMLA_LIB", "_flashmla_C.abi3.so", "_flashmla_C")}
+#: substrings of the kernel names each backend launches, by role (the capture's only name rule)
+ROLES: dict[str, dict[str, tuple[str, ...]]] = {
+    "flashinfer": {"main": ("BatchDecodeWithPagedKVCacheKernel",), "merge": ("MergeStates",)},
+    "flashinfer-tc": {"main": ("BatchPrefillWithPagedKVCacheKernel",), "merge": ("MergeStates",)},
+    "fa3": {"main": ("FlashAttnFwdSm90",), "merge": ("FlashAttnFwdCombine",)},
+    "flashmla": {"main": ("flash_fwd_splitkv_mla", "splitkv_mla"), "merge": ("mla_combine",)},
+    "fa2": {"main": ("flash_fwd",), "merge": ("combine",)},
+}
+
+
+def _lib_path(backend: str) -> Path | None:
+    env, rel, _ = _LIB_FILES[backend]
+    if os.environ.get(env):
+        p = Path(os.environ[env])
+        return p if p.is_file() else None
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        p = Path(root) / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def missing_backend(backend: str) -> str | None:
+    """None when the backend can run here, else the one-line reason naming the package to install."""
+    if backend not in BACKENDS:
+        return f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}"
+    need = BACKENDS[backend][1]
+    if importlib.util.find_spec("torch") is None:
+        return f"--system {backend} needs torch with CUDA, and {need}"
+    if backend.startswith("flashinfer"):
+        return None if importlib.util.find_spec("flashinfer") is not None else f"--system {backend} needs {need}"
+    if backend == "fa2":
+        return None if importlib.util.find_spec("flash_attn") is not None else f"--system {backend} needs {need}"
+    return None if _lib_path(backend) is not None else f"--system {backend} needs {need}"
+
+
+def load_ops(backend: str) -> Any:
+    """torch.ops namespace of a library backend (loads the shared library once)."""
+    import torch
+
+    path = _lib_path(backend)
+    if path is None:
+        raise UnsupportedError(f"--system {backend} needs {BACKENDS[backend][1]}")
+    ns = _LIB_FILES[backend][2]
+    if not hasattr(torch.ops, ns) or not list(getattr(torch.ops, ns)):
+        torch.ops.load_library(str(path))
+    return getattr(torch.ops, ns)
+
+
+# ------------------------------------------------------------------------------------------
+# the profiler's record
+
+
+@dataclass
+class ProfiledLaunch:
+    """One kernel launch as CUPTI saw it."""
+
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    registers_per_thread: int | None
+    shared_memory_bytes: int | None
+    est_occupancy_pct: float | None
+    duration_us: float | None
+    role: str = "other"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["grid"], d["block"] = list(self.grid), list(self.block)
+        return d
+
+
+def _triple(v: Any) -> tuple[int, ...]:
+    if not isinstance(v, (list, tuple)):
+        return ()
+    return tuple(int(x) for x in v)
+
+
+def role_of(backend: str, name: str) -> str:
+    for role, keys in ROLES.get(backend, {}).items():
+        if any(k in name for k in keys):
+            return role
+    return "other"
+
+
+def profile_launches(fn: Callable[[], Any], backend: str) -> list[ProfiledLaunch]:
+    """Run ``fn`` once under torch.profiler (CUDA activity only) and read every kernel from its trace."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as fh:
+            trace = json.load(fh)
+    events = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+    events.sort(key=lambda e: float(e.get("ts", 0)))
+    out = []
+    for e in events:
+        a = e.get("args", {})
+        occ = a.get("est. achieved occupancy %")
+        out.append(ProfiledLaunch(
+            name=str(e.get("name", "")), grid=_triple(a.get("grid")), block=_triple(a.get("block")),
+            registers_per_thread=a.get("registers per thread"), shared_memory_bytes=a.get("shared memory"),
+            est_occupancy_pct=float(occ) if occ is not None else None,
+            duration_us=float(e["dur"]) if "dur" in e else None, role=role_of(backend, str(e.get("name", "")))))
+    return out
+
+
+def ctas_per_sm(threads: int, registers_per_thread: int, smem_bytes: int, *, max_threads: int = 2048,
+                max_ctas: int = 32, smem_sm: int = 228 * 1024, regs_sm: int = 65536) -> int:
+    """CTAs/SM that cudaOccupancyMaxActiveBlocksPerMultiprocessor reports on SM90 for a kernel with these
+    resources (registers allocated per warp in 256-register units; 1 KiB shared memory reserved per CTA)."""
+    warps = math.ceil(threads / 32)
+    regs_warp = math.ceil(max(registers_per_thread, 1) * 32 / 256) * 256
+    by_regs = (regs_sm // regs_warp) // warps
+    by_smem = smem_sm // (smem_bytes + 1024) if smem_bytes else max_ctas
+    return max(0, min(max_ctas, max_threads // (warps * 32), by_regs, by_smem))
+
+
+# ------------------------------------------------------------------------------------------
+# building one decode step per backend
+
+
+@dataclass
+class Step:
+    """One decode step ready to run: ``run(copy)`` launches it on KV-cache copy ``copy``."""
+
+    run: Callable[[int], Any]
+    copies: int
+    kv_bytes: int
+    info: dict[str, Any] = field(default_factory=dict)
+    readback: Callable[[], dict[str, Any]] | None = None
+
+
+def _pages(w: Workload, page: int) -> list[int]:
+    return [math.ceil(L / page) for L in w.seq_lens]
+
+
+def _kv_bytes(w: Workload) -> int:
+    per_tok = w.num_kv_heads * (w.head_size + (0 if w.model.is_mla else w.head_size_v)) * 2
+    return sum(w.seq_lens) * per_tok
+
+
+def _copies(w: Workload, copies: int | None) -> int:
+    from decodecalc.verify.timing import copies_for
+
+    return copies if copies is not None else copies_for(_kv_bytes(w))
+
+
+def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False, copies: int | None = None,
+                    seed: int = 0) -> Step:
+    """``BatchDecodeWithPagedKVCacheWrapper`` (NHD, page size w.block_size), planned once, run per copy."""
+    import flashinfer
+    import torch
+
+    dev, dt = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(seed)
+    page, B = w.block_size, w.batch
+    pages = _pages(w, page)
+    n_pages = sum(pages)
+    c = _copies(w, copies)
+    caches = [torch.randn(n_pages, 2, page, w.num_kv_heads, w.head_size, device=dev, dtype=dt, generator=g)
+              for _ in range(c)]
+    indptr = torch.tensor([0, *itertools_acc(pages)], dtype=torch.int32, device=dev)
+    indices = torch.randperm(n_pages, device=dev, generator=g).to(torch.int32)
+    last = torch.tensor([L - (p - 1) * page for L, p in zip(w.seq_lens, pages)], dtype=torch.int32, device=dev)
+    q = torch.randn(B, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
+    out = torch.empty_like(q)
+    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)
+    kw: dict[str, Any] = {}
+    if cuda_graph:
+        kw = {"paged_kv_indptr_buffer": indptr.clone(), "paged_kv_indices_buffer": indices.clone(),
+              "paged_kv_last_page_len_buffer": last.clone()}
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_cuda_graph=cuda_graph,
+                                                            use_tensor_cores=tensor_cores, **kw)
+    wrapper.plan(indptr, indices, last, w.num_heads, w.num_kv_heads, w.head_size, page,
+                 q_data_type=dt, kv_data_type=dt)
+
+    def run(i: int) -> None:
+        wrapper.run(q, caches[i % c], out=out)
+
+    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w),
+                info={"flashinfer_version": flashinfer.__version__, "cuda_graph_plan": cuda_graph,
+                      "backend": getattr(wrapper, "_backend", None)})
+
+
+def itertools_acc(xs: list[int]) -> list[int]:
+    out, s = [], 0
+    for x in xs:
+        s += x
+        out.append(s)
+    return out
+
+
+def _block_table(w: Workload, page: int, dev: str, g: Any) -> tuple[Any, int]:
+    import torch
+
+    pages = _pages(w, page)
+    n_pages = sum(pages)
+    perm = torch.randperm(n_pages, device=dev, generator=g).to(torch.int32)
+    bt = torch.zeros(w.batch, max(pages), dtype=torch.int32, device=dev)
+    o = 0
+    for b, p in enumerate(pages):
+        bt[b, :p] = perm[o:o + p]
+        o += p
+    return bt, n_pages
+
+
+def fa3_step(w: Workload, *, num_splits: int = 0, copies: int | None = None, seed: int = 0) -> Step:
+    """vLLM's FA3 decode call: varlen q (one token per request), paged KV, ``seqused_k``, causal, with the
+    scheduler metadata vLLM precomputes (``get_scheduler_metadata``); ``num_splits`` 0 = heuristic,
+    32 = vLLM's bound under full CUDA graphs."""
+    import torch
+
+    ops = load_ops("fa3")
+    dev, dt = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(seed)
+    page, B = w.block_size, w.batch
+    bt, n_pages = _block_table(w, page, dev, g)
+    c = _copies(w, copies)
+    ks = [torch.randn(n_pages, page, w.num_kv_heads, w.head_size, device=dev, dtype=dt, generator=g) for _ in range(c)]
+    vs = [torch.randn(n_pages, page, w.num_kv_heads, w.head_size_v, device=dev, dtype=dt, generator=g) for _ in range(c)]
+    q = torch.randn(w.num_tokens, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
+    out = torch.empty(w.num_tokens, w.num_heads, w.head_size_v, device=dev, dtype=dt)
+    cu_q = torch.tensor([0, *itertools_acc(list(w.query_lens))], dtype=torch.int32, device=dev)
+    seqused = torch.tensor(w.seq_lens, dtype=torch.int32, device=dev)
+    maxq, maxk = w.max_seqlen_q, w.max_seqlen_k
+    md = ops.get_scheduler_metadata(B, maxq, maxk, w.num_heads, w.num_kv_heads, w.head_size, w.head_size_v, dt,
+                                    seqused, cu_q, None, None, None, None, page, 0, True, -1, -1, False,
+                                    num_splits, None, 0)
+    scale = w.head_size ** -0.5
+
+    def run(i: int) -> None:
+        ops.fwd(q, ks[i % c], vs[i % c], None, None, None, out, cu_q, None, None, None, seqused, maxq, maxk, bt,
+                None, None, None, None, None, None, None, None, scale, True, -1, -1, 0.0, True, md, num_splits,
+                None, 0, None, 1, 0, None)
+
+    def readback() -> dict[str, Any]:
+        return {"scheduler_metadata": md.tolist()[:4 * B + 8] if md is not None else None}
+
+    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w), info={"num_splits_arg": num_splits}, readback=readback)
+
+
+def flashmla_step(w: Workload, *, copies: int | None = None, seed: int = 0) -> Step:
+    """vLLM's FlashMLA dense decode (``dense_decode_fwd``), bf16 KV, page size 64; the scheduler metadata
+    (per-request split counts) is computed on the first call and reused, as vLLM does per step."""
+    import torch
+
+    ops = load_ops("flashmla")
+    dev, dt = "cuda", torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(seed)
+    page, B, s_q = w.block_size, w.batch, w.max_seqlen_q
+    bt, n_pages = _block_table(w, page, dev, g)
+    c = _copies(w, copies)
+    ks = [torch.randn(n_pages, page, w.num_kv_heads, w.head_size, device=dev, dtype=dt, generator=g) for _ in range(c)]
+    q = torch.randn(B, s_q, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
+    seqlens = torch.tensor(w.seq_lens, dtype=torch.int32, device=dev)
+    scale = w.head_size ** -0.5
+    state: dict[str, Any] = {"md": None, "ns": None}
+    o, _, md, ns = ops.dense_decode_fwd(q, ks[0], w.head_size_v, seqlens, bt, scale, True, None, None, None)
+    state["md"], state["ns"] = md, ns
+    out = torch.empty_like(o)
+
+    def run(i: int) -> None:
+        ops.dense_decode_fwd(q, ks[i % c], w.head_size_v, seqlens, bt, scale, True, state["md"], state["ns"], out)
+
+    def readback() -> dict[str, Any]:
+        ns_l = state["ns"].tolist() if state["ns"] is not None else None
+        splits = [ns_l[b + 1] - ns_l[b] for b in range(B)] if ns_l and len(ns_l) == B + 1 else None
+        return {"num_splits_prefix": ns_l, "splits": splits,
+                "tile_scheduler_metadata_rows": int(state["md"].shape[0]) if state["md"] is not None else None}
+
+    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w), readback=readback)
+
+
+def build_step(backend: str, w: Workload, *, cuda_graph: bool = False, copies: int | None = None,
+               seed: int = 0) -> Step:
+    why = missing_backend(backend)
+    if why:
+        raise UnsupportedError(why)
+    if backend in ("flashinfer", "flashinfer-tc"):
+        return flashinfer_step(w, tensor_cores=backend == "flashinfer-tc", cuda_graph=cuda_graph, copies=copies,
+                               seed=seed)
+    if backend == "fa3":
+        return fa3_step(w, num_splits=32 if cuda_graph else 0, copies=copies, seed=seed)
+    if backend == "flashmla":
+        return flashmla_step(w, copies=copies, seed=seed)
+    raise UnsupportedError(f"--system {backend}: no runner in this build of decodecalc (FA2 was not built)")
+
+
+# ------------------------------------------------------------------------------------------
+# comparison with the model
+
+
+def _strip(grid: tuple[int, ...]) -> tuple[int, ...]:
+    g = list(grid)
+    while len(g) > 1 and g[-1] == 1:
+        g.pop()
+    return tuple(g)
+
+
+def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any]:
+    """Main and merge kernels of the predicted :class:`LaunchPlan` against the profiled roles, by grid."""
+    got = {r: [x for x in launches if x.role == r] for r in ("main", "merge")}
+    rows = []
+    ok = True
+    for role, k in (("main", plan.main), ("merge", plan.merge)):
+        meas = got[role]
+        if k is None:
+            match = not meas
+            rows.append({"role": role, "predicted": None, "measured": [list(x.grid) for x in meas], "match": match})
+        else:
+            mg = _strip(meas[0].grid) if meas else None
+            match = mg == _strip(tuple(k.grid))
+            rows.append({"role": role, "predicted": list(k.grid), "measured": list(mg) if mg else None,
+                         "kernel": k.name, "match": match})
+        ok = ok and match
+    return {"match": ok, "kernels": rows}
+
+
+def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, time_it: bool = True,
+             replays: int = 5, occupancy: int | None = None) -> dict[str, Any]:
+    """Build, profile, time and compare one shape; the JSON record of the capture."""
+    from decodecalc.verify.timing import not_timed, time_calls
+
+    step = build_step(backend, w, cuda_graph=cuda_graph)
+    step.run(0)  # first call: JIT / module load / metadata outside the profile
+    launches = profile_launches(lambda: step.run(0), backend)
+    rec: dict[str, Any] = {"backend": backend, "cuda_graph": cuda_graph, "info": step.info,
+                           "launches": [x.to_json() for x in launches]}
+    if step.readback is not None:
+        rec["readback"] = step.readback()
+    rec["timing"] = (time_calls(step.run, step.copies, replays=replays) if time_it else not_timed("--no-time")).to_json()
+    rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, occupancy=occupancy))
+    return rec
+
+
+def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[ProfiledLaunch], *,
+                        cuda_graph: bool, occupancy: int | None = None) -> dict[str, Any]:
+    """The compare report's row for this backend (same options as the run) and the launch comparison."""
+    from decodecalc.reports.compare import PolicyOptions, evaluate
+
+    res = evaluate(BACKENDS[backend][0], w, gpu,
+                   PolicyOptions(vllm=_vllm_settings(cuda_graph), flashinfer_occupancy=occupancy))
+    if res.plan is None:
+        return {"prediction": {"applicable": False, "reason": res.reason}, "match": None}
+    return {"prediction": res.to_json(), **compare_launches(res.plan, launches)}
+
+
+def _vllm_settings(cuda_graph: bool) -> Any:
+    import dataclasses
+
+    from decodecalc.launchers.vllm_unified import VllmSettings
+
+    s = VllmSettings()
+    return dataclasses.replace(s, cudagraph_mode="FULL_AND_PIECEWISE" if cuda_graph else "NONE")

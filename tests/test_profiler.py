@@ -1,0 +1,122 @@
+"""decodecalc.verify.profiler and the models it checked: every launch captured on the H200 through the CUDA
+profiler (benchmarks/results/capture-backends-h200.jsonl: FlashInfer 0.7.2.post1, vLLM 0.33.0's FA3 and
+FlashMLA builds) must still be what the launchers predict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from decodecalc.errors import UnsupportedError
+from decodecalc.launchers import flashinfer as FI
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.verify import profiler as P
+from decodecalc.workload import make_workload
+from decodecalc.yamlio import load_yaml_file
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURE = ROOT / "benchmarks" / "results" / "capture-backends-h200.jsonl"
+H200 = resolve_gpu("h200")
+
+
+def _records() -> list[dict]:
+    with CAPTURE.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _workload(r: dict):
+    s = r["shape"]
+    return make_workload(resolve_model(s["model"]), tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=r["block_size"])
+
+
+def _launches(r: dict) -> list[P.ProfiledLaunch]:
+    return [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
+                                if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
+
+
+@pytest.mark.parametrize("backend", ["flashinfer", "flashinfer-tc", "fa3", "flashmla"])
+def test_captured_launches_match_the_model(backend: str) -> None:
+    recs = [r for r in _records() if r["backend"] == backend]
+    assert len(recs) >= 30
+    bad = []
+    for r in recs:
+        w = _workload(r)
+        res = P.predict_and_compare(backend, w, H200, [] if "error" in r else _launches(r), cuda_graph=r["cuda_graph"])
+        if "error" in r:  # the kernel refused the shape: the model must not claim it runs
+            if res["match"] is not None:
+                bad.append((r["shape"], "kernel refused, model applicable", r["error"][-80:]))
+        elif res["match"] is not True:
+            bad.append((r["shape"]["tag"], w.batch, w.max_seqlen_k, r["cuda_graph"], res.get("kernels")))
+    assert not bad, bad[:5]
+
+
+def test_occupancy_data_follows_from_the_captured_registers() -> None:
+    data = load_yaml_file(ROOT / "decodecalc" / "data" / "occupancy.yaml")["h200"]
+    for table in ("flashinfer_decode", "flashinfer_merge"):
+        for key, row in data[table].items():
+            assert P.ctas_per_sm(row["threads"], row["registers_per_thread"], 0) == row["occupancy"], (table, key)
+    # and the captured registers are the ones recorded
+    regs = {}
+    for r in _records():
+        if r["backend"] == "flashinfer" and "error" not in r:
+            w = _workload(r)
+            main = next(x for x in r["launches"] if x["role"] == "main")
+            regs[f"{w.head_size}/{w.group_size}"] = main["registers_per_thread"]
+    assert regs == {k: v["registers_per_thread"] for k, v in data["flashinfer_decode"].items()}
+
+
+def test_h200_default_uses_the_measured_occupancy() -> None:
+    # upstream-launchers.md corrections: (1024, 1) for 8:1 heads at batch 1 and 131,072 tokens
+    w = make_workload(resolve_model("llama3-70b"), tp=8, seq_lens=(131072,) * 4)
+    plan = FI.plan_flashinfer(w, H200)
+    assert plan.details["occupancy"] == 9
+    lower = FI.plan_flashinfer(w, H200, occupancy=2)
+    assert plan.grid != lower.grid
+    assert FI.plan_flashinfer(w, resolve_gpu("h100")).details["occupancy"] == 2  # not measured there
+
+
+def test_cuda_core_group_sizes() -> None:
+    w = make_workload(resolve_model("qwen2.5-7b"), seq_lens=(2560,) * 4)  # 28:4 heads, group 7
+    with pytest.raises(UnsupportedError, match="group size 7"):
+        FI.plan_flashinfer(w, H200)
+    assert FI.plan_flashinfer_tc(w, H200).grid  # the prefill kernel takes any group size
+
+
+def test_tensor_core_cuda_graph_single_token_uses_the_ragged_bound() -> None:
+    # captured: llama3-8b, batch 64 x 2560, use_cuda_graph=True -> (79, 1, 8) = cdiv(64*4, 16) + 63
+    w = make_workload(resolve_model("llama3-8b"), seq_lens=(2560,) * 64)
+    assert FI.plan_flashinfer_tc(w, H200, cuda_graph=True).grid == (79, 1, 8)
+
+
+def test_compare_launches_detects_a_wrong_grid() -> None:
+    w = make_workload(resolve_model("llama3-8b"), seq_lens=(2560,))
+    plan = FI.plan_flashinfer(w, H200)
+    good = [P.ProfiledLaunch("BatchDecodeWithPagedKVCacheKernel<...>", (*plan.grid, 1), (16, 4, 2), 56, 9216, None, 9.0, "main")]
+    merge = [P.ProfiledLaunch("PersistentVariableLengthMergeStatesKernel", (*plan.merge.grid, 1, 1), (16, 8, 1), 40, 0,
+                              None, 2.0, "merge")]
+    assert P.compare_launches(plan, good + merge)["match"] is True
+    wrong = [P.ProfiledLaunch("x", (plan.grid[0] + 1, plan.grid[1], 1), (1,), 1, 0, None, 1.0, "main")]
+    assert P.compare_launches(plan, wrong + merge)["match"] is False
+    assert P.compare_launches(plan, good)["match"] is False  # the merge kernel is missing
+
+
+def test_roles_come_from_the_kernel_names() -> None:
+    assert P.role_of("fa3", "cutlass::device_kernel<flash::FlashAttnFwdCombine<...>>") == "merge"
+    assert P.role_of("fa3", "cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<") == "main"
+    assert P.role_of("flashinfer", "void flashinfer::PersistentVariableLengthMergeStatesKernel<8u>") == "merge"
+    assert P.role_of("flashmla", "fill_kernel") == "other"
+
+
+def test_missing_backend_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in ("flashinfer", "vllm") else (object() if n == "torch" else real(n, *a)))
+    monkeypatch.delenv("DECODECALC_FA3_LIB", raising=False)
+    assert "flashinfer-python" in (P.missing_backend("flashinfer") or "")
+    assert "vllm" in (P.missing_backend("fa3") or "")
+    monkeypatch.setenv("DECODECALC_FA3_LIB", str(CAPTURE))  # any existing file counts as the library
+    assert P.missing_backend("fa3") is None
