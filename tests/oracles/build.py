@@ -115,6 +115,34 @@ def compile_cpp(out: Path, driver: Path, includes: list[Path], *, std: str = "c+
         raise ExtractError(f"compiling {driver.name} failed:\n{res.stderr[-4000:]}")
 
 
+def find_nvcc() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for cand in sorted(Path("/usr/local").glob("cuda*/bin/nvcc"), reverse=True):
+        return str(cand)
+    return None
+
+
+def compile_cu(out: Path, driver: Path, includes: list[Path], wraps: tuple[str, ...]) -> None:
+    """nvcc for headers that mix host and device code; ``wraps`` redirect CUDA runtime calls to the
+    driver's ``__wrap_*`` functions (the GPU queries become inputs)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise ExtractError("no nvcc (CUDA toolkit) on PATH or under /usr/local/cuda*/bin")
+    cmd = [nvcc, "-std=c++17", "-O1", "-w", "-o", str(out), str(driver)]
+    for inc in includes:
+        cmd += ["-I", str(inc)]
+    for fn in wraps:
+        cmd += ["-Xlinker", f"--wrap={fn}"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        raise ExtractError(f"compiling {driver.name} failed:\n{res.stderr[-4000:]}")
+
+
+CUDA_QUERIES = ("cudaGetDevice", "cudaDeviceGetAttribute", "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")
+
+
 def build(oracles: Path) -> list[str]:
     bdir = oracles / "build"
     bdir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +154,11 @@ def build(oracles: Path) -> list[str]:
         compile_cpp(bdir / "fa2_oracle", HERE / "fa2_driver.cpp",
                     [bdir, HERE / "stubs", fa2 / "src"])
         built.append("fa2_oracle")
+    fi = oracles / FI
+    if fi.is_dir():
+        compile_cu(bdir / "flashinfer_oracle", HERE / "flashinfer_driver.cu", [HERE / "stubs_cuda", fi],
+                   CUDA_QUERIES)
+        built.append("flashinfer_oracle")
     return built
 
 

@@ -1,0 +1,136 @@
+// FlashInfer (flashinfer-python 0.7.2.post1) decode-plan oracle: our driver around upstream's own
+// host code. include/flashinfer/attention/scheduler.cuh is included whole and unmodified;
+// DecodePlanImpl, BatchDecodeWithPagedKVCacheWorkEstimationDispatched,
+// PartitionPagedKVCacheBinarySearchMinNumPagePerBatch and DecodeSplitKVIndptr run as shipped, with
+// upstream's DISPATCH_HEAD_DIM / DISPATCH_GQA_GROUP_SIZE picking the instantiation.
+//
+// The GPU queries are inputs: the CUDA runtime calls the plan makes (device, SM count, compute
+// capability, cudaOccupancyMaxActiveBlocksPerMultiprocessor) are redirected at link time
+// (-Wl,--wrap) to the functions below, which answer from the case line and record the kernel's
+// threads and shared memory. Nothing runs on a GPU.
+//
+// stdin, one case per line:
+//   head_dim group_size num_qo_heads kv_bytes page_size cuda_graph num_sms occupancy cc_major cc_minor batch pages_0 ... pages_{b-1}
+// stdout:
+//   split_kv max_grid_size kv_chunk_pages new_batch_size padded_batch_size gdy threads smem chunks_0 ... chunks_{b-1}
+//   or "error <message>"
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <flashinfer/attention/scheduler.cuh>
+
+namespace {
+int g_num_sms = 132, g_occupancy = 1, g_cc_major = 9, g_cc_minor = 0;
+int g_threads = 0;
+size_t g_smem = 0;
+}  // namespace
+
+extern "C" {
+cudaError_t __wrap_cudaGetDevice(int *device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = g_num_sms; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = g_cc_major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = g_cc_minor; return cudaSuccess;
+    default: return cudaErrorInvalidValue;
+  }
+}
+cudaError_t __wrap_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num_blocks, const void *, int threads,
+                                                                          size_t smem, unsigned int) {
+  g_threads = threads;
+  g_smem = smem;
+  *num_blocks = g_occupancy;
+  return cudaSuccess;
+}
+}
+
+namespace flashinfer {
+// The decode kernel is only named by the plan (its address goes to the occupancy query): an empty
+// definition of upstream's declaration, never launched.
+template <PosEncodingMode POS_ENCODING_MODE, uint32_t num_stages_smem, uint32_t tile_size_per_bdx,
+          uint32_t vec_size, uint32_t bdx, uint32_t bdy, uint32_t bdz, typename AttentionVariant,
+          typename Params>
+__global__ void BatchDecodeWithPagedKVCacheKernel(const __grid_constant__ Params params) {}
+}  // namespace flashinfer
+
+template <typename KV>
+struct DecodeParams {  // the two types the plan reads from the kernel's Params
+  using DTypeKV = KV;
+  using IdType = int32_t;
+};
+struct NoVariant {};
+
+template <typename KV>
+int plan(uint32_t head_dim, uint32_t group_size, uint32_t num_qo_heads, uint32_t page_size, bool cuda_graph,
+         std::vector<int32_t> &indptr) {
+  using namespace flashinfer;
+  using P = DecodeParams<KV>;
+  const uint32_t batch = indptr.size() - 1;
+  bool split = false;
+  uint32_t max_grid = 0, chunk = 0, new_bs = 0, gdy = 0;
+  DecodePlanInfo info;
+  size_t fsize = 0, isize = 0;
+  cudaError_t st = cudaErrorInvalidValue;
+  DISPATCH_HEAD_DIM(head_dim, HEAD_DIM, {
+    DISPATCH_GQA_GROUP_SIZE(group_size, GROUP_SIZE, {
+      auto estimate = [&](bool &split_kv, uint32_t &max_grid_size, uint32_t &max_num_pages_per_batch,
+                          uint32_t &new_batch_size, uint32_t &gdy_out, uint32_t batch_size, int32_t *kv_indptr_h,
+                          uint32_t nq, uint32_t ps, bool graph, cudaStream_t stream) {
+        cudaError_t e = BatchDecodeWithPagedKVCacheWorkEstimationDispatched<GROUP_SIZE, HEAD_DIM,
+                                                                            PosEncodingMode::kNone, NoVariant, P>(
+            split_kv, max_grid_size, max_num_pages_per_batch, new_batch_size, gdy_out, batch_size, kv_indptr_h, nq,
+            ps, graph, stream);
+        split = split_kv;
+        max_grid = max_grid_size;
+        chunk = max_num_pages_per_batch;
+        new_bs = new_batch_size;
+        gdy = gdy_out;
+        return e;
+      };
+      st = DecodePlanImpl<false, HEAD_DIM, PosEncodingMode::kNone, NoVariant, P>(
+          fsize, isize, nullptr, 0, nullptr, nullptr, 0, info, indptr.data(), batch, num_qo_heads, page_size,
+          cuda_graph, nullptr, estimate);
+    });
+  });
+  if (st != cudaSuccess) throw std::runtime_error("plan failed");
+  auto [req, tiles, o_indptr] = DecodeSplitKVIndptr(indptr.data(), batch, chunk);
+  std::printf("%d %u %u %u %zu %u %d %zu", info.split_kv ? 1 : 0, max_grid, chunk, new_bs,
+              (size_t)info.padded_batch_size, gdy, g_threads, g_smem);
+  for (uint32_t i = 0; i < batch; ++i) std::printf(" %d", o_indptr[i + 1] - o_indptr[i]);
+  std::printf("\n");
+  return 0;
+}
+
+int main() {
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    uint32_t head_dim, group, num_qo_heads, kv_bytes, page, graph, batch;
+    if (!(in >> head_dim >> group >> num_qo_heads >> kv_bytes >> page >> graph >> g_num_sms >> g_occupancy >> g_cc_major >> g_cc_minor >>
+        batch)) continue;
+    std::vector<int32_t> indptr{0};
+    for (uint32_t i = 0; i < batch; ++i) {
+      int32_t p;
+      in >> p;
+      indptr.push_back(indptr.back() + p);
+    }
+    try {
+      if (kv_bytes == 1) {
+        plan<uint8_t>(head_dim, group, num_qo_heads, page, graph != 0, indptr);
+      } else {
+        plan<uint16_t>(head_dim, group, num_qo_heads, page, graph != 0, indptr);
+      }
+    } catch (const std::exception &e) {
+      std::printf("error %s\n", e.what());
+    }
+  }
+  return 0;
+}
