@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from decodecalc.errors import ConfigError, UnknownNameError
 from decodecalc.specs import hf
-from decodecalc.specs.models import ModelConfig, load_model_file, model_library, resolve_model
+from decodecalc.specs.models import load_model_file, model_library, resolve_model
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "model_configs"
@@ -418,4 +418,5 @@ def test_model_config_is_frozen() -> None:
     cfg = resolve_model("llama3-8b")
     with pytest.raises(AttributeError):
         cfg.num_layers = 1  # type: ignore[misc]
-    assert isinstance(cfg, ModelConfig)
+    assert cfg.num_layers == 32  # unchanged (model_configs/llama3-8b.yaml, from the HF config.json)
+    assert resolve_model("llama3-8b").num_layers == 32

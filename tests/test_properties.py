@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from helpers import H200, gpu, model, work
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -73,31 +74,67 @@ def test_sglang_splits_bounded_and_cover(lens, hk, sms, maxs):
         assert len(ranges) == sglang_triton.nonempty_splits(L, n) <= n
 
 
-@given(s=st.integers(1, 5000), segments=st.integers(1, 20), d=st.integers(1, 8), seed=st.integers(0, 10**6))
-@settings(max_examples=100)
-def test_merge_rescale_identity_equals_direct_softmax(s, segments, d, seed):
-    """reduce_segments' combine: m = max M_s, L = sum L_s e^(M_s - m), O = sum O_s e^(M_s - m) / L."""
-    rng = random.Random(seed)
-    scores = [rng.uniform(-30, 30) for _ in range(s)]
-    values = [[rng.uniform(-1, 1) for _ in range(d)] for _ in range(s)]
-    # direct softmax
-    mx = max(scores)
-    w = [math.exp(x - mx) for x in scores]
-    direct = [sum(wi * v[j] for wi, v in zip(w, values)) / sum(w) for j in range(d)]
-    # split into vLLM's segments, online softmax per segment, then the merge
-    tile = 16
+def _kernel_segment(L: int, segments: int, tile: int, s: int) -> tuple[int, int]:
+    """Segment ``s`` of vLLM 0.33.0 kernel_unified_attention's 3D path, written from the kernel itself
+    (triton_unified_attention.py L321-327): tiles_per_segment = cdiv(L, NUM_SEGMENTS * TILE_SIZE); the
+    segment scans tiles [s * tps, (s + 1) * tps) cut at L, and returns early when it starts at or past L."""
+    tps = -(-L // (segments * tile))
+    start, end = s * tps * tile, min((s + 1) * tps * tile, L)
+    return (L, L) if start >= L else (start, end)
+
+
+def _merged_softmax(ranges, scores, values):
+    """Online softmax per segment, then reduce_segments' combine: m = max M_s, L = sum L_s e^(M_s - m),
+    O = sum O_s e^(M_s - m) / L (vLLM 0.33.0 triton_unified_attention.py L741-790)."""
     partials = []
-    for a, b in vllm_unified.segment_ranges(s, segments, tile):
+    for a, b in ranges:
         if b <= a:
             continue  # early exit: masked in the reduce
         m = max(scores[a:b])
         ws = [math.exp(x - m) for x in scores[a:b]]
-        acc = [sum(wi * v[j] for wi, v in zip(ws, values[a:b])) for j in range(d)]
-        partials.append((m, sum(ws), acc))
+        partials.append((m, sum(ws), [sum(wi * v[j] for wi, v in zip(ws, values[a:b])) for j in range(len(values[0]))]))
     overall = max(p[0] for p in partials)
     total = sum(L * math.exp(m - overall) for m, L, _ in partials)
-    merged = [sum(acc[j] * math.exp(m - overall) for m, _, acc in partials) / total for j in range(d)]
+    return [sum(acc[j] * math.exp(m - overall) for m, _, acc in partials) / total for j in range(len(values[0]))], \
+        len(partials)
+
+
+def _check_merge(segment_ranges, s, segments, tile, d, seed):
+    rng = random.Random(seed)
+    scores = [rng.uniform(-30, 30) for _ in range(s)]
+    values = [[rng.uniform(-1, 1) for _ in range(d)] for _ in range(s)]
+    mx = max(scores)
+    w = [math.exp(x - mx) for x in scores]
+    direct = [sum(wi * v[j] for wi, v in zip(w, values)) / sum(w) for j in range(d)]
+    ranges = segment_ranges(s, segments, tile)
+    # the core's segments are the kernel's: same count, same key ranges, same early exits
+    assert tuple(ranges) == tuple(_kernel_segment(s, segments, tile, k) for k in range(segments))
+    merged, n_partials = _merged_softmax(ranges, scores, values)
+    assert n_partials == vllm_unified.active_segments(s, segments, tile)
     assert all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for x, y in zip(direct, merged))
+
+
+@given(s=st.integers(1, 5000), segments=st.integers(1, 20), tile=st.sampled_from([16, 32]), d=st.integers(1, 8),
+       seed=st.integers(0, 10**6))
+@settings(max_examples=100)
+def test_merge_rescale_identity_equals_direct_softmax(s, segments, tile, d, seed):
+    """The merge of the core's segments (vllm_unified.segment_ranges) equals a direct softmax, and those
+    segments are the kernel's."""
+    _check_merge(vllm_unified.segment_ranges, s, segments, tile, d, seed)
+
+
+def test_merge_check_fails_for_a_wrong_segment_split():
+    """The check above is not vacuous: one segment holding the whole sequence (a merge that is still exact)
+    or segments off by one tile are both rejected."""
+    def one_segment(L, n, t):
+        return ((0, L),) + ((L, L),) * (n - 1)
+
+    def shifted(L, n, t):
+        return tuple((min(a + t, L), min(b + t, L)) if b > a else (a, b) for a, b in vllm_unified.segment_ranges(L, n, t))
+
+    for wrong in (one_segment, shifted):
+        with pytest.raises(AssertionError):
+            _check_merge(wrong, 1000, 8, 16, 4, 0)
 
 
 @given(b=st.integers(1, 600), k=st.integers(0, 8), hk=heads)
@@ -114,7 +151,11 @@ def test_padding_never_turns_2d_into_3d(b, k, hk):
             assert p.replay.launch.use_3d == p.launch.use_3d
 
 
-@given(L=seq, tps_tile=st.sampled_from([16, 32]))
-def test_active_segments_bounded_and_exact_below_16_tiles(L, tps_tile):
-    a = vllm_unified.active_segments(L, 16, tps_tile)
-    assert 1 <= a <= 16 and a == min(16, a) and (L > 16 * tps_tile or a == cdiv(L, tps_tile))
+@given(L=seq, tile=st.sampled_from([16, 32]))
+def test_active_segments_bounded_and_exact_below_16_tiles(L, tile):
+    a = vllm_unified.active_segments(L, 16, tile)
+    # the segments that do not exit early (kernel L325-327), counted from the kernel's own segment layout
+    assert a == sum(1 for s in range(16) if _kernel_segment(L, 16, tile, s)[1] > _kernel_segment(L, 16, tile, s)[0])
+    assert 1 <= a <= 16
+    if L <= 16 * tile:  # up to 16 tiles: one tile per segment, so every tile is its own active segment
+        assert a == cdiv(L, tile)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, SweepRow
-from decodecalc.launchers.vllm_unified import block_shape
+from decodecalc.launchers import vllm_unified
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -85,7 +85,7 @@ def plan_flashdecoding(w: Workload, gpu: GPUSpec, *, num_splits: int | None = No
     g = w.group_size
     h_kv = w.num_kv_heads
     B = w.batch
-    block_m, block_q = block_shape(g)
+    block_m, block_q = vllm_unified.block_shape(g)
     BLOCK_M = ex.add("BLOCK_M", block_m, "16 if g <= 16 else np2(g)",
                      "vllm 0.33.0 triton_unified_attention.py L958-960", g=g)
     BLOCK_Q = ex.add("BLOCK_Q", block_q, "BLOCK_M // g", "vllm 0.33.0 triton_unified_attention.py L961",
@@ -130,7 +130,7 @@ def sweep_rows(workload: Callable[[int, int], Workload], gpu: GPUSpec, batches: 
     w1 = workload(1, lens[0])
     if w1.model.is_mla:
         raise UnsupportedError("FlashDecoding (S*) does not serve MLA models")
-    _, block_q = block_shape(w1.group_size)
+    _, block_q = vllm_unified.block_shape(w1.group_size)
     h_kv = w1.num_kv_heads
     n = len(lens)
     for b in batches:
