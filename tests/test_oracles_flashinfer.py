@@ -45,7 +45,7 @@ def _cases() -> list[dict]:
 
 def _line(c: dict) -> str:
     pages = [cdiv(L, c["page"]) for L in c["lens"]]
-    return (f"{c['d']} {c['h'] // c['hk']} {c['h']} {1 if c['fp8'] else 2} {c['page']} {int(c['graph'])} {c['sms']} "
+    return (f"D {c['d']} {c['h'] // c['hk']} {c['h']} {1 if c['fp8'] else 2} {c['page']} {int(c['graph'])} {c['sms']} "
             f"{c['occ']} {c['cc'][0]} {c['cc'][1]} {len(pages)} " + " ".join(map(str, pages)))
 
 
@@ -84,4 +84,71 @@ def test_decode_plan_matches_upstream():
         if not all(checks.values()):
             bad.append((c, o[:80], [k for k, v in checks.items() if not v]))
     assert checked >= 500
+    assert not bad, f"{len(bad)} of {checked} disagree; first: {bad[:3]}"
+
+
+# ------------------------------------------------------------------ tensor-core decode (the prefill plan)
+
+
+def _tc_cases() -> list[dict]:
+    rng = random.Random(13)
+    cases = []
+    for _ in range(500):
+        h, hk = rng.choice(HEADS)
+        B = rng.choice((1, 2, 3, 4, 8, 13, 16, 32, 64, 128))
+        q = rng.choice((1, 1, 1, 2, 4, 8))
+        ragged = rng.random() < 0.3
+        lens = tuple(rng.choice(LENS) + rng.randint(q, q + 3) for _ in range(B)) if ragged else \
+            (rng.choice(LENS) + q,) * B
+        mode = rng.choice(("auto", "auto", "auto", "fixed", "disable"))
+        cases.append(dict(h=h, hk=hk, d=rng.choice((64, 128, 256)), lens=lens, q=q, page=rng.choice((1, 16, 32, 64)),
+                          graph=rng.random() < 0.3, sms=rng.choice((132, 108, 78, 16, 1)),
+                          window=rng.choice((None, None, None, 4096, 1024, 128)),
+                          fixed=rng.choice((1, 4, 16, 64)) if mode == "fixed" else None, disable=mode == "disable"))
+    return cases
+
+
+def _tc_line(c: dict) -> str:
+    B = len(c["lens"])
+    pages = [cdiv(L, c["page"]) for L in c["lens"]]
+    uniform = c["q"] if c["q"] > 1 else 0  # decode.py passes uniform_q_len = q_len when q_len > 1
+    wl = c["window"] - 1 if c["window"] else -1  # window_left = sliding_window - 1 (vLLM, SGLang)
+    return (f"P {c['d']} {c['d']} {c['h']} {c['hk']} 2 {c['page']} {int(c['graph'])} {c['sms']} 9 0 232448 {wl} "
+            f"{c['fixed'] or 0} {int(c['disable'])} {uniform} {B} " + " ".join([str(c["q"])] * B) + " "
+            + " ".join(map(str, pages)))
+
+
+def test_tensor_core_plan_matches_upstream():
+    exe = oracle("flashinfer_oracle")
+    cases = _tc_cases()
+    out = run_lines(exe, [_tc_line(c) for c in cases])
+    bad, checked = [], 0
+    for c, o in zip(cases, out):
+        m = model(c["h"], c["hk"], d=c["d"], sliding_window=c["window"])
+        w = make_workload(m, seq_lens=c["lens"], query_lens=(c["q"],) * len(c["lens"]), block_size=c["page"])
+        gpu = dataclasses.replace(H200, num_sms=c["sms"])
+        try:
+            p = fi.plan_flashinfer_tc(w, gpu, cuda_graph=c["graph"], fixed_split_size=c["fixed"],
+                                      disable_split_kv=c["disable"], layer="sliding" if c["window"] else "global")
+        except fi.UnsupportedError as exc:
+            assert o.startswith("error"), (c, o, str(exc))  # both reject (fixed split under a CUDA graph)
+            continue
+        assert not o.startswith("error"), (c, o)
+        vals = list(map(int, o.split()))
+        split, padded, cta, chunk_tokens, new_bs = vals[:5]
+        chunks = tuple(vals[5:])
+        d = p.details
+        checks = {
+            "split_kv": bool(split) == d["split_kv"],
+            "padded_batch_size": padded == d["padded_batch_size"],
+            "cta_tile_q": cta == d["cta_tile_q"],
+            "new_batch_size": new_bs == d["new_batch_size"],
+            "chunk": c["disable"] or chunk_tokens == d["kv_chunk_size_in_pages"] * c["page"],
+            "chunks": (chunks if split else (1,) * len(chunks)) == p.splits,
+            "grid": tuple(p.kernels[0].grid) == (padded, 1, c["hk"]),
+        }
+        checked += 1
+        if not all(checks.values()):
+            bad.append((c, o[:80], [k for k, v in checks.items() if not v]))
+    assert checked >= 400
     assert not bad, f"{len(bad)} of {checked} disagree; first: {bad[:3]}"

@@ -272,7 +272,10 @@ def plan_flashinfer_tc(
     window = layer_window(w, layer)
     kv_pages = [cdiv(L, page) for L in w.seq_lens]
     if window:
-        kv_pages = [min(cdiv(window + cta_tile_q, page), p) for p in kv_pages]
+        # window_left = sliding_window - 1 as vLLM and SGLang pass it; effective pages
+        # min(ceil_div(window_left + cta_tile_q, page_size), kv_pages) (0.7.2.post1 scheduler.cuh L628-634;
+        # the off-by-one found by tests/test_oracles_flashinfer.py)
+        kv_pages = [min(cdiv(window - 1 + cta_tile_q, page), p) for p in kv_pages]
     min_chunk = max(128 // page, 1)
     split = False
     if disable_split_kv:

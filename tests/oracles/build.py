@@ -140,7 +140,8 @@ def compile_cu(out: Path, driver: Path, includes: list[Path], wraps: tuple[str, 
         raise ExtractError(f"compiling {driver.name} failed:\n{res.stderr[-4000:]}")
 
 
-CUDA_QUERIES = ("cudaGetDevice", "cudaDeviceGetAttribute", "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")
+CUDA_QUERIES = ("cudaGetDevice", "cudaDeviceGetAttribute", "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
+                "cudaMemcpyAsync")
 
 
 def build(oracles: Path) -> list[str]:

@@ -9,11 +9,16 @@
 // (-Wl,--wrap) to the functions below, which answer from the case line and record the kernel's
 // threads and shared memory. Nothing runs on a GPU.
 //
-// stdin, one case per line:
-//   head_dim group_size num_qo_heads kv_bytes page_size cuda_graph num_sms occupancy cc_major cc_minor batch pages_0 ... pages_{b-1}
+// stdin, one case per line, CUDA-core decode plan (DecodePlanImpl):
+//   D head_dim group_size num_qo_heads kv_bytes page_size cuda_graph num_sms occupancy cc_major cc_minor batch pages_0 ... pages_{b-1}
 // stdout:
 //   split_kv max_grid_size kv_chunk_pages new_batch_size padded_batch_size gdy threads smem chunks_0 ... chunks_{b-1}
 //   or "error <message>"
+// or the tensor-core decode plan (PrefillPlanImpl<MATERIALIZE=true> into host buffers):
+//   P head_dim_qk head_dim_vo num_qo_heads num_kv_heads kv_bytes page_size cuda_graph num_sms cc_major cc_minor
+//     smem_optin window_left fixed_split_size disable_split_kv uniform_q_len batch q_0 .. q_{b-1} pages_0 .. pages_{b-1}
+// stdout:
+//   split_kv padded_batch_size cta_tile_q kv_chunk_size_tokens new_batch_size chunks_0 ... chunks_{b-1}
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -25,7 +30,7 @@
 #include <flashinfer/attention/scheduler.cuh>
 
 namespace {
-int g_num_sms = 132, g_occupancy = 1, g_cc_major = 9, g_cc_minor = 0;
+int g_num_sms = 132, g_occupancy = 1, g_cc_major = 9, g_cc_minor = 0, g_smem_optin = 232448;
 int g_threads = 0;
 size_t g_smem = 0;
 }  // namespace
@@ -40,6 +45,7 @@ cudaError_t __wrap_cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int) 
     case cudaDevAttrMultiProcessorCount: *value = g_num_sms; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor: *value = g_cc_major; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *value = g_cc_minor; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = g_smem_optin; return cudaSuccess;
     default: return cudaErrorInvalidValue;
   }
 }
@@ -49,6 +55,9 @@ cudaError_t __wrap_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n
   g_smem = smem;
   *num_blocks = g_occupancy;
   return cudaSuccess;
+}
+cudaError_t __wrap_cudaMemcpyAsync(void *, const void *, size_t, cudaMemcpyKind, cudaStream_t) {
+  return cudaSuccess;  // the plan's upload of its host buffer: nothing to upload to
 }
 }
 
@@ -109,10 +118,55 @@ int plan(uint32_t head_dim, uint32_t group_size, uint32_t num_qo_heads, uint32_t
   return 0;
 }
 
+void prefill_plan(std::istringstream &in) {
+  using namespace flashinfer;
+  uint32_t d_qk, d_vo, hq, hkv, kv_bytes, page, graph, batch;
+  int32_t window_left, fixed_split, disable_split;
+  int64_t uniform_q_len;
+  in >> d_qk >> d_vo >> hq >> hkv >> kv_bytes >> page >> graph >> g_num_sms >> g_cc_major >> g_cc_minor >>
+      g_smem_optin >> window_left >> fixed_split >> disable_split >> uniform_q_len >> batch;
+  std::vector<int32_t> qo{0}, kv{0};
+  for (uint32_t i = 0; i < batch; ++i) { int32_t q; in >> q; qo.push_back(qo.back() + q); }
+  for (uint32_t i = 0; i < batch; ++i) { int32_t p; in >> p; kv.push_back(kv.back() + p); }
+  std::vector<int32_t> host(1 << 22, -1);  // page-locked buffer stand-in; -1 marks slots never written
+  std::vector<char> dev(1);
+  PrefillPlanInfo info;
+  size_t fsize = 0, isize = 0;
+  cudaError_t st = PrefillPlanImpl<true, int32_t>(
+      fsize, isize, dev.data(), size_t(1) << 40, dev.data(), host.data(), host.size() * sizeof(int32_t), info,
+      qo.data(), kv.data(), qo.back(), batch, hq, hkv, d_qk, d_vo, page, graph != 0, 2, window_left, fixed_split,
+      disable_split != 0, 0, uniform_q_len, nullptr, kv_bytes);
+  if (st != cudaSuccess) throw std::runtime_error("plan failed");
+  const int32_t *req = GetPtrFromBaseOffset<int32_t>(host.data(), info.request_indices_offset);
+  const int32_t *qtile = GetPtrFromBaseOffset<int32_t>(host.data(), info.qo_tile_indices_offset);
+  const int32_t *chunk = GetPtrFromBaseOffset<int32_t>(host.data(), info.kv_chunk_size_ptr_offset);
+  std::vector<int> chunks(batch, 0);
+  int64_t new_bs = 0;
+  for (int64_t i = 0; i < info.padded_batch_size; ++i) {
+    if (req[i] < 0) continue;
+    ++new_bs;
+    if (qtile[i] == 0) ++chunks[req[i]];
+  }
+  std::printf("%d %lld %lld %d %lld", info.split_kv ? 1 : 0, (long long)info.padded_batch_size,
+              (long long)info.cta_tile_q, chunk[0], (long long)new_bs);
+  for (uint32_t i = 0; i < batch; ++i) std::printf(" %d", chunks[i]);
+  std::printf("\n");
+}
+
 int main() {
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
+    std::string mode;
+    in >> mode;
+    if (mode == "P") {
+      try {
+        prefill_plan(in);
+      } catch (const std::exception &e) {
+        std::printf("error %s\n", e.what());
+      }
+      continue;
+    }
     uint32_t head_dim, group, num_qo_heads, kv_bytes, page, graph, batch;
     if (!(in >> head_dim >> group >> num_qo_heads >> kv_bytes >> page >> graph >> g_num_sms >> g_occupancy >> g_cc_major >> g_cc_minor >>
         batch)) continue;
