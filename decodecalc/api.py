@@ -109,17 +109,17 @@ def grid(model: str = "llama3-8b", *, system: str | None = None, **workload: Unp
 # --------------------------------------------------------------------------------------------
 # compare
 
-BEST_RULE = "smallest roofline_time_s / sm_coverage (first-wave SM coverage of the main kernel)"
-
-
 @dataclass(frozen=True, slots=True)
 class CompareResult:
-    """Every split policy for one decode step; ``best`` names the starred row."""
+    """Every split policy for one decode step; ``best`` names the starred row, ``best_by`` the figure it is
+    ranked by (``predicted_time_s`` where a calibrated prediction exists, else ``sm_limited_time_s``)."""
 
     inputs: Inputs
     policies: tuple[PolicyResult, ...]
     best: str | None
     best_rule: str
+    best_by: str = "sm_limited_time_s"
+    best_roofline_proxy: str | None = None
 
     def policy(self, name: str) -> PolicyResult | None:
         return next((p for p in self.policies if p.name == name), None)
@@ -133,7 +133,9 @@ class CompareResult:
                          "head_size": w.head_size, "dtype": w.dtype, "kv_cache_dtype": w.kv_cache_dtype,
                          "block_size": w.block_size},
             "best": self.best,
+            "best_by": self.best_by,
             "best_rule": self.best_rule,
+            "best_roofline_proxy": self.best_roofline_proxy,
             "policies": [dict(r.to_json(), best=(r.name == self.best)) for r in self.policies],
         }
 
@@ -150,7 +152,8 @@ def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
     opts = pol.PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
                              flashinfer_occupancy=occupancy)
     results = tuple(pol.evaluate_all(inputs.work, inputs.gpu, opts, names))
-    return CompareResult(inputs, results, pol.best_policy(list(results)), BEST_RULE)
+    best, by, rule = pol.choose_best(list(results))
+    return CompareResult(inputs, results, best, rule, by, pol.best_policy(list(results)))
 
 
 def compare(model: str = "llama3-8b", *, policies: str | Sequence[str] | None = None, occupancy: int | None = None,
@@ -193,6 +196,9 @@ def recommend_for(inputs: Inputs, kernel: str | None = None, candidates: str | S
     from decodecalc.reports.recommend import recommend as _recommend
     from decodecalc.timemodel import resolve_profile
 
+    if inputs.layer != "global":
+        raise UnsupportedError(f"recommend models full-attention (global) layers; --layer {inputs.layer} is not "
+                               "modeled by the time model")
     kernel = getattr(kernel, "value", kernel)
     kernels = KERNELS if kernel is None else (str(kernel).lower(),)
     if kernels[0] not in KERNELS:

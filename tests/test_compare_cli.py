@@ -60,7 +60,7 @@ def test_compare_table_and_csv():
     r = invoke("compare", "-m", "llama3-70b", "--tp", "8")
     assert r.exit_code == 0, r.output
     assert "every split policy" in r.output and "Not applicable" in r.output
-    assert "* best: " in r.output and "\n * " in r.output.replace("\n* best", "")
+    assert "* best by " in r.output and "\n * " in r.output
     r = invoke("compare", "-m", "deepseek-v3", "--tp", "8", "--csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.output)))
@@ -146,7 +146,7 @@ def test_cudagraphs_table_and_mla():
 
 @pytest.mark.parametrize(
     "args, message",
-    [(("--batches", "0"), "--batches must be"), (("--sglang-cuda-graph-max-bs", "0"), "must be positive"),
+    [(("--batches", "0"), "--batches must be"), (("--sglang-cuda-graph-max-bs", "0"), "positive"),
      (("--seq-lens", "10,20"), "uniform decode"), (("--occupancy", "0"), "--occupancy")],
 )
 def test_cudagraphs_bad_input(args, message):
@@ -172,3 +172,22 @@ def test_compare_narrow_terminal_keeps_bytes_below_the_table():
     assert r.exit_code == 0, r.output
     assert "…" not in r.output.split("Not applicable")[0]  # nothing truncated in the table
     assert "partial state" in r.output and "x KV" in r.output
+
+
+def test_compare_star_ranks_by_calibrated_predicted_time():
+    """Issue 11 item 7: a predicted-time column, and the star goes by the calibrated prediction where one
+    exists; JSON says which figure the star uses."""
+    r = invoke("compare", "-m", "llama3-70b", "--tp", "8", "-b", "64", "-s", "8192", "--json")
+    d = json.loads(r.output)
+    calibrated = {p["name"]: p["predicted_time_s"] for p in d["policies"] if p.get("predicted_calibrated") is True}
+    assert calibrated and d["best_by"] == "predicted_time_s"
+    assert d["best"] == min(calibrated, key=calibrated.__getitem__)
+    assert "predicted_time_s" in d["best_rule"] and d["best_roofline_proxy"] in {p["name"] for p in d["policies"]}
+    r = invoke("compare", "-m", "llama3-70b", "--tp", "8", "-b", "64", "-s", "8192")
+    assert "predicted" in r.output and f"* best by predicted time: {d['best']}" in r.output
+
+
+def test_compare_star_falls_back_to_the_roofline_proxy_when_uncalibrated():
+    d = json.loads(invoke("compare", "--gpu", "b200", "--json").output)
+    assert d["best_by"] == "sm_limited_time_s" and d["best"] == d["best_roofline_proxy"]
+    assert "proxy" in d["best_rule"]

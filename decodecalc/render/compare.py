@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from decodecalc.formatting import fmt_bytes, fmt_bytes_short, fmt_grid_x, fmt_per_seq, fmt_time
+from decodecalc.formatting import fmt_bytes, fmt_bytes_short, fmt_grid_x, fmt_per_seq, fmt_range, fmt_time
+from decodecalc.render import print_wrapped
 
 if TYPE_CHECKING:
     from decodecalc.api import CompareResult
@@ -42,20 +43,20 @@ def compare_table(res: CompareResult, width: int) -> tuple[Table, bool]:
         ["policy", "grid", "splits", "tok/split", "SM (waves)"]
     cols += ["partial a/u", "/KV", "roofline", "/cov", "predicted"] if wide else ["roofline", "predicted"]
     for col in cols:
-        t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
+        t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold", no_wrap=col == "policy")
     for r in res.policies:
         if not r.applicable or r.plan is None or r.figures is None:
             t.add_row(Text(r.name, style="dim"), Text("n/a", style="dim"), *[""] * (len(cols) - 2))
             continue
         p, f = r.plan, r.figures
-        splits = fmt_per_seq(p.splits, 3)
+        splits = fmt_range(p.splits)
         if tuple(p.nonempty_splits) != tuple(p.splits):
-            splits += f" ({fmt_per_seq(p.nonempty_splits, 3)})"
+            splits += f" ({fmt_range(p.nonempty_splits)})"
         star = r.name == res.best
         cells = [("* " if star else "") + r.name, fmt_grid_x(p.grid)]
         if wide:
             cells.append(f"{p.main.working_programs:,}/{p.main.programs:,}")
-        cells += [splits, fmt_per_seq(p.tokens_per_split, 3), f"{f.coverage.fraction:.0%} ({f.coverage.waves})"]
+        cells += [splits, fmt_range(p.tokens_per_split), f"{f.coverage.fraction:.0%} ({f.coverage.waves})"]
         if wide:
             kv = f.kv_bytes_per_layer
             cells += [f"{fmt_bytes_short(p.partial_state_bytes)}/{fmt_bytes_short(p.partial_state_bytes_used)}",
@@ -75,30 +76,30 @@ def print_compare(console: Console, res: CompareResult, explain: bool = False) -
     if skipped:
         console.print("Not applicable:")
         for r in skipped:
-            console.print(Text(f"  {r.name}: {r.reason}"))
+            print_wrapped(console, f"{r.name}: {r.reason}", indent="  ")
     notes = [r for r in res.policies if r.applicable and r.notes]
     if notes:
         console.print("Notes:")
         for r in notes:
-            console.print(Text(f"  {r.name}: {'; '.join(r.notes)}"))
+            print_wrapped(console, f"{r.name}: {'; '.join(r.notes)}", indent="  ")
     legend = ("busy/all: main-kernel programs that read keys / launched; " if wide else "") + (
-        "splits: per sequence, allocated (non-empty); tok/split: keys per split; SM (waves): first-wave SM "
+        "splits: per sequence (a range when they differ), allocated (non-empty); tok/split: keys per split; SM (waves): first-wave SM "
         "coverage (waves); roofline: HBM roofline time of one layer; predicted: the time model's time of one "
         "layer (~ = uncalibrated for this GPU or workload; - = no time model for this kernel)")
     if wide:
         legend += ("; partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: allocated "
                    "partial state over the layer's KV bytes; /cov: roofline time / SM coverage")
-    console.print(Text(legend))
+    print_wrapped(console, legend)
     if not wide:
-        console.print(Text(f"Per policy (busy/all programs, partial state; widen to >= {WIDE} columns for a "
-                           "table, or use --json/--csv):"))
+        print_wrapped(console, f"Per policy (busy/all programs, partial state; widen to >= {WIDE} columns for a "
+                      "table, or use --json/--csv):")
         for r in res.policies:
             if r.applicable and r.plan is not None and r.figures is not None:
                 p, kv = r.plan, r.figures.kv_bytes_per_layer
-                console.print(Text(f"  {r.name}: {p.main.working_programs:,}/{p.main.programs:,} programs busy; "
-                                   f"partial state {fmt_bytes(p.partial_state_bytes)} allocated, "
-                                   f"{fmt_bytes(p.partial_state_bytes_used)} used "
-                                   f"({p.partial_state_bytes / kv if kv else 0.0:.2f} x KV)"))
+                print_wrapped(console, f"{r.name}: {p.main.working_programs:,}/{p.main.programs:,} programs busy; "
+                              f"partial state {fmt_bytes(p.partial_state_bytes)} allocated, "
+                              f"{fmt_bytes(p.partial_state_bytes_used)} used "
+                              f"({p.partial_state_bytes / kv if kv else 0.0:.2f} x KV)", indent="  ")
     if explain:
         from decodecalc.render.grid import explain_panel
 
@@ -107,4 +108,8 @@ def print_compare(console: Console, res: CompareResult, explain: bool = False) -
                 items = tuple(r.plan.explain) + (tuple(r.figures.explain) if r.figures is not None else ())
                 console.print(explain_panel(f"{r.name}: formula, inputs and source of every number", items))
     if res.best:
-        console.print(Text(f"* best: {res.best} ({res.best_rule})"))
+        figure = "predicted time" if res.best_by == "predicted_time_s" else "roofline / SM coverage"
+        print_wrapped(console, f"* best by {figure}: {res.best} ({res.best_rule})")
+        if res.best_roofline_proxy and res.best_roofline_proxy != res.best:
+            print_wrapped(console, f"  best by the roofline proxy (roofline time / SM coverage, every policy): "
+                          f"{res.best_roofline_proxy}")

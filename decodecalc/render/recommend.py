@@ -35,7 +35,7 @@ def print_recommendation(console: Console, err: Console, res: RecommendResult, t
     shape = f"L={lens[0]}" if len(set(lens)) == 1 else f"ragged L={min(lens)}..{max(lens)}"
     console.print(Text.assemble((w.model.name, "bold"), f" TP={w.tp}  B={w.batch} {shape}  h={w.num_heads} "
                                 f"h_kv={w.num_kv_heads} d={w.head_size}  on {gpu.name}"))
-    for warning in ([rec.warning] if rec.warning else []) + list(getattr(rec, "warnings", ()) or ()):
+    for warning in [rec.warning] if rec.warning else []:
         err.print(Text.assemble(("Warning:", "bold yellow"), f" {warning}"))
     t = Table(title="Recommended KV split count per kernel (predicted time of one layer)", box=box.SIMPLE_HEAD,
               pad_edge=False)

@@ -180,7 +180,7 @@ def _one(w: Workload, p: LaunchPlan) -> int:
 # vLLM and SGLang: the lead's launch models, with the figures of decodecalc.reports.grid
 
 
-_PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_time_error")
+_PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_warnings", "predicted_time_error")
 
 
 def _predicted(data: dict[str, Any]) -> dict[str, Any]:
@@ -196,9 +196,9 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
         res = report.vllm_result(w, gpu, opts.vllm, opts.layer)
     except UnsupportedError as exc:
         return PolicyResult("vllm", title, False, reason=str(exc))
+    if res.error is not None:
+        return PolicyResult("vllm", title, False, reason=res.error)
     vp = res.model
-    if res.error is not None or vp is None:
-        return PolicyResult("vllm", title, False, reason=res.error or "not modeled")
     notes = []
     if vp.replay is not None:
         r = vp.replay
@@ -220,9 +220,9 @@ def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
         res = report.sglang_result(w, gpu, opts.sglang, opts.layer)
     except UnsupportedError as exc:
         return PolicyResult("sglang", title, False, reason=str(exc))
+    if res.error is not None:
+        return PolicyResult("sglang", title, False, reason=res.error)
     sp = res.model
-    if res.error is not None or sp is None:
-        return PolicyResult("sglang", title, False, reason=res.error or "not modeled")
     return PolicyResult("sglang", title, True, plan=sp.plan, figures=res.figures,
                         notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"],
                         extra={"mode": sp.mode, "max_kv_splits": sp.max_kv_splits,
@@ -408,5 +408,32 @@ def best_policy(results: list[PolicyResult]) -> str | None:
     return min(ok, key=lambda r: (r.sm_limited_time_s, r.plan.partial_state_bytes_used)).name  # type: ignore[union-attr]  # ok keeps plan is not None
 
 
-__all__ = ["POLICIES", "POLICY_NAMES", "Policy", "PolicyOptions", "PolicyResult", "best_policy", "chapter_g2d",
+ROOFLINE_RULE = ("smallest roofline_time_s / sm_coverage (first-wave SM coverage of the main kernel): a ranking "
+                 "proxy, not a measured time")
+PREDICTED_RULE = ("smallest predicted_time_s among the policies whose time-model prediction is calibrated for this "
+                  "workload ({names}); the others have no calibrated time model and are ranked by the roofline "
+                  "proxy only (best_roofline_proxy)")
+
+
+def best_by_prediction(results: list[PolicyResult]) -> str | None:
+    """Smallest calibrated ``predicted_time_s`` among applicable rows (None when no row has one)."""
+    ok = [r for r in results if r.applicable and r.extra.get("predicted_calibrated") is True
+          and r.extra.get("predicted_time_s") is not None]
+    if not ok:
+        return None
+    return min(ok, key=lambda r: r.extra["predicted_time_s"]).name
+
+
+def choose_best(results: list[PolicyResult]) -> tuple[str | None, str, str]:
+    """The starred row, the figure it is ranked by, and the rule in words: the calibrated predicted time
+    where any row has one, else the roofline proxy."""
+    best = best_by_prediction(results)
+    if best is not None:
+        names = ", ".join(r.name for r in results if r.applicable and r.extra.get("predicted_calibrated") is True)
+        return best, "predicted_time_s", PREDICTED_RULE.format(names=names)
+    return best_policy(results), "sm_limited_time_s", ROOFLINE_RULE
+
+
+__all__ = ["POLICIES", "POLICY_NAMES", "Policy", "PolicyOptions", "PolicyResult", "best_by_prediction", "best_policy",
+           "choose_best", "chapter_g2d",
            "evaluate", "evaluate_all", "platform_reason", "resolve_policies"]

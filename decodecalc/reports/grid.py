@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from decodecalc import figures as analysis
 from decodecalc.derived import Derived, cdiv
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 from decodecalc.launchers import sglang_triton, vllm_unified
-from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
 SYSTEMS = ("vllm", "sglang")
 
 
-#: the launch model a system's result carries
-PlanT = TypeVar("PlanT", vllm_unified.VllmPlan, sglang_triton.SglangPlan)
-
-
 @dataclass(frozen=True, slots=True)
-class SystemResult(Generic[PlanT]):
+class SystemResult:
     name: str
     data: dict[str, Any]  # the JSON object for systems.<name>
     explain: tuple[Derived, ...] = ()
     error: str | None = None  # set when the system cannot serve the config
-    model: PlanT | None = None  # VllmPlan for vllm_result, SglangPlan for sglang_result (None with an error)
+    model: Any = None  # VllmPlan / SglangPlan
     figures: analysis.SystemFigures | None = None
 
 
@@ -34,7 +29,7 @@ class SystemResult(Generic[PlanT]):
 class GridReport:
     work: Workload
     gpu: GPUSpec
-    systems: tuple[SystemResult[Any], ...]
+    systems: tuple[SystemResult, ...]
     paging: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -87,28 +82,34 @@ def _figures_json(fig: analysis.SystemFigures) -> dict[str, Any]:
     }
 
 
-def _launches_json(plan: LaunchPlan) -> list[dict[str, Any]]:
+def _launches_json(plan: Any) -> list[dict[str, Any]]:
     return [{"name": k.name, "grid": list(k.grid), "programs": k.programs, "working_programs": k.working_programs,
              "constexprs": {n: v for n, v in k.constexprs.items() if v is not None}} for k in plan.kernels]
 
 
-def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str) -> dict[str, Any]:
+def predicted(plan: Any, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global") -> dict[str, Any]:
     """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note.
 
     A malformed user profile is reported by `recommend`/`calibrate` as an error; here it must not
-    hide the launch report, so it is carried as ``predicted_time_error``.
+    hide the launch report, so it is carried as ``predicted_time_error``. Outside the profile's
+    measured domain (timemodel.domain) the prediction is uncalibrated and ``predicted_warnings`` says why.
     """
     from decodecalc import timemodel
+    from decodecalc.timemodel.domain import domain_warnings
 
     try:
-        t, calibrated = timemodel.predict_time_s(plan, work, gpu, kernel)
+        prof = timemodel.resolve_profile(gpu)
+        t, calibrated = timemodel.predict_time_s(plan, work, gpu, kernel, profile=prof)
     except DecodecalcError as exc:
         return {"predicted_time_error": str(exc)}
-    return {"predicted_time_s": t, "predicted_calibrated": calibrated}
+    warnings = domain_warnings(work, gpu, prof, layer=layer)
+    out: dict[str, Any] = {"predicted_time_s": t, "predicted_calibrated": calibrated and not warnings}
+    if warnings:
+        out["predicted_warnings"] = list(warnings)
+    return out
 
 
-def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings,
-                layer: str = "global") -> SystemResult[vllm_unified.VllmPlan]:
+def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings, layer: str = "global") -> SystemResult:
     try:
         vp = vllm_unified.plan_vllm(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
@@ -158,12 +159,12 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
             "partial_state_bytes_per_layer": r.plan.partial_state_bytes,
         }
     data.update(_figures_json(fig))
-    data.update(predicted(vp.plan, work, gpu, "vllm"))
+    data.update(predicted(vp.plan, work, gpu, "vllm", layer))
     return SystemResult("vllm", data, vp.plan.explain + fig.explain, model=vp, figures=fig)
 
 
 def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
-                  layer: str = "global") -> SystemResult[sglang_triton.SglangPlan]:
+                  layer: str = "global") -> SystemResult:
     try:
         sp = sglang_triton.plan_sglang(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
@@ -192,7 +193,7 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
         "window_kv_lens": list(sp.window_kv_lens) if sp.window_kv_lens is not None else None,
     }
     data.update(_figures_json(fig))
-    data.update(predicted(sp.plan, work, gpu, "sglang"))
+    data.update(predicted(sp.plan, work, gpu, "sglang", layer))
     return SystemResult("sglang", data, sp.plan.explain + fig.explain, model=sp, figures=fig)
 
 
@@ -229,7 +230,7 @@ def grid_report(
     kernel_block_size: int | None = None,
     layer: str = "global",
 ) -> GridReport:
-    results: list[SystemResult[Any]] = []
+    results = []
     for name in systems:
         if name == "vllm":
             results.append(vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer))

@@ -81,12 +81,18 @@ class KernelRecommendation:
         """How much slower the recommendation is predicted to be than the fastest candidate (0.04 = 4%)."""
         return self.recommended.predicted_time_s / self.fastest.predicted_time_s - 1.0
 
+    @property
+    def score_margin(self) -> float:
+        """The recommendation's ranking score over the best score, minus 1 (at most TIE_FRACTION by construction)."""
+        return self.recommended.rank / min(c.rank for c in self.candidates) - 1.0
+
     def to_json(self) -> dict[str, Any]:
         return {
             "candidates": [c.to_json() for c in self.candidates],
             "recommended": self.recommended.to_json(),
             "fastest_predicted": self.fastest.to_json(),
             "margin_vs_fastest": self.margin_vs_fastest,
+            "ranking_score_margin": self.score_margin,
             "default": self.default.to_json(),
             "speedup_vs_default": self.speedup,
             "apply": list(self.apply),
@@ -101,17 +107,24 @@ class Recommendation:
     profile: TimeProfile
     kernels: Mapping[str, KernelRecommendation]
     skipped: Mapping[str, str] = field(default_factory=dict)
+    #: why the workload lies outside the profile's measured domain (timemodel.domain); empty: inside
+    domain_warnings: tuple[str, ...] = ()
 
     @property
     def calibrated(self) -> bool:
-        return self.profile.calibrated and all(k.calibrated for k in self.kernels.values())
+        return (self.profile.calibrated and not self.domain_warnings
+                and all(k.calibrated for k in self.kernels.values()))
 
     @property
     def warning(self) -> str | None:
-        if self.profile.calibrated:
-            return None
-        return (f"no calibrated time profile for {self.gpu}: predictions use datasheet figures and H200 latencies "
-                f"and are uncalibrated; run 'decodecalc calibrate' on this GPU")
+        parts = [] if self.profile.calibrated else [
+            f"no calibrated time profile for {self.gpu}: predictions use datasheet figures and H200 latencies "
+            f"and are uncalibrated; run 'decodecalc calibrate' on this GPU"]
+        if self.domain_warnings:
+            parts.append("predictions are uncalibrated outside the profile's measured domain: "
+                         + "; ".join(self.domain_warnings))
+        return "; ".join(parts) or None
+
 
     @property
     def best_kernel(self) -> str | None:
@@ -124,6 +137,7 @@ class Recommendation:
             "gpu": self.gpu,
             "calibrated": self.calibrated,
             "warning": self.warning,
+            "domain_warnings": list(self.domain_warnings),
             "profile": {"gpu": self.profile.gpu, "source": self.profile.source, "path": self.profile.path or "built-in",
                         "calibrated": self.profile.calibrated},
             "kernels": {k: v.to_json() for k, v in self.kernels.items()},
@@ -282,4 +296,11 @@ def recommend(work: Any, gpu: Any, *, kernels: Sequence[str] = KERNELS,
             skipped[k] = str(e)
     if not out:
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no kernel to recommend for")
-    return Recommendation(gpu=gpu.name, profile=prof, kernels=out, skipped=skipped)
+    import dataclasses
+
+    from decodecalc.timemodel.domain import domain_warnings
+
+    outside = domain_warnings(work, gpu, prof)
+    if outside:  # every kernel's predictions share the workload, so none of them is calibrated
+        out = {k: dataclasses.replace(v, calibrated=False) for k, v in out.items()}
+    return Recommendation(gpu=gpu.name, profile=prof, kernels=out, skipped=skipped, domain_warnings=outside)

@@ -1,0 +1,111 @@
+"""The measured domain of a time-model profile, and what a prediction outside it is told.
+
+A fitted profile is calibrated for the shapes it was fitted on, not for every workload: a KV
+dtype, head size or query-group size the fit never saw, speculative decoding (more than one
+query token), sliding-window layers, another GPU or a changed SM count / bandwidth all move the
+prediction outside what was measured. :func:`domain_warnings` names each such difference, and
+every command that prints a predicted time marks it uncalibrated when there is one (``grid``,
+``compare``, ``recommend``; ``calibrated: false`` plus the warnings in the JSON).
+
+The domain of the packaged H200 profile is the set of shapes ``benchmarks/fit_timemodel.py``
+fitted it on: ``/work/shared/data/h200-upstream-dev-grid.json`` (the 40 shared shapes: llama3-8b
+and llama3-70b TP8, d=128) and ``benchmarks/results/timemodel-h200-extra.json`` (65 more: head
+sizes 64, 96, 128, 256; group sizes 1-8 and 12), all bfloat16 queries and KV, one query token,
+block size 16, no sliding window, measured on the H200 (132 SMs). A profile may carry its own
+domain under ``fit: {domain: {...}}`` with the same keys as :class:`Domain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from decodecalc.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """What a fit measured: every prediction for a workload inside it is calibrated."""
+
+    gpu: str
+    num_sms: int | None
+    dtypes: tuple[str, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    head_sizes: tuple[int, ...]
+    group_sizes: tuple[int, ...]
+    max_query_len: int = 1
+    sliding_window: bool = False
+    mla: bool = False
+
+
+#: the shapes benchmarks/fit_timemodel.py fitted the packaged profiles on (see the module docstring)
+MEASURED_DTYPES = ("bfloat16",)
+MEASURED_HEAD_SIZES = (64, 96, 128, 256)
+MEASURED_GROUP_SIZES = (1, 2, 4, 5, 6, 7, 8, 12)
+
+
+def profile_domain(profile: Any) -> Domain:
+    """The domain of ``profile`` (a TimeProfile): its own ``fit.domain`` if it records one, else the
+    shapes the packaged profiles are fitted on, measured on the profile's GPU."""
+    fit: Mapping[str, Any] = getattr(profile, "fit", {}) or {}
+    rec = fit.get("domain") if isinstance(fit, Mapping) else None
+    rec = rec if isinstance(rec, Mapping) else {}
+
+    def ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+        v = rec.get(key)
+        return tuple(int(x) for x in v) if isinstance(v, (list, tuple)) and v else default
+
+    def strs(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        v = rec.get(key)
+        return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) and v else default
+
+    return Domain(gpu=str(profile.gpu), num_sms=getattr(profile, "num_sms", None),
+                  dtypes=strs("dtypes", MEASURED_DTYPES), kv_cache_dtypes=strs("kv_cache_dtypes", MEASURED_DTYPES),
+                  head_sizes=ints("head_sizes", MEASURED_HEAD_SIZES),
+                  group_sizes=ints("group_sizes", MEASURED_GROUP_SIZES),
+                  max_query_len=int(rec.get("max_query_len", 1) or 1),
+                  sliding_window=bool(rec.get("sliding_window", False)), mla=bool(rec.get("mla", False)))
+
+
+def _list(values: tuple[Any, ...]) -> str:
+    return ", ".join(map(str, values))
+
+
+def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "global") -> tuple[str, ...]:
+    """Why a prediction for ``work`` on ``gpu`` lies outside ``profile``'s measured domain (empty: inside;
+    an uncalibrated profile is not itself listed: it is uncalibrated everywhere).
+
+    ``gpu`` is the GPUSpec the prediction is for; ``layer`` is "global" or "sliding".
+    """
+    d = profile_domain(profile)
+    out: list[str] = []
+    if not getattr(profile, "calibrated", False):
+        pass  # a datasheet profile is uncalibrated everywhere; the caller says so
+    elif gpu.name != d.gpu:
+        out.append(f"the profile was measured on {d.gpu}, not {gpu.name}")
+    else:
+        from decodecalc.specs.gpus import resolve_gpu
+
+        base = resolve_gpu(gpu.name)
+        if base.num_sms != gpu.num_sms:
+            out.append(f"--sms {gpu.num_sms}: the fit measured all {base.num_sms} SMs")
+        if base.hbm_bandwidth_bytes_per_s != gpu.hbm_bandwidth_bytes_per_s:
+            out.append("--bandwidth: the fit measured the datasheet part's HBM")
+    if work.kv_cache_dtype not in d.kv_cache_dtypes:
+        out.append(f"KV-cache dtype {work.kv_cache_dtype}: the fit measured {_list(d.kv_cache_dtypes)}")
+    if work.dtype not in d.dtypes:
+        out.append(f"dtype {work.dtype}: the fit measured {_list(d.dtypes)}")
+    if work.head_size not in d.head_sizes or work.head_size_v != work.head_size:
+        hs = str(work.head_size) if work.head_size_v == work.head_size else f"{work.head_size}/{work.head_size_v}"
+        out.append(f"head size {hs}: the fit measured {_list(d.head_sizes)}")
+    if work.group_size not in d.group_sizes:
+        out.append(f"query-group size {work.group_size}: the fit measured {_list(d.group_sizes)}")
+    if getattr(work.model, "is_mla", False) and not d.mla:
+        out.append("MLA attention: the fit measured MHA/GQA kernels only")
+    if work.max_seqlen_q > d.max_query_len:
+        out.append(f"{work.max_seqlen_q} query tokens per sequence (speculative decoding or prefill): the fit "
+                   f"measured {d.max_query_len}")
+    if layer == "sliding" and not d.sliding_window:
+        out.append("sliding-window layer: the fit measured full-attention layers only")
+    return tuple(out)

@@ -1,0 +1,106 @@
+"""Honest labels (issue 11, first hour 2, 3, 5, 6): uncalibrated predictions outside the measured
+domain, recommend's tie rule and fastest prediction, sweep -q, escaped error text, 8K/128k input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from decodecalc.cli import app
+
+runner = CliRunner()
+ENV = {"COLUMNS": "80", "NO_COLOR": "1"}
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args), env=ENV)
+
+
+def js(*args: str) -> dict:
+    r = run(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_inside_the_measured_domain_is_calibrated():
+    d = js("grid", "-m", "llama3-8b", "--tp", "8")
+    for s in d["systems"].values():
+        assert s["predicted_calibrated"] is True and "predicted_warnings" not in s
+    r = js("recommend", "-m", "llama3-70b", "--tp", "8", "-b", "64", "-s", "8192")
+    assert r["calibrated"] is True and r["warning"] is None and r["domain_warnings"] == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--kv-cache-dtype", "fp8"], "KV-cache dtype fp8"),
+    (["--dtype", "float16"], "dtype float16"),
+    (["--num-speculative-tokens", "3", "--system", "vllm"], "4 query tokens per sequence"),
+    (["-m", "gemma-2-9b", "--layer", "sliding", "-s", "16384"], "sliding-window layer"),
+    (["--sms", "66"], "--sms 66"),
+    (["-m", "qwen3-235b-a22b", "--tp", "1", "--system", "vllm"], "query-group size 16"),
+])
+def test_grid_outside_the_domain_is_uncalibrated(args, needle):
+    d = js("grid", *args)
+    for name, s in d["systems"].items():
+        if "error" in s:
+            continue
+        assert s["predicted_calibrated"] is False, name
+        assert any(needle in w for w in s["predicted_warnings"]), s["predicted_warnings"]
+    r = run("grid", *args)
+    assert r.exit_code == 0 and "(uncalibrated)" in r.stdout and needle in " ".join(r.stdout.split())
+
+
+def test_recommend_fp8_is_uncalibrated_with_a_warning():
+    d = js("recommend", "--kv-cache-dtype", "fp8")
+    assert d["calibrated"] is False and "fp8" in d["warning"] and d["domain_warnings"]
+    assert all(k["calibrated"] is False for k in d["kernels"].values())
+    r = run("recommend", "--kv-cache-dtype", "fp8")
+    assert "Warning:" in r.stderr and "UNCALIBRATED" in r.stdout
+
+
+def test_compare_marks_uncalibrated_predictions():
+    d = js("compare", "--kv-cache-dtype", "fp8")
+    vllm = next(p for p in d["policies"] if p["name"] == "vllm")
+    assert vllm["predicted_calibrated"] is False and vllm["predicted_warnings"]
+
+
+def test_recommend_shows_tie_rule_fastest_and_margin():
+    """Issue 11's example: S=32 recommended over S=8 (faster by prediction) and a 0.95x 'speedup'."""
+    d = js("recommend", "-m", "llama3-70b", "--tp", "8", "-b", "64", "-s", "8192")
+    v = d["kernels"]["vllm"]
+    fastest = min(v["candidates"], key=lambda c: c["predicted_time_s"])
+    assert v["fastest_predicted"] == fastest and "recommended" in v
+    assert v["margin_vs_fastest"] == pytest.approx(v["recommended"]["predicted_time_s"]
+                                                   / fastest["predicted_time_s"] - 1)
+    r = run("recommend", "-m", "llama3-70b", "--tp", "8", "-b", "64", "-s", "8192")
+    text = " ".join(r.stdout.split())
+    assert "Tie rule:" in text and "most splits" in text
+    if v["recommended"]["splits"] != fastest["splits"]:
+        assert f"the fastest prediction is {fastest['label']}" in text
+    if v["speedup_vs_default"] < 1:
+        assert "(tie)" in text and "the engine default is predicted" in text
+
+
+def test_recommend_json_has_fastest_beside_recommended():
+    d = js("recommend", "-m", "llama3-8b", "-b", "1", "-s", "32768")
+    keys = list(d["kernels"]["vllm"])
+    assert keys.index("fastest_predicted") == keys.index("recommended") + 1
+
+
+def test_sweep_quiet_prints_the_result():
+    r = run("sweep", "-b", "1:4", "-s", "1K:8K:x2", "-q")
+    assert r.exit_code == 0 and "vllm: region" in r.stdout and r.stderr == ""
+
+
+def test_sweep_accepts_the_labels_it_prints():
+    a = run("sweep", "-b", "1", "-s", "8k,128K", "--format", "csv", "-q")
+    b = run("sweep", "-b", "1", "-s", "8192,131072", "--format", "csv", "-q")
+    assert a.exit_code == 0 and a.stdout == b.stdout and "131072" in a.stdout
+
+
+def test_error_text_is_not_rich_markup_or_emoji():
+    r = run("sweep", "-s", "1K:128K:y2", "-b", "1", "-q")
+    assert r.exit_code == 1 and "A:B:STEP" in r.stderr and "\N{NEGATIVE SQUARED LATIN CAPITAL LETTER B}" not in r.stderr
+    r = run("grid", "--model", "[bold]x:b:[/]")
+    assert r.exit_code == 1 and "[bold]x:b:[/]" in r.stderr
