@@ -196,9 +196,9 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
         res = report.vllm_result(w, gpu, opts.vllm, opts.layer)
     except UnsupportedError as exc:
         return PolicyResult("vllm", title, False, reason=str(exc))
-    if res.error is not None:
-        return PolicyResult("vllm", title, False, reason=res.error)
     vp = res.model
+    if res.error is not None or vp is None:
+        return PolicyResult("vllm", title, False, reason=res.error or "not modeled")
     notes = []
     if vp.replay is not None:
         r = vp.replay
@@ -220,9 +220,9 @@ def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
         res = report.sglang_result(w, gpu, opts.sglang, opts.layer)
     except UnsupportedError as exc:
         return PolicyResult("sglang", title, False, reason=str(exc))
-    if res.error is not None:
-        return PolicyResult("sglang", title, False, reason=res.error)
     sp = res.model
+    if res.error is not None or sp is None:
+        return PolicyResult("sglang", title, False, reason=res.error or "not modeled")
     return PolicyResult("sglang", title, True, plan=sp.plan, figures=res.figures,
                         notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"],
                         extra={"mode": sp.mode, "max_kv_splits": sp.max_kv_splits,

@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from decodecalc import figures as analysis
 from decodecalc.derived import Derived, cdiv
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 from decodecalc.launchers import sglang_triton, vllm_unified
+from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
 SYSTEMS = ("vllm", "sglang")
 
 
+#: the launch model a system's result carries
+PlanT = TypeVar("PlanT", vllm_unified.VllmPlan, sglang_triton.SglangPlan)
+
+
 @dataclass(frozen=True, slots=True)
-class SystemResult:
+class SystemResult(Generic[PlanT]):
     name: str
     data: dict[str, Any]  # the JSON object for systems.<name>
     explain: tuple[Derived, ...] = ()
     error: str | None = None  # set when the system cannot serve the config
-    model: Any = None  # VllmPlan / SglangPlan
+    model: PlanT | None = None  # VllmPlan for vllm_result, SglangPlan for sglang_result (None with an error)
     figures: analysis.SystemFigures | None = None
 
 
@@ -29,7 +34,7 @@ class SystemResult:
 class GridReport:
     work: Workload
     gpu: GPUSpec
-    systems: tuple[SystemResult, ...]
+    systems: tuple[SystemResult[Any], ...]
     paging: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -82,12 +87,12 @@ def _figures_json(fig: analysis.SystemFigures) -> dict[str, Any]:
     }
 
 
-def _launches_json(plan: Any) -> list[dict[str, Any]]:
+def _launches_json(plan: LaunchPlan) -> list[dict[str, Any]]:
     return [{"name": k.name, "grid": list(k.grid), "programs": k.programs, "working_programs": k.working_programs,
              "constexprs": {n: v for n, v in k.constexprs.items() if v is not None}} for k in plan.kernels]
 
 
-def predicted(plan: Any, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global") -> dict[str, Any]:
+def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global") -> dict[str, Any]:
     """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note.
 
     A malformed user profile is reported by `recommend`/`calibrate` as an error; here it must not
@@ -109,7 +114,8 @@ def predicted(plan: Any, work: Workload, gpu: GPUSpec, kernel: str, layer: str =
     return out
 
 
-def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings, layer: str = "global") -> SystemResult:
+def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings,
+                layer: str = "global") -> SystemResult[vllm_unified.VllmPlan]:
     try:
         vp = vllm_unified.plan_vllm(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
@@ -164,7 +170,7 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
 
 
 def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
-                  layer: str = "global") -> SystemResult:
+                  layer: str = "global") -> SystemResult[sglang_triton.SglangPlan]:
     try:
         sp = sglang_triton.plan_sglang(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
@@ -230,7 +236,7 @@ def grid_report(
     kernel_block_size: int | None = None,
     layer: str = "global",
 ) -> GridReport:
-    results = []
+    results: list[SystemResult[Any]] = []
     for name in systems:
         if name == "vllm":
             results.append(vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer))
