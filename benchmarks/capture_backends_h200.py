@@ -14,6 +14,7 @@ summary JSON; prints a short table last. A time guard stops starting new cases n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -74,8 +75,30 @@ def mla_shapes() -> list[dict]:
 
 
 def workload(shape: dict, block: int):
-    return make_workload(resolve_model(shape["model"]), tp=shape["tp"], seq_lens=tuple(shape["seq_lens"]),
-                         block_size=block)
+    model = resolve_model(shape["model"])
+    if shape.get("heads"):  # a head configuration no library model has (occupancy of other group sizes)
+        h, h_kv = shape["heads"]
+        model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
+                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
+    return make_workload(model, tp=shape["tp"], seq_lens=tuple(shape["seq_lens"]), block_size=block)
+
+
+#: split sweeps for the time model (several split counts per shape): FA3's num_splits (static bound; the
+#: prepare kernel still picks per-sequence splits) and FlashInfer tensor cores' fixed_split_size (pages)
+SWEEP_SHAPES = [
+    {"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "sweep"}
+    for (m, tp) in (("llama3-8b", 1), ("llama3-70b", 8), ("llama3-70b", 1), ("llama3.2-1b", 1), ("gemma-2-9b", 1))
+    for (b, L) in ((1, 4096), (1, 32768), (1, 131072), (4, 8192), (8, 2048), (16, 16384), (32, 4096), (64, 1024),
+                   (128, 8192))
+] + [{"model": "llama3-8b", "tp": 1, "seq_lens": [256 + (i * 7919) % 16384 for i in range(b)], "tag": "sweep-ragged"}
+     for b in (6, 40)]
+SWEEP_KNOBS = {
+    "fa3": [{"num_splits": s} for s in (1, 2, 4, 8, 16, 32, 64, 128)],
+    "flashinfer-tc": [{"disable_split_kv": True}] + [{"fixed_split_size": p} for p in (8, 16, 32, 64, 128, 256, 1024)],
+}
+#: other group sizes of the CUDA-core decode kernel (head dim 128), for the measured occupancy
+GROUP_SHAPES = [{"model": "llama3-8b", "tp": 1, "heads": hk, "seq_lens": [L] * b, "tag": "group"}
+                for hk in ((32, 32), (16, 8), (24, 8), (48, 8), (64, 4)) for (b, L) in ((1, 32768), (4, 8192))]
 
 
 def warm_flashinfer_jit() -> None:
@@ -113,8 +136,6 @@ def summarize_occupancy(rec: dict) -> None:
             for v in x["block"]:
                 threads *= v
             x["ctas_per_sm_computed"] = ctas_per_sm(threads, x["registers_per_thread"], x.get("shared_memory_bytes") or 0)
-            if x.get("est_occupancy_pct") is not None:
-                x["ctas_per_sm_profiler"] = round(x["est_occupancy_pct"] / 100.0 * 64 / max(1, (threads + 31) // 32))
 
 
 def main() -> int:
@@ -124,6 +145,7 @@ def main() -> int:
     ap.add_argument("--backends", default="flashinfer,flashinfer-tc,fa3,flashmla")
     ap.add_argument("--replays", type=int, default=5)
     ap.add_argument("--no-warm", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="split sweeps for the time model and other group sizes")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
@@ -142,14 +164,20 @@ def main() -> int:
         warm_flashinfer_jit()
         print(f"flashinfer JIT warm-up done at {time.time() - t0:.0f}s", flush=True)
     plan = []
-    for b in backends:
+    if args.sweep:
+        for b in backends:
+            if b == "flashinfer":
+                plan += [(b, sh, False, None) for sh in GROUP_SHAPES]
+            for kn in SWEEP_KNOBS.get(b, []):
+                plan += [(b, sh, False, kn) for sh in SWEEP_SHAPES]
+    for b in ([] if args.sweep else backends):
         if b == "flashmla":
-            plan += [(b, s, False) for s in mla_shapes()]
+            plan += [(b, s, False, None) for s in mla_shapes()]
             continue
         shapes = worked_examples() + grid_shapes()
-        plan += [(b, s, False) for s in shapes]
+        plan += [(b, s, False, None) for s in shapes]
         # CUDA-graph plans for the worked examples and a subset of the grid
-        plan += [(b, s, True) for s in worked_examples() + grid_shapes()[::4]]
+        plan += [(b, s, True, None) for s in worked_examples() + grid_shapes()[::4]]
     # interleave backends so a time-out leaves every backend with its worked examples and some grid
     by_b: dict[str, list] = {}
     for item in plan:
@@ -159,10 +187,11 @@ def main() -> int:
         for b in list(by_b):
             if by_b[b]:
                 order.append(by_b[b].pop(0))
-    lines = (out / "captures.jsonl").open("w")
+    stem = "sweep" if args.sweep else "captures"
+    lines = (out / f"{stem}.jsonl").open("w")
     done = 0
     failed_load: dict[str, str] = {}
-    for backend, shape, cg in order:
+    for backend, shape, cg, knobs in order:
         if time.time() - t0 > args.budget_s:
             break
         if avail.get(backend):
@@ -171,12 +200,14 @@ def main() -> int:
             continue
         block = 64 if backend == "flashmla" else 16
         rec = {"shape": shape, "backend": backend, "cuda_graph": cg, "block_size": block}
+        if knobs:
+            rec["knobs"] = knobs
         try:
             w = workload(shape, block)
-            rec.update(P.run_case(backend, w, gpu, cuda_graph=cg, replays=args.replays))
+            rec.update(P.run_case(backend, w, gpu, cuda_graph=cg, replays=args.replays, knobs=knobs))
             summarize_occupancy(rec)
-            occ = [x.get("ctas_per_sm_profiler") or x.get("ctas_per_sm_computed") for x in rec.get("launches", []) if x.get("role") == "main"]
-            if backend == "flashinfer" and occ and occ[0]:
+            occ = [x.get("ctas_per_sm_computed") for x in rec.get("launches", []) if x.get("role") == "main"]
+            if backend == "flashinfer" and occ and occ[0] and not knobs:
                 alt = P.predict_and_compare(backend, w, gpu, [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v)
                                                                                 for k, v in x.items() if not k.startswith("ctas_per_sm")})
                                                               for x in rec["launches"]], cuda_graph=cg, occupancy=occ[0])
@@ -205,11 +236,11 @@ def main() -> int:
         t = (rec.get("timing") or {}).get("t_us")
         print(f"{time.time() - t0:6.0f}s {backend:13s} cg={int(cg)} {shape['model']:12s} tp{shape['tp']} "
               f"B={len(shape['seq_lens']):4d} L={max(shape['seq_lens']):6d} match={m} "
-              f"t={t if t is None else round(t, 2)} {rec.get('error', '')[:160]}", flush=True)
+              f"t={t if t is None else round(t, 2)} {knobs or ''} {rec.get('error', '')[:160]}", flush=True)
     lines.close()
     summary: dict = {"environment": env, "missing": avail, "failed_load": failed_load, "elapsed_s": time.time() - t0,
                      "cases": done, "per_backend": {}}
-    with (out / "captures.jsonl").open() as fh:
+    with (out / f"{stem}.jsonl").open() as fh:
         recs = [json.loads(x) for x in fh]
     for b in backends:
         rs = [r for r in recs if r["backend"] == b]
@@ -217,7 +248,7 @@ def main() -> int:
         comp = [r for r in rs if r.get("match") is not None]
         summary["per_backend"][b] = {"cases": len(rs), "compared": len(comp), "matched": len(ok),
                                      "errors": sum(1 for r in rs if "error" in r)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / f"{stem}-summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary["per_backend"]), flush=True)
     return 0
 

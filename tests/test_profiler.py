@@ -4,6 +4,7 @@ FlashMLA builds) must still be what the launchers predict."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,17 +20,23 @@ from decodecalc.yamlio import load_yaml_file
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "benchmarks" / "results" / "capture-backends-h200.jsonl"
+SWEEP = ROOT / "benchmarks" / "results" / "sweep-backends-h200.jsonl"
 H200 = resolve_gpu("h200")
 
 
-def _records() -> list[dict]:
-    with CAPTURE.open(encoding="utf-8") as fh:
+def _records(path: Path = CAPTURE) -> list[dict]:
+    with path.open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh]
 
 
 def _workload(r: dict):
     s = r["shape"]
-    return make_workload(resolve_model(s["model"]), tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=r["block_size"])
+    model = resolve_model(s["model"])
+    if s.get("heads"):
+        h, h_kv = s["heads"]
+        model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
+                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
+    return make_workload(model, tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=r["block_size"])
 
 
 def _launches(r: dict) -> list[P.ProfiledLaunch]:
@@ -57,15 +64,20 @@ def test_occupancy_data_follows_from_the_captured_registers() -> None:
     data = load_yaml_file(ROOT / "decodecalc" / "data" / "occupancy.yaml")["h200"]
     for table in ("flashinfer_decode", "flashinfer_merge"):
         for key, row in data[table].items():
-            assert P.ctas_per_sm(row["threads"], row["registers_per_thread"], 0) == row["occupancy"], (table, key)
-    # and the captured registers are the ones recorded
-    regs = {}
-    for r in _records():
+            occ = P.ctas_per_sm(row["threads"], row["registers_per_thread"], row["shared_memory_bytes"])
+            assert occ == row["occupancy"], (table, key)
+    # and the captured registers, threads and shared memory are the ones recorded
+    seen = {}
+    for r in _records() + _records(SWEEP):
         if r["backend"] == "flashinfer" and "error" not in r:
             w = _workload(r)
             main = next(x for x in r["launches"] if x["role"] == "main")
-            regs[f"{w.head_size}/{w.group_size}"] = main["registers_per_thread"]
-    assert regs == {k: v["registers_per_thread"] for k, v in data["flashinfer_decode"].items()}
+            seen[f"{w.head_size}/{w.group_size}"] = (main["registers_per_thread"], main["block"][0] * main["block"][1]
+                                                     * main["block"][2], main["shared_memory_bytes"])
+            # and the grid follows from that occupancy
+            assert P.predict_and_compare("flashinfer", w, H200, _launches(r), cuda_graph=r["cuda_graph"])["match"]
+    assert seen == {k: (v["registers_per_thread"], v["threads"], v["shared_memory_bytes"])
+                    for k, v in data["flashinfer_decode"].items()}
 
 
 def test_h200_default_uses_the_measured_occupancy() -> None:
@@ -120,3 +132,13 @@ def test_missing_backend_names_the_package(monkeypatch: pytest.MonkeyPatch) -> N
     assert "vllm" in (P.missing_backend("fa3") or "")
     monkeypatch.setenv("DECODECALC_FA3_LIB", str(CAPTURE))  # any existing file counts as the library
     assert P.missing_backend("fa3") is None
+
+
+@pytest.mark.parametrize("backend", ["flashinfer-tc", "fa3"])
+def test_swept_split_settings_match_the_model(backend: str) -> None:
+    """fixed_split_size / disable_split_kv (tensor cores) and num_splits (FA3), 47 shapes each."""
+    recs = [r for r in _records(SWEEP) if r["backend"] == backend and "error" not in r]
+    assert len(recs) >= 300
+    for r in recs:
+        plan = P.knob_plan(backend, _workload(r), H200, r["knobs"])
+        assert P.compare_launches(plan, _launches(r))["match"], (r["shape"]["tag"], r["knobs"])

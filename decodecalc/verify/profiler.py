@@ -163,10 +163,11 @@ def profile_launches(fn: Callable[[], Any], backend: str) -> list[ProfiledLaunch
 def ctas_per_sm(threads: int, registers_per_thread: int, smem_bytes: int, *, max_threads: int = 2048,
                 max_ctas: int = 32, smem_sm: int = 228 * 1024, regs_sm: int = 65536) -> int:
     """CTAs/SM that cudaOccupancyMaxActiveBlocksPerMultiprocessor reports on SM90 for a kernel with these
-    resources (registers allocated per warp in 256-register units; 1 KiB shared memory reserved per CTA)."""
+    resources (registers allocated per warp in 256-register units, warps of a CTA counted in groups of 4
+    for the register file - seen on the H200 for 96-thread CTAs; 1 KiB shared memory reserved per CTA)."""
     warps = math.ceil(threads / 32)
     regs_warp = math.ceil(max(registers_per_thread, 1) * 32 / 256) * 256
-    by_regs = (regs_sm // regs_warp) // warps
+    by_regs = (regs_sm // regs_warp) // (math.ceil(warps / 4) * 4)
     by_smem = smem_sm // (smem_bytes + 1024) if smem_bytes else max_ctas
     return max(0, min(max_ctas, max_threads // (warps * 32), by_regs, by_smem))
 
@@ -202,7 +203,7 @@ def _copies(w: Workload, copies: int | None) -> int:
 
 
 def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False, copies: int | None = None,
-                    seed: int = 0) -> Step:
+                    seed: int = 0, fixed_split_size: int | None = None, disable_split_kv: bool = False) -> Step:
     """``BatchDecodeWithPagedKVCacheWrapper`` (NHD, page size w.block_size), planned once, run per copy."""
     import flashinfer
     import torch
@@ -227,8 +228,11 @@ def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False
               "paged_kv_last_page_len_buffer": last.clone()}
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_cuda_graph=cuda_graph,
                                                             use_tensor_cores=tensor_cores, **kw)
+    knobs: dict[str, Any] = {}
+    if fixed_split_size is not None or disable_split_kv:  # tensor-core plan only (flashinfer decode.py L1696)
+        knobs = {"fixed_split_size": fixed_split_size, "disable_split_kv": disable_split_kv}
     wrapper.plan(indptr, indices, last, w.num_heads, w.num_kv_heads, w.head_size, page,
-                 q_data_type=dt, kv_data_type=dt)
+                 q_data_type=dt, kv_data_type=dt, **knobs)
 
     def run(i: int) -> None:
         wrapper.run(q, caches[i % c], out=out)
@@ -328,15 +332,19 @@ def flashmla_step(w: Workload, *, copies: int | None = None, seed: int = 0) -> S
 
 
 def build_step(backend: str, w: Workload, *, cuda_graph: bool = False, copies: int | None = None,
-               seed: int = 0) -> Step:
+               seed: int = 0, knobs: dict[str, Any] | None = None) -> Step:
+    """One decode step of ``backend``; ``knobs``: fixed_split_size / disable_split_kv (flashinfer-tc),
+    num_splits (fa3; default 0, or vLLM's 32 under CUDA graphs)."""
     why = missing_backend(backend)
     if why:
         raise UnsupportedError(why)
+    kn = dict(knobs or {})
     if backend in ("flashinfer", "flashinfer-tc"):
         return flashinfer_step(w, tensor_cores=backend == "flashinfer-tc", cuda_graph=cuda_graph, copies=copies,
-                               seed=seed)
+                               seed=seed, fixed_split_size=kn.get("fixed_split_size"),
+                               disable_split_kv=bool(kn.get("disable_split_kv", False)))
     if backend == "fa3":
-        return fa3_step(w, num_splits=32 if cuda_graph else 0, copies=copies, seed=seed)
+        return fa3_step(w, num_splits=int(kn.get("num_splits", 32 if cuda_graph else 0)), copies=copies, seed=seed)
     if backend == "flashmla":
         return flashmla_step(w, copies=copies, seed=seed)
     raise UnsupportedError(f"--system {backend}: no runner in this build of decodecalc (FA2 was not built)")
@@ -373,11 +381,11 @@ def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any
 
 
 def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, time_it: bool = True,
-             replays: int = 5, occupancy: int | None = None) -> dict[str, Any]:
+             replays: int = 5, occupancy: int | None = None, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build, profile, time and compare one shape; the JSON record of the capture."""
     from decodecalc.verify.timing import not_timed, time_calls
 
-    step = build_step(backend, w, cuda_graph=cuda_graph)
+    step = build_step(backend, w, cuda_graph=cuda_graph, knobs=knobs)
     step.run(0)  # first call: JIT / module load / metadata outside the profile
     launches = profile_launches(lambda: step.run(0), backend)
     rec: dict[str, Any] = {"backend": backend, "cuda_graph": cuda_graph, "info": step.info,
@@ -385,8 +393,27 @@ def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, t
     if step.readback is not None:
         rec["readback"] = step.readback()
     rec["timing"] = (time_calls(step.run, step.copies, replays=replays) if time_it else not_timed("--no-time")).to_json()
-    rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, occupancy=occupancy))
+    if knobs:
+        rec["knobs"] = dict(knobs)
+        plan = knob_plan(backend, w, gpu, knobs)
+        rec.update({"prediction": {"grid": list(plan.grid), "splits": list(plan.splits)},
+                    **compare_launches(plan, launches)})
+    else:
+        rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, occupancy=occupancy))
     return rec
+
+
+def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any:
+    """The launcher's plan for an explicit split setting (eager plan): FlashInfer tensor cores'
+    fixed_split_size / disable_split_kv, FA3's num_splits."""
+    from decodecalc.launchers import flash_attn3, flashinfer
+
+    if backend == "flashinfer-tc":
+        return flashinfer.plan_flashinfer_tc(w, gpu, fixed_split_size=knobs.get("fixed_split_size"),
+                                             disable_split_kv=bool(knobs.get("disable_split_kv", False)))
+    if backend == "fa3":
+        return flash_attn3.plan_flash_attn3(w, gpu, num_splits=int(knobs.get("num_splits", 0)))
+    raise UnsupportedError(f"{backend}: no split setting to sweep")
 
 
 def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[ProfiledLaunch], *,
