@@ -103,6 +103,37 @@ def fa2_snippets(src: Path) -> dict[str, str]:
     }
 
 
+def define(path: Path, name: str) -> str:
+    """The one ``#define NAME`` of ``path`` with its backslash-continued lines, verbatim."""
+    lines = path.read_text().splitlines()
+    hits = [i for i, ln in enumerate(lines) if re.match(rf"#define {re.escape(name)}\b", ln)]
+    if len(hits) != 1:
+        raise ExtractError(f"{path.name}: #define {name} found {len(hits)} times (want 1)")
+    i = hits[0]
+    out = [f"// {path.name} L{i + 1} (verbatim)", f'#line {i + 1} "{path.name}"']
+    while True:
+        out.append(lines[i])
+        if not lines[i].rstrip().endswith("\\"):
+            break
+        i += 1
+    return "\n".join(out) + "\n"
+
+
+def vllm_paged_snippets(src: Path) -> dict[str, str]:
+    """vllm 0.11.0 csrc/attention/paged_attention_v{1,2}.cu: each launcher template and the macros that
+    pick its instantiation by block size (the kernel launch macro is the driver's)."""
+    out = {}
+    for v in ("1", "2"):
+        cu = src / f"paged_attention_v{v}.cu"
+        out[f"vpa_v{v}.inc"] = (
+            define(cu, "DIVIDE_ROUND_UP")
+            + snippet(cu, r"^template <typename T, typename CACHE_T, int BLOCK_SIZE,", brace=True)
+            + define(cu, f"CALL_V{v}_LAUNCHER")
+            + define(cu, f"CALL_V{v}_LAUNCHER_SPARSITY")
+            + define(cu, f"CALL_V{v}_LAUNCHER_BLOCK_SIZE"))
+    return out
+
+
 def compile_cpp(out: Path, driver: Path, includes: list[Path], *, std: str = "c++17") -> None:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
@@ -155,6 +186,12 @@ def build(oracles: Path) -> list[str]:
         compile_cpp(bdir / "fa2_oracle", HERE / "fa2_driver.cpp",
                     [bdir, HERE / "stubs", fa2 / "src"])
         built.append("fa2_oracle")
+    vpa = oracles / VLLM11 / "csrc" / "attention"
+    if vpa.is_dir():
+        for name, text in vllm_paged_snippets(vpa).items():
+            (bdir / name).write_text(text)
+        compile_cpp(bdir / "vllm_paged_oracle", HERE / "vllm_paged_driver.cpp", [bdir, HERE / "stubs"])
+        built.append("vllm_paged_oracle")
     fi = oracles / FI
     if fi.is_dir():
         compile_cu(bdir / "flashinfer_oracle", HERE / "flashinfer_driver.cu", [HERE / "stubs_cuda", fi],
