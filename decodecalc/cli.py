@@ -16,6 +16,7 @@ import typer
 from decodecalc import __version__
 from decodecalc.commands import (
     calibrate,
+    fastparams,
     compare,
     cudagraphs,
     determinism,
@@ -49,6 +50,7 @@ def command_name(info: Any) -> str:
 
 def build_app(only: str | None = None) -> typer.Typer:
     """The application; with ``only`` (a command name) typer is given just that command."""
+    fastparams.install()  # plain options are converted without pydantic (start-up; see the module)
     app = typer.Typer(name="decodecalc", help=HELP, no_args_is_help=True, pretty_exceptions_show_locals=False,
                       context_settings=CONTEXT, rich_markup_mode="rich")
 
@@ -76,6 +78,9 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
+    from decodecalc.commands.output import make_streams_encoding_safe
+
+    make_streams_encoding_safe()  # PYTHONIOENCODING=ascii / LANG=C: "µs" prints as "us", no crash
     argv = sys.argv[1:]
     command = argv[0] if argv and not argv[0].startswith("-") else None
     build_app(command)()

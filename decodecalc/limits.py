@@ -44,6 +44,8 @@ MAX_KV_SPLITS = 65_536
 MAX_SPECULATIVE_TOKENS = 1024
 #: comma lists of sizes (--batches, --candidates)
 MAX_LIST_ITEMS = 256
+#: sequences over all of determinism's / cudagraphs' --batches (each size is one step per policy)
+MAX_BATCHES_TOTAL = 2 * MAX_BATCH
 #: FlashInfer CTAs per SM
 MAX_OCCUPANCY = 64
 

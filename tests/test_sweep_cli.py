@@ -67,7 +67,7 @@ def test_sweep_inapplicable_policy_is_reported():
     [
         (("-b", "10:1"), "end 1 < start 10"),
         (("-s", "0:100"), "positive"),
-        (("-s", "1:999999999"), "absurd"),
+        (("-s", "1:999999999"), "over the supported"),
         (("-b", ""), "--batch is empty"),
         (("-p", "nope"), "unknown policy"),
         (("-o", "/no/such/dir/x.csv"), "does not exist"),

@@ -208,6 +208,9 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from decodecalc.commands.output import make_streams_encoding_safe
+
+        make_streams_encoding_safe()
         try:
             return func(*args, **kwargs)
         except DecodecalcError as exc:

@@ -73,3 +73,43 @@ def write_atomic(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+# ------------------------------------------------------------------------------------------
+# terminals that cannot show the output's few non-ASCII characters (PYTHONIOENCODING=ascii, LANG=C)
+
+#: what each non-ASCII character decodecalc prints becomes on such a stream
+_ASCII = {"µ": "u", "★": "*", "·": ".", "░": ".", "▒": ":", "▓": "#", "█": "#", "…": "...", "×": "x", "—": "-",
+          "–": "-", "≈": "~", "≤": "<=", "≥": ">=", "→": "->", "←": "<-", "✓": "ok", "✗": "x", "│": "|", "─": "-"}
+
+
+def _transliterate(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start:exc.end]
+    return "".join(_ASCII.get(ch, "?") for ch in bad), exc.end
+
+
+def make_streams_encoding_safe() -> None:
+    """Let stdout and stderr print on any encoding: characters it cannot encode are transliterated
+    ("µs" -> "us") instead of raising UnicodeEncodeError in the middle of a table."""
+    import codecs
+    import sys
+
+    try:
+        codecs.lookup_error("decodecalc-ascii")
+    except LookupError:
+        codecs.register_error("decodecalc-ascii", _transliterate)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        try:
+            "µ★░".encode(encoding)
+            continue
+        except (UnicodeEncodeError, LookupError):
+            pass
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="decodecalc-ascii")
+            except (ValueError, OSError):  # a stream already written to in another mode
+                pass

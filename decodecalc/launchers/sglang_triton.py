@@ -403,8 +403,9 @@ CUDA_GRAPH_BS_SOURCE = ("sglang python/sglang/srt/server_args.py _generate_cuda_
 def cuda_graph_batch_sizes(cuda_graph_max_bs: int, *, disable_padding: bool = False) -> tuple[int, ...]:
     """SGLang's decode CUDA-graph batch sizes without speculative decoding: [1, 2, 4, 8, 12], then
     steps of 8 to 256, 16 to 512 and 32 beyond, up to ``cuda_graph_max_bs`` (CUDA_GRAPH_BS_SOURCE)."""
-    if cuda_graph_max_bs <= 0:
-        raise ConfigError(f"--sglang-cuda-graph-max-bs must be positive, got {cuda_graph_max_bs}")
+    from decodecalc.limits import MAX_BATCH, check_int
+
+    check_int(cuda_graph_max_bs, "--sglang-cuda-graph-max-bs", MAX_BATCH)
     if disable_padding:
         return tuple(range(1, cuda_graph_max_bs + 1))
     bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(

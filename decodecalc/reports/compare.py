@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc import figures as analysis
-from decodecalc.errors import DecodecalcError, UnknownNameError, UnsupportedError
+from decodecalc.errors import ConfigError, DecodecalcError, UnknownNameError, UnsupportedError
 from decodecalc.launchers import (
     aiter,
     flash_attn2,
@@ -354,8 +354,11 @@ POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
 
 def resolve_policies(text: str | None) -> tuple[str, ...]:
     """Comma list of policy names ("all" or None = every policy), validated."""
-    if text is None or text.strip().lower() in ("", "all"):
+    if text is None or text.strip().lower() == "all":
         return POLICY_NAMES
+    if not text.strip(" ,"):
+        raise ConfigError(f"--policies {text!r} is empty; give a comma list of policies, or 'all' "
+                          f"(known: {', '.join(POLICY_NAMES)})")
     names = []
     for raw in text.split(","):
         n = raw.strip().lower()

@@ -35,6 +35,11 @@ def cudagraph_report(base: Workload, gpu: GPUSpec, vllm: vllm_unified.VllmSettin
                      sglang: sglang_triton.SglangSettings, batches: tuple[int, ...], sglang_max_bs: int,
                      occupancy: int | None, layer: str = "global") -> dict[str, Any]:
     """Every number `decodecalc cudagraphs` prints, for uniform decode batches of these sizes."""
+    from decodecalc.limits import MAX_BATCH, MAX_BATCHES_TOTAL, MAX_OCCUPANCY, check_int, check_list
+
+    check_list(tuple(batches), "--batches", MAX_BATCH, max_total=MAX_BATCHES_TOTAL)
+    check_int(sglang_max_bs, "--sglang-cuda-graph-max-bs", MAX_BATCH)
+    check_int(occupancy, "--occupancy", MAX_OCCUPANCY)
     if len(set(base.seq_lens)) != 1 or base.max_seqlen_q != 1 + vllm.num_speculative_tokens:
         raise ConfigError("cudagraphs models uniform decode batches: give one --seq-len (not --seq-lens/--query-lens)")
     L = base.seq_lens[0]

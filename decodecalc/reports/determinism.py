@@ -143,15 +143,15 @@ def analyze(
     opts: pol.PolicyOptions | None = None,
 ) -> list[PolicyDeterminism]:
     """Track a request of ``seq_len`` keys in batches of every size in ``batches``."""
-    if seq_len <= 0:
-        raise ConfigError(f"--seq-len must be positive, got {seq_len}")
-    if not batches or min(batches) <= 0:
+    from decodecalc.limits import MAX_BATCH, MAX_BATCHES_TOTAL, MAX_SEQ_LEN, check_int, check_list
+
+    check_int(seq_len, "--seq-len", MAX_SEQ_LEN)
+    check_int(others, "--others", MAX_SEQ_LEN)
+    if not batches:
         raise ConfigError("--batches needs positive batch sizes")
-    if max(batches) > 65536:
-        raise ConfigError(f"--batches: {max(batches)} is absurd (more than 65,536)")
+    # every size is one workload per policy: the sizes together are bounded like one batch
+    check_list(tuple(batches), "--batches", MAX_BATCH, max_total=MAX_BATCHES_TOTAL)
     others = others or seq_len
-    if others <= 0:
-        raise ConfigError(f"--others must be positive, got {others}")
     opts = opts or pol.PolicyOptions()
     out = []
     for name in names or pol.POLICY_NAMES:

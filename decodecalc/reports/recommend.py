@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.limits import MAX_KV_SPLITS, check_int
 from decodecalc.timemodel import (
     TIE_FRACTION,
     LaunchWork,
@@ -125,7 +126,6 @@ class Recommendation:
                          + "; ".join(self.domain_warnings))
         return "; ".join(parts) or None
 
-
     @property
     def best_kernel(self) -> str | None:
         if not self.kernels:
@@ -156,6 +156,10 @@ def choose(cands: Sequence[Choice], tie_fraction: float = TIE_FRACTION) -> Choic
     return max(near, key=lambda c: (c.splits, -c.rank))
 
 
+#: split counts one --candidates list may hold (each is one full prediction per kernel)
+MAX_CANDIDATES = 16
+
+
 def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]] | None:
     """``--candidates 1,4,16`` (every kernel) or ``--candidates vllm=1,16 --candidates sglang=4,8``."""
     if not values:
@@ -181,10 +185,17 @@ def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]
                     raise ConfigError(f"--candidates: {t!r} is not an integer split count") from None
                 if v <= 0:
                     raise ConfigError(f"--candidates: split counts must be >= 1 (1 = unsplit), got {v}")
+                check_int(v, "--candidates: split count", MAX_KV_SPLITS)
                 vals.append(v)
             vals = sorted(set(vals))
+            if len(vals) > MAX_CANDIDATES:
+                raise ConfigError(f"--candidates {part!r}: {len(vals)} split counts, over the supported "
+                                  f"{MAX_CANDIDATES}")
             for k in ([kernel] if kernel else list(KERNELS)):
                 out[k] = tuple(vals)
+    if not out:
+        raise ConfigError(f"--candidates {' '.join(values)!r} is empty; give comma-separated split counts, "
+                          "e.g. 1,4,16")
     return out
 
 

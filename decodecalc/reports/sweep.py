@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from decodecalc import limits as _limits
 from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
@@ -35,9 +36,15 @@ if TYPE_CHECKING:
 METRICS = ("region", "splits", "nonempty_splits", "tokens_per_split", "programs", "working_programs",
            "sm_coverage", "waves")
 
-MAX_BATCH = 65536
-MAX_SEQ_LEN = 16 * 1024 * 1024
-MAX_POINTS = 50_000_000
+#: the sweep's stated limits (decodecalc.limits; measured costs: docs/limits.md)
+MAX_BATCH = _limits.MAX_BATCH
+MAX_SEQ_LEN = _limits.MAX_SEQ_LEN
+#: points over every grid (closed forms: about 150,000 points/s and 800 B per point with the CSV)
+MAX_POINTS = 1 << 20
+#: policies without a closed form (no ``sweep_rows``) run full launch plans: at most this many points ...
+MAX_PLAN_POINTS = 16_384
+#: ... over at most this many sequences (a plan costs O(batch))
+MAX_PLAN_SEQUENCES = 1 << 21
 
 ProgressFn = Callable[[int, int, str], None]  # (done, total, label)
 
@@ -82,7 +89,7 @@ def parse_range(text: str, option: str, *, upper: int) -> tuple[int, ...]:
         if b < a:
             raise ConfigError(f"{option}: {item!r} is empty (end {b} < start {a})")
         if b > upper:
-            raise ConfigError(f"{option}: {b} is absurd (more than {upper:,})")
+            raise ConfigError(f"{option}: {b} is over the supported {upper:,}")
         if geometric:
             if step < 2:
                 raise ConfigError(f"{option}: geometric factor in {item!r} must be >= 2")
@@ -93,6 +100,8 @@ def parse_range(text: str, option: str, *, upper: int) -> tuple[int, ...]:
         else:
             if step < 1:
                 raise ConfigError(f"{option}: step in {item!r} must be >= 1")
+            if (b - a) // step + 1 + len(values) > MAX_POINTS:  # before building the set
+                raise ConfigError(f"{option}: {item!r} alone makes more than the supported {MAX_POINTS:,} points")
             values.update(range(a, b + 1, step))
     if not values:
         raise ConfigError(f"{option} is empty")
@@ -290,7 +299,19 @@ class SweepSpec:
             raise ConfigError("the sweep needs at least one policy, model, TP degree and GPU")
         n = self.num_points
         if n > MAX_POINTS:
-            raise ConfigError(f"the sweep has {n:,} points (more than {MAX_POINTS:,}); narrow the ranges")
+            raise ConfigError(f"the sweep has {n:,} points, over the supported {MAX_POINTS:,}; narrow the ranges")
+        from decodecalc.reports import compare as pol
+
+        slow = [p for p in self.policies if pol.POLICIES[p].sweep_rows is None]
+        if slow:
+            grids = len(slow) * len(self.models) * len(self.tps) * len(self.gpus)
+            plans = grids * len(self.batches) * len(self.seq_lens)
+            seqs = grids * sum(self.batches) * len(self.seq_lens)
+            if plans > MAX_PLAN_POINTS or seqs > MAX_PLAN_SEQUENCES:
+                raise ConfigError(
+                    f"{', '.join(slow)}: no closed form, up to one launch plan per point; this sweep has {plans:,} "
+                    f"such points over {seqs:,} sequences, over the supported {MAX_PLAN_POINTS:,} points and "
+                    f"{MAX_PLAN_SEQUENCES:,} sequences; narrow the ranges")
 
     @property
     def num_points(self) -> int:
