@@ -84,6 +84,11 @@ class UnifiedLaunch:
     reasons_2d: tuple[str, ...]
     explain: tuple = field(default=(), compare=False)
 
+    def live_rows(self, num_queries_per_kv: int, query_len: int) -> int:
+        """Rows of one program's BLOCK_M tile that hold a real (query token, query head) pair for a request
+        of ``query_len`` tokens: BLOCK_Q tokens x num_queries_per_kv heads, at most BLOCK_M."""
+        return min(self.block_m, num_queries_per_kv * min(query_len, self.block_q))
+
 
 def unified_attention_grid(
     *,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodecalc.derived import cdiv, next_power_of_2
-from decodecalc.launchers.vllm_unified import VllmPlan, segment_ranges
+from decodecalc.launchers.vllm_unified import MAX_3D_QUERY_LEN, VllmPlan, segment_ranges
 from decodecalc.reports.grid import GridReport
 
 
@@ -52,7 +52,7 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
         (f"writes this step's {w.num_tokens} new K and V rows into the paged cache, then calls "
          f"unified_attention(..., max_seqlen_q={w.max_seqlen_q})",),
     ))
-    gate = ("passes: " + f"max_seqlen_q {w.max_seqlen_q} <= 8, {w.batch} x cdiv({w.max_seqlen_q}, {la.block_q}) <= "
+    gate = ("passes: " + f"max_seqlen_q {w.max_seqlen_q} <= {MAX_3D_QUERY_LEN}, {w.batch} x cdiv({w.max_seqlen_q}, {la.block_q}) <= "
             f"{be.seq_threshold_3D}, batch invariance off") if la.use_3d else "fails: " + "; ".join(la.reasons_2d)
     steps.append(Step(
         "3. unified_attention()",
@@ -82,7 +82,7 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
             (f"one program per (q block, KV head) scans all cdiv({L0}, {la.tile_size}) = {cdiv(L0, la.tile_size)} "
              "tiles of its sequence; no segments (tiles_per_segment = 0)",),
         ))
-    live = min(la.block_m, w.group_size * min(q0, la.block_q))
+    live = la.live_rows(w.group_size, q0)
     tile_kv = 2 * la.tile_size * w.head_size * w.kv_bytes_per_element
     steps.append(Step(
         "5. Per tile",

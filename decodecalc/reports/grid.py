@@ -125,8 +125,8 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
     g2d = la.total_num_q_blocks * work.num_kv_heads
     fig = analysis.figures(
         work, gpu, vp.plan, g_2d=g2d, g_2d_formula="total_num_q_blocks * num_kv_heads = "
-        "(q.shape[0] // BLOCK_Q + num_seqs) * h_kv", tile_live_rows=min(la.block_m, work.group_size * min(
-            work.max_seqlen_q, la.block_q)), tile_keys=la.tile_size, window=window,
+        "(q.shape[0] // BLOCK_Q + num_seqs) * h_kv", tile_live_rows=la.live_rows(work.group_size,
+            work.max_seqlen_q), tile_keys=la.tile_size, window=window,
     )
     data: dict[str, Any] = {
         "version": settings.version,
