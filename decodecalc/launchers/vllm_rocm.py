@@ -1,12 +1,14 @@
-"""vLLM ROCm custom paged attention (``csrc/rocm/attention.cu``), upstream-launchers.md section 6.
+"""vLLM ROCm custom paged attention, upstream-launchers.md section 6; checked against vLLM 0.33.0's own
+code by tests/test_oracles_vllm_rocm.py.
 
-Launcher ``paged_attention_custom_launcher`` (vllm csrc/rocm/attention.cu @
-4388f06cc1d412e2c9d8ac92460cd2598275a824, cited by function name; line numbers not computed):
+Launchers (vllm 0.33.0 ``csrc/rocm/attention_kernels.cuh``): ``paged_attention_custom_launcher``
+(CDNA) L3432-3589 and ``paged_attention_custom_launcher_navi`` (RDNA) L3588-3759:
 ``PARTITION_SIZE = 256``, ``NTHR = 256``, grid ``(num_seqs, max_num_partitions, num_kv_heads)``:
-one workgroup serves all ``g`` query heads of a KV head. ``g`` 1..4 -> mfma4 kernel, 5..16 ->
-mfma16, otherwise "Unsupported gqa ratio". Reduce grid ``(num_heads, num_seqs)``, block
-``head_size``, ``npar_loops = cdiv(P, 64)`` (at most 8), launched only if
-``max_context_len > PARTITION_SIZE`` ("otherwise main kernel writes directly to final output").
+one workgroup serves all ``g`` query heads of a KV head. CDNA: ``g`` 1..4 -> mfma4 kernel, 5..16 ->
+mfma16; RDNA: mfma16 for every ``g``; otherwise "Unsupported gqa ratio". The reduce always runs:
+grid ``(num_heads, num_seqs)``, block ``head_size``, ``npar_loops = cdiv(P, warp)`` with a 64-lane
+warp on CDNA (at most 8) and 32 on RDNA (at most 16). (An older launcher, attention.cu @4388f06c,
+skipped the reduce for one partition; 0.33.0 does not.)
 
 Applicability: ``use_rocm_custom_paged_attention`` (vLLM v0.33.0 ``vllm/platforms/rocm.py``
 L458-494), caller ``vllm/v1/attention/ops/chunked_prefill_paged_decode.py`` L391-454 (scratch
@@ -22,16 +24,17 @@ from decodecalc.launchers.flashdecoding import layer_window, require_decode, req
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
-SRC_LAUNCH = "vllm csrc/rocm/attention.cu @4388f06c paged_attention_custom_launcher"
+SRC_LAUNCH = "vllm 0.33.0 csrc/rocm/attention_kernels.cuh L3432-3589 paged_attention_custom_launcher"
+SRC_LAUNCH_NAVI = "vllm 0.33.0 csrc/rocm/attention_kernels.cuh L3588-3759 paged_attention_custom_launcher_navi"
 SRC_RULE = "vllm 0.33.0 vllm/platforms/rocm.py L458-494 use_rocm_custom_paged_attention"
 SRC_CALLER = "vllm 0.33.0 vllm/v1/attention/ops/chunked_prefill_paged_decode.py L391-454"
 
-# csrc/rocm/attention.cu @4388f06c, paged_attention_custom_launcher (SRC_LAUNCH): PARTITION_SIZE is
-# "fixed at 256 since both mfma4 and mfma16 kernels support it"; NTHR threads per workgroup;
-# the reduce runs WARP_SIZE lanes x npar_loops, and supports npar_loops <= MAX_NPAR_LOOPS.
+# SRC_LAUNCH: PARTITION_SIZE is "fixed at 256 since both mfma4 and mfma16 kernels support it"; NTHR
+# threads per workgroup; the reduce runs warp lanes x npar_loops: 64 x 8 on CDNA, 32 x 16 on RDNA (128 K).
 PARTITION_SIZE = 256
 NTHR = 256
 WARP_SIZE = 64
+WARP_SIZE_NAVI = 32  # the navi launcher's own `const int warp_size = 32`
 MAX_NPAR_LOOPS = 8  # reduce supports up to 8 * 64 partitions = 128 K tokens
 # vllm 0.33.0 vllm/platforms/rocm.py L458-494 (SRC_RULE): max_seq_len <= 128 K for the custom kernel
 MAX_SEQ_LEN = 128 * 1024
@@ -47,7 +50,14 @@ def check_applicable(w: Workload, gpu: GPUSpec, layer: str = "auto") -> None:
     g = w.group_size
     d = w.head_size
     if _is_rdna(gpu):
-        # RDNA (gfx1x): d = 128, block 16, 3 <= g <= 16, no ALiBi, auto KV dtype
+        # RDNA (gfx1x): no sliding window, fp16/bf16, d = 128, block 16, 3 <= g <= 16, max_seq_len <= 128 K,
+        # no ALiBi, auto KV dtype (the window, dtype and length checks found by tests/test_oracles_vllm_rocm.py)
+        if layer_window(w, layer):
+            raise UnsupportedError(f"{system}: sliding-window layers are not served ({SRC_RULE})")
+        if w.dtype not in ("float16", "bfloat16"):
+            raise UnsupportedError(f"{system} needs fp16/bf16 queries, got {w.dtype} ({SRC_RULE})")
+        if w.max_seqlen_k > MAX_SEQ_LEN:
+            raise UnsupportedError(f"{system}: max_seq_len {w.max_seqlen_k} > 128 K ({SRC_RULE})")
         if d != 128:
             raise UnsupportedError(f"{system} on RDNA needs head size 128, got {d} ({SRC_RULE})")
         if w.block_size != 16:
@@ -85,38 +95,37 @@ def plan_vllm_rocm(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_plat
     maxL = w.max_seqlen_k
     P = ex.add("max_num_partitions", cdiv(maxL, PARTITION_SIZE), "cdiv(max_context_len, PARTITION_SIZE)",
                SRC_LAUNCH, max_context_len=maxL, PARTITION_SIZE=PARTITION_SIZE)
-    kernel = ex.add("kernel", "paged_attention_ll4mi_QKV_mfma4_kernel" if g <= 4 else
-                    "paged_attention_ll4mi_QKV_mfma16_kernel", "mfma4 if gqa_ratio <= 4 else mfma16",
-                    SRC_LAUNCH, gqa_ratio=g)
+    navi = _is_rdna(gpu)
+    src = SRC_LAUNCH_NAVI if navi else SRC_LAUNCH
+    kernel = ex.add("kernel", "paged_attention_ll4mi_QKV_mfma4_kernel" if (g <= 4 and not navi) else
+                    "paged_attention_ll4mi_QKV_mfma16_kernel", "mfma4 if gqa_ratio <= 4 and not rdna else mfma16",
+                    src, gqa_ratio=g, rdna=navi)
     nonempty = tuple(cdiv(L, PARTITION_SIZE) for L in w.seq_lens)
-    npar_loops = ex.add("npar_loops", cdiv(P, WARP_SIZE), "cdiv(max_num_partitions, WARP_SIZE)", SRC_LAUNCH,
-                        max_num_partitions=P, WARP_SIZE=WARP_SIZE)
+    warp = WARP_SIZE_NAVI if navi else WARP_SIZE
+    npar_loops = ex.add("npar_loops", cdiv(P, warp), "cdiv(max_num_partitions, warp_size)", src,
+                        max_num_partitions=P, warp_size=warp)
     kernels = [KernelLaunch(name=kernel, grid=(B, P, h_kv), working_programs=h_kv * sum(nonempty),
                             constexprs={"NTHR": NTHR, "GQA_RATIO": g, "PARTITION_SIZE": PARTITION_SIZE,
                                         "BLOCK_SIZE": w.block_size, "HEAD_SIZE": d})]
-    reduce = maxL > PARTITION_SIZE
-    ex.add("reduce_launched", reduce, "max_context_len > PARTITION_SIZE", SRC_LAUNCH, max_context_len=maxL,
-           PARTITION_SIZE=PARTITION_SIZE)
-    if reduce:
-        kernels.append(KernelLaunch(name="paged_attention_ll4mi_reduce_kernel", grid=(h, B), working_programs=h * B,
-                                    constexprs={"block": d, "NPAR_LOOPS": npar_loops}))
+    # the reduce runs for every launch, one partition included (L3552-3588, navi L3700-3757)
+    kernels.append(KernelLaunch(name="paged_attention_ll4mi_reduce_kernel", grid=(h, B), working_programs=h * B,
+                                constexprs={"block": d, "NPAR_LOOPS": npar_loops}))
     per_split = d * w.q_bytes + 8
     per = ex.add("partial_state_bytes_per_token_head", P * per_split,
                  "max_num_partitions * (d * sizeof(q dtype) + 4 + 4)", SRC_CALLER,
                  max_num_partitions=P, d=d, dtype=w.dtype, unit="bytes")
     allocated = B * h * per
-    used = sum(n * h * per_split for n in nonempty) if reduce else 0
+    used = sum(n * h * per_split for n in nonempty)
     return LaunchPlan(
         system="vllm-rocm", kernels=tuple(kernels), splits=(P,) * B, nonempty_splits=nonempty,
         tokens_per_split=tuple(min(PARTITION_SIZE, L) for L in w.seq_lens),
-        partial_state_bytes=allocated if reduce else 0, partial_state_bytes_used=used,
+        partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
         details={"kernel": kernel, "max_num_partitions": P, "npar_loops": npar_loops, "source": SRC_LAUNCH},
     )
 
 
 def length_key(w: Workload) -> LengthKey:
-    """For the sweep: the launch depends on the length through its partition count, whether there is more
-    than one partition, and the 128 K limit."""
-    return LengthKey(lambda L: (cdiv(L, PARTITION_SIZE), L > PARTITION_SIZE, L > MAX_SEQ_LEN),
+    """For the sweep: the launch depends on the length through its partition count and the 128 K limit."""
+    return LengthKey(lambda L: (cdiv(L, PARTITION_SIZE), L > MAX_SEQ_LEN),
                      lambda p, L: min(PARTITION_SIZE, L))

@@ -52,7 +52,7 @@ def _match_end(text: str, start: int, *, brace: bool) -> int:
     raise ExtractError(f"unterminated snippet at offset {start}")
 
 
-def snippet(path: Path, pattern: str, *, brace: bool, after: str | None = None) -> str:
+def snippet(path: Path, pattern: str, *, brace: bool, after: str | None = None, back: int = 0) -> str:
     """The one function (``brace``) or statement starting at the line matching ``pattern``; with
     ``after``, the first match past the one line matching ``after``."""
     text = path.read_text()
@@ -71,6 +71,8 @@ def snippet(path: Path, pattern: str, *, brace: bool, after: str | None = None) 
         if len(starts) != 1:
             raise ExtractError(f"{path.name}: {pattern!r} found {len(starts)} times (want 1)")
     line_start = text.rfind("\n", 0, starts[0]) + 1
+    for _ in range(back):  # include ``back`` lines before the match (a template header)
+        line_start = text.rfind("\n", 0, line_start - 1) + 1
     end = _match_end(text, line_start, brace=brace)
     line = text.count("\n", 0, line_start) + 1
     return f"// {path.name} L{line} (verbatim)\n#line {line} \"{path.name}\"\n{text[line_start:end]}\n"
@@ -134,6 +136,18 @@ def vllm_paged_snippets(src: Path) -> dict[str, str]:
     return out
 
 
+def vllm_rocm_snippets(src: Path) -> dict[str, str]:
+    """vllm 0.33.0 csrc/rocm/attention_kernels.cuh: the CDNA and RDNA (navi) launchers and the macros
+    that choose between them (the kernel launch macros are the driver's)."""
+    cuh = src / "attention_kernels.cuh"
+    return {"vllm_rocm.inc": define(cuh, "DIVIDE_ROUND_UP")
+            + snippet(cuh, r"^enum class MFMAType \{", brace=False)
+            + snippet(cuh, r"^void paged_attention_custom_launcher\(", brace=True, back=3)
+            + snippet(cuh, r"^void paged_attention_custom_launcher_navi\(", brace=True, back=3)
+            + define(cuh, "CALL_CUSTOM_LAUNCHER")
+            + define(cuh, "CALL_CUSTOM_LAUNCHER_ALIBI")}
+
+
 def compile_cpp(out: Path, driver: Path, includes: list[Path], *, std: str = "c++17") -> None:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
@@ -192,6 +206,12 @@ def build(oracles: Path) -> list[str]:
             (bdir / name).write_text(text)
         compile_cpp(bdir / "vllm_paged_oracle", HERE / "vllm_paged_driver.cpp", [bdir, HERE / "stubs"])
         built.append("vllm_paged_oracle")
+    rocm = oracles / VLLM33 / "csrc" / "rocm"
+    if rocm.is_dir():
+        for name, text in vllm_rocm_snippets(rocm).items():
+            (bdir / name).write_text(text)
+        compile_cpp(bdir / "vllm_rocm_oracle", HERE / "vllm_rocm_driver.cpp", [bdir, HERE / "stubs"])
+        built.append("vllm_rocm_oracle")
     fi = oracles / FI
     if fi.is_dir():
         compile_cu(bdir / "flashinfer_oracle", HERE / "flashinfer_driver.cu", [HERE / "stubs_cuda", fi],
