@@ -8,6 +8,7 @@ imported inside the functions only. :func:`render_terminal` is the dependency-fr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,17 @@ def _short(x: int) -> str:
 
 
 def plot_sweep(result: SweepResult, path: Path, *, max_rows: int = 8, dpi: int = 110) -> Path:
-    """Write one PNG: a row of three heatmaps per applicable (model, TP, GPU, policy) grid."""
+    """Write one PNG to ``path``: a row of three heatmaps per applicable (model, TP, GPU, policy) grid.
+
+    Writes ``path`` directly; the CLI passes :func:`sweep_png_writer` to
+    ``decodecalc.commands.output.write_files`` instead, which writes atomically beside the CSV."""
+    sweep_png_writer(result, max_rows=max_rows, dpi=dpi)(Path(path))
+    return Path(path)
+
+
+def sweep_png_writer(result: SweepResult, *, max_rows: int = 8, dpi: int = 110) -> Callable[[Path], None]:
+    """Draw the heatmaps now (so every problem is raised before any file is touched) and return the
+    function that saves them as PNG to the path it is given (and frees the figure)."""
     try:
         import matplotlib
 
@@ -85,12 +96,14 @@ def plot_sweep(result: SweepResult, path: Path, *, max_rows: int = 8, dpi: int =
             ax.set_ylabel("batch")
             ax.set_title(f"{g.policy}: {title}\n{g.model} TP{g.tp} {g.gpu} ({g.num_sms} SMs)", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=dpi)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+
+    def save(target: Path) -> None:
+        try:
+            fig.savefig(target, dpi=dpi, format="png")
+        finally:
+            plt.close(fig)
+
+    return save
 
 
 # ------------------------------------------------------------------------------------------

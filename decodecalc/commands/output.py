@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,28 +52,87 @@ def to_json(data: Any) -> str:
     return _encode(data, "")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder and os.replace: never half-written."""
+def _folder(path: Path) -> Path:
+    return path.parent if str(path.parent) else Path(".")
+
+
+def _cannot(path: Path, exc: OSError) -> ConfigError:
+    """The error for a failed write, naming the file the user asked for (never our temp file)."""
+    return ConfigError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def check_writable(path: Path, option: str = "--output") -> None:
+    """Fail now, before any work, if ``path`` cannot be written: a missing or read-only folder, a
+    directory, /proc or /sys. Probes by creating (and removing) a temp file beside it."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+    folder = _folder(path)
+    if path.is_dir():
+        raise ConfigError(f"cannot write {path} ({option}): it is a directory")
     if not folder.is_dir():
-        raise ConfigError(f"cannot write {path}: folder {folder} does not exist")
+        raise ConfigError(f"cannot write {path} ({option}): folder {folder} does not exist")
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path} ({option}): {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+#: what write_files writes: the text of the file, or a function that writes it to the path it is given
+Content = str | Callable[[Path], None]
+
+
+def write_files(items: Sequence[tuple[Path, Content]]) -> None:
+    """Write several files all-or-nothing: each goes to a temp file beside it, and only when every
+    one is complete are they moved into place (os.replace). On any failure, or Ctrl-C, every temp
+    file is removed and no requested file is created or changed; the error names the requested path."""
     import tempfile  # only when writing a file: keeps the plain CLI path light
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    staged: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the mode open() would
-        os.replace(tmp, path)
+        for path, content in items:
+            path = Path(path)
+            folder = _folder(path)
+            if not folder.is_dir():
+                raise ConfigError(f"cannot write {path}: folder {folder} does not exist")
+            if path.is_dir():
+                raise ConfigError(f"cannot write {path}: it is a directory")
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+            except OSError as exc:
+                raise _cannot(path, exc) from None
+            staged.append((tmp, path))
+            try:
+                if isinstance(content, str):
+                    with os.fdopen(fd, "w") as f:
+                        f.write(content)
+                else:
+                    os.close(fd)
+                    content(Path(tmp))
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the mode open() would
+            except OSError as exc:
+                raise _cannot(path, exc) from None
+        for tmp, path in staged:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _cannot(path, exc) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and os.replace: never half-written."""
+    write_files([(Path(path), text)])
 
 
 # ------------------------------------------------------------------------------------------

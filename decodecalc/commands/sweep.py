@@ -90,16 +90,18 @@ def sweep(
 ) -> None:
     """Sweep batch x sequence length for chosen policies: CSV/JSON, heatmaps (SM coverage, splits, 2D/3D)."""
     from decodecalc.reports import compare as pol
-    from decodecalc.commands.output import to_json, write_atomic
+    from decodecalc.commands.output import check_writable, to_json, write_files
     from decodecalc.launchers.sglang_triton import SglangSettings
     from decodecalc.launchers.vllm_unified import VllmSettings
-    from decodecalc.plot import plot_available, plot_sweep
+    from decodecalc.plot import plot_available, sweep_png_writer
     from decodecalc.reports.sweep import run_sweep
 
     kind = fmt.value if fmt is not None else ("json" if output is not None and output.suffix.lower() == ".json"
                                               else "csv")
-    if output is not None and not (output.parent if str(output.parent) else Path(".")).is_dir():
-        raise ConfigError(f"cannot write {output}: folder {output.parent} does not exist")
+    if output is not None:  # both files are checked before the sweep runs
+        check_writable(output, "--output")
+    if plot is not None:
+        check_writable(plot, "--plot")
     if plot is not None and not plot_available():
         raise ConfigError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)")
     spec = build_spec(models=model, tps=tp, gpus=gpu, policies=policies, batch=batch, seq_len=seq_len,
@@ -125,14 +127,16 @@ def sweep(
 
         with progress_bar(err, spec.num_points // len(spec.seq_lens)) as progress:
             result = run_sweep(spec, opts, progress)
+    files: list = []  # written together: a failed plot leaves no CSV, and no temp file either
     if output is not None:
-        text = result.to_csv() if kind == "csv" else to_json(result.to_json()) + "\n"
-        write_atomic(output, text)
-        if not quiet:
-            err.print(f"wrote {output} ({spec.num_points:,} points)")
+        files.append((output, result.to_csv() if kind == "csv" else to_json(result.to_json()) + "\n"))
     if plot is not None:
-        plot_sweep(result, plot)
-        if not quiet:
+        files.append((plot, sweep_png_writer(result)))
+    write_files(files)
+    if not quiet:
+        if output is not None:
+            err.print(f"wrote {output} ({spec.num_points:,} points)")
+        if plot is not None:
             err.print(f"wrote {plot}")
     if output is None and fmt is not None:
         typer.echo(result.to_csv() if kind == "csv" else to_json(result.to_json()), nl=kind == "json")
