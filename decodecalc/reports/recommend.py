@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
+from decodecalc.launchers.vllm_unified import MIN_LAUNCH_GRID_SIZE_2D, VllmSettings, plan_vllm
 from decodecalc.limits import MAX_KV_SPLITS, check_int
+from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import (
     TIE_FRACTION,
     LaunchWork,
@@ -25,6 +28,7 @@ from decodecalc.timemodel import (
     vllm_work,
     work_for_plan,
 )
+from decodecalc.workload import Workload
 
 KERNELS = ("vllm", "sglang")
 #: candidate split counts when the user gives none (1 = unsplit: vLLM's 2D kernel, SGLang one split).
@@ -199,8 +203,8 @@ def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]
     return out
 
 
-def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
-    from decodecalc.launchers.vllm_unified import MIN_LAUNCH_GRID_SIZE_2D, VllmSettings, plan_vllm
+def _vllm(work: Workload, gpu: GPUSpec, profile: TimeProfile, cands: Sequence[int],
+          settings: VllmSettings | None) -> KernelRecommendation:
 
     vp = plan_vllm(work, gpu, settings or VllmSettings())
     running = vp.replay.plan if vp.replay is not None else vp.plan  # a FULL-graph replay runs the padded launch
@@ -245,9 +249,8 @@ def _vllm(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], setti
                                 apply=apply, note=_tie_note(rec, default), calibrated=_families_calibrated(profile, works))
 
 
-def _sglang(work: Any, gpu: Any, profile: TimeProfile, cands: Sequence[int], settings: Any) -> KernelRecommendation:
-    from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
-
+def _sglang(work: Workload, gpu: GPUSpec, profile: TimeProfile, cands: Sequence[int],
+            settings: SglangSettings | None) -> KernelRecommendation:
     sp = plan_sglang(work, gpu, settings or SglangSettings())
     dwork: LaunchWork = sglang_work(work, splits=sp.num_kv_splits, max_kv_splits=sp.max_kv_splits,
                                     adaptive=sp.mode == "adaptive")
@@ -287,9 +290,9 @@ def _families_calibrated(profile: TimeProfile, works: Sequence[LaunchWork]) -> b
     return profile.calibrated and not (uncal & used)
 
 
-def recommend(work: Any, gpu: Any, *, kernels: Sequence[str] = KERNELS,
+def recommend(work: Workload, gpu: GPUSpec, *, kernels: Sequence[str] = KERNELS,
               candidates: Mapping[str, Sequence[int]] | None = None, profile: TimeProfile | None = None,
-              vllm_settings: Any = None, sglang_settings: Any = None) -> Recommendation:
+              vllm_settings: VllmSettings | None = None, sglang_settings: SglangSettings | None = None) -> Recommendation:
     """Best split count per kernel for one decode step of ``work`` (a Workload) on ``gpu`` (a GPUSpec)."""
     prof = profile if profile is not None else resolve_profile(gpu)
     out: dict[str, KernelRecommendation] = {}
