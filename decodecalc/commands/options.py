@@ -72,6 +72,11 @@ VLLM = "vLLM settings"
 SGLANG = "SGLang settings"
 OUTPUT = "Output"
 
+
+def one_of(cls: type[Enum]) -> str:
+    """The choices of an enum option, for its help text (the metavar stays short so --help fits 80 columns)."""
+    return "One of: " + ", ".join(str(m.value) for m in cls) + "."
+
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model id (see `decodecalc models`), a model YAML, "
                                        "a Hugging Face config.json, or a repo id in the local HF cache.",
                                        rich_help_panel=WORKLOAD)]
@@ -92,10 +97,10 @@ SmsOpt = Annotated[Optional[int], typer.Option("--sms", help="Override the SM (C
                                                rich_help_panel=GPU)]
 BandwidthOpt = Annotated[Optional[float], typer.Option("--bandwidth", help="Override HBM bandwidth in GB/s "
                                                        "(1e9 B/s).", rich_help_panel=GPU)]
-DtypeOpt = Annotated[Optional[Dtype], typer.Option("--dtype", help="Activation/query dtype. Default: the model's.",
-                                                   rich_help_panel=WORKLOAD)]
-KvDtypeOpt = Annotated[KvDtype, typer.Option("--kv-cache-dtype", help="KV-cache dtype (auto: the model's).",
-                                             rich_help_panel=WORKLOAD)]
+DtypeOpt = Annotated[Optional[Dtype], typer.Option("--dtype", help="Activation/query dtype. Default: the model's. "
+                                                   + one_of(Dtype), metavar="DTYPE", rich_help_panel=WORKLOAD)]
+KvDtypeOpt = Annotated[KvDtype, typer.Option("--kv-cache-dtype", help="KV-cache dtype (auto: the model's). "
+                                             + one_of(KvDtype), metavar="DTYPE", rich_help_panel=WORKLOAD)]
 BlockSizeOpt = Annotated[int, typer.Option("--block-size", help="KV-cache block (page) size in tokens.",
                                            rich_help_panel=WORKLOAD)]
 KernelBlockOpt = Annotated[Optional[int], typer.Option("--kernel-block-size", help="Kernel block size if the "
@@ -105,7 +110,8 @@ BatchInvOpt = Annotated[bool, typer.Option("--batch-invariant", help="VLLM_BATCH
                                            "--enable-deterministic-inference (SGLang).", rich_help_panel=WORKLOAD)]
 CudaGraphOpt = Annotated[bool, typer.Option("--cuda-graph/--no-cuda-graph", help="vLLM CUDA graphs "
                                             "(FULL_AND_PIECEWISE) or eager.", rich_help_panel=VLLM)]
-CgModeOpt = Annotated[Optional[CudagraphMode], typer.Option("--cudagraph-mode", help="vLLM cudagraph_mode.",
+CgModeOpt = Annotated[Optional[CudagraphMode], typer.Option("--cudagraph-mode", help="vLLM cudagraph_mode "
+                                                            "(any case). " + one_of(CudagraphMode), metavar="MODE",
                                                             case_sensitive=False, rich_help_panel=VLLM)]
 MaxSeqsOpt = Annotated[int, typer.Option("--max-num-seqs", help="vLLM max_num_seqs (sizes capture list and "
                                          "scratch).", rich_help_panel=VLLM)]
@@ -116,10 +122,11 @@ MaxSplitsOpt = Annotated[Optional[int], typer.Option("--max-kv-splits", help="SG
                                                      rich_help_panel=SGLANG)]
 SpecOpt = Annotated[int, typer.Option("--num-speculative-tokens", help="k: decode steps carry k+1 query tokens.",
                                       rich_help_panel=WORKLOAD)]
-VllmVersionOpt = Annotated[VllmVersion, typer.Option("--vllm-version", help="vLLM release whose gate to model.",
+VllmVersionOpt = Annotated[VllmVersion, typer.Option("--vllm-version", help="vLLM release whose gate to model. "
+                                                     + one_of(VllmVersion), metavar="X.Y.Z", rich_help_panel=VLLM)]
+ModelRunnerOpt = Annotated[ModelRunner, typer.Option("--model-runner", help="vLLM model runner. "
+                                                     + one_of(ModelRunner), metavar="V", case_sensitive=False,
                                                      rich_help_panel=VLLM)]
-ModelRunnerOpt = Annotated[ModelRunner, typer.Option("--model-runner", help="vLLM model runner.",
-                                                     case_sensitive=False, rich_help_panel=VLLM)]
 ThresholdOpt = Annotated[Optional[int], typer.Option("--seq-threshold-3d", help="Override vLLM's seq_threshold_3D.",
                                                      rich_help_panel=VLLM)]
 StaticSplitsOpt = Annotated[bool, typer.Option("--static-kv-splits", help="SGLang "
@@ -127,14 +134,14 @@ StaticSplitsOpt = Annotated[bool, typer.Option("--static-kv-splits", help="SGLan
 ContextLenOpt = Annotated[Optional[int], typer.Option("--context-len", help="Model context length (SGLang sizes "
                                                       "max_kv_splits from it in deterministic and MLA modes).",
                                                       rich_help_panel=SGLANG)]
-SystemOpt = Annotated[Optional[System], typer.Option("--system", help="Only one system (default both).",
-                                                     case_sensitive=False)]
+SystemOpt = Annotated[Optional[System], typer.Option("--system", help="Only one system (default both). "
+                                                     + one_of(System), metavar="NAME", case_sensitive=False)]
 VllmSrcOpt = Annotated[Optional[Path], typer.Option("--vllm-src", help="vLLM source checkout or unpacked wheel. "
                                                     "Default: installed vllm, else ./upstream/vllm-0.33.0.")]
 SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLang source checkout or unpacked "
                                                       "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
 LayerOpt = Annotated[Layer, typer.Option("--layer", help="Which attention layer (sliding: the model's sliding "
-                                         "window).", rich_help_panel=WORKLOAD)]
+                                         "window). " + one_of(Layer), metavar="LAYER", rich_help_panel=WORKLOAD)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON contract instead of tables.",
                                        rich_help_panel=OUTPUT)]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic).",
@@ -247,3 +254,57 @@ def with_workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapper.__signature__ = sig.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]  # type: ignore[attr-defined]  # inspect.signature reads it
                                         + shared)
     return handle_errors(wrapper)
+
+
+# --------------------------------------------------------------------------------------------
+# An option given twice is an error, not "the last one wins"
+
+
+def _repeated_option(command: Any, args: list[str]) -> tuple[Any, str, str] | None:
+    """(param, first spelling, second spelling) of the first single-valued option given twice in ``args``."""
+    by_name: dict[str, Any] = {}
+    for p in command.params:
+        if getattr(p, "param_type_name", "") == "option" and not getattr(p, "multiple", False) \
+                and not getattr(p, "count", False):
+            for name in (*p.opts, *p.secondary_opts):
+                by_name[name] = p
+    seen: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if token == "--":
+            break
+        if not token.startswith("-") or token == "-":
+            continue
+        name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+        p = by_name.get(name)
+        if p is None:
+            continue
+        attached = "=" in token if token.startswith("--") else len(token) > 2
+        shown = token
+        if not getattr(p, "is_flag", False) and not attached:
+            if i < len(args):
+                shown = f"{token} {args[i]}"
+            i += 1  # the option's value, even when it starts with '-' (--tp -1)
+        if p.name in seen:
+            return p, seen[p.name], shown
+        seen[p.name] = shown
+    return None
+
+
+def strict_command_class() -> type:
+    """typer's command class, refusing an option given more than once (``--format xml ... --format
+    csv`` would otherwise silently use csv and never validate xml)."""
+    import typer.core
+
+    class StrictCommand(typer.core.TyperCommand):
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+            repeated = _repeated_option(self, list(args))
+            if repeated is not None:
+                param, first, second = repeated
+                raise typer.BadParameter(f"given more than once ({first} ... {second}); give it once",
+                                         ctx=ctx, param=param)
+            return super().parse_args(ctx, args)
+
+    return StrictCommand
