@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -38,16 +37,12 @@ VLLM_SPLITS = (2, 4, 8, 16, 32, 64, 128)
 SGLANG_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 REF_VLLM_SPLITS = (4, 16, 64)
 REF_SGLANG_SPLITS = (1, 4, 16, 64)
-ROTATE_BYTES = 256 << 20
-MAX_COPIES = 256
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def np2(n: int) -> int:
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+MAX_COPIES = 256  # KV-cache copies cycled over (>= 256 MiB together: decodecalc.verify.timing.ROTATE_BYTES)
+#: the kernels whose launches and compiled resources are recorded, by the module that defines them
+VLLM_KERNELS = ("kernel_unified_attention", "reduce_segments")
+SGLANG_KERNELS = ("_fwd_grouped_kernel_stage1", "_fwd_kernel_stage1", "_fwd_kernel_stage2")
+SGLANG_META_KERNELS = ("get_num_kv_splits_triton",)
+REF_KERNELS = ("ref_split_kv", "ref_reduce_segments", "ref_grouped_stage1", "ref_stage2", "ref_num_kv_splits")
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,98 +134,19 @@ def dry_shapes() -> list[tuple[str, int, int, int, tuple[int, ...]]]:
 
 
 # --------------------------------------------------------------------------------------------
-# timing (METHOD.md: CUDA-graph replay over rotating KV copies, median of replays)
+# compiled-kernel resources (launches are recorded by decodecalc.verify.capture.LaunchRecorder and timed by
+# decodecalc.verify.timing: a CUDA graph over rotating KV copies, median of replays, as METHOD.md asks)
 
 
-def time_calls(step, copies: int, *, target_ms: float = 3.0, max_calls: int = 2048, replays: int = 5):  # type: ignore[no-untyped-def]
-    import torch
-
-    torch.cuda.synchronize()
-    for c in range(min(copies, 4)):
-        step(c)
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    n_est = min(copies, 16)
-    s.record()
-    for c in range(n_est):
-        step(c)
-    e.record()
-    e.synchronize()
-    est_ms = max(s.elapsed_time(e) / n_est, 1e-3)
-    calls = max(min(copies, 512), min(max_calls, math.ceil(target_ms / est_ms)))
-    calls = max(1, min(calls, max(max_calls, copies)))
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step(0)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            step(i % copies)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0 / calls)
-    del graph
-    med = statistics.median(times)
-    return med, (max(times) - min(times)) / med, calls
-
-
-# --------------------------------------------------------------------------------------------
-# launch recording and compiled-kernel resources
-
-
-class Recorder:
-    """Wrap Triton JIT functions so each launch's name, grid and constexprs are recorded."""
-
-    def __init__(self) -> None:
-        self.launches: list[dict] = []
-        self.on = False
-        self.resources: dict[str, dict] = {}
-
-    def wrap(self, module, names):  # type: ignore[no-untyped-def]
+def kernel_objects(modules_and_names: list[tuple[object, tuple[str, ...]]]) -> dict[str, object]:
+    """The Triton JIT functions by kernel name, looked up in the modules that define them."""
+    out: dict[str, object] = {}
+    for module, names in modules_and_names:
         for n in names:
             fn = getattr(module, n, None)
-            if fn is None or not hasattr(fn, "__getitem__"):
-                continue
-            setattr(module, n, _Recorded(fn, self, n))
-
-
-class _Recorded:
-    def __init__(self, fn, rec: Recorder, name: str) -> None:  # type: ignore[no-untyped-def]
-        self.fn, self.rec, self.name = fn, rec, name
-
-    def __getattr__(self, k):  # type: ignore[no-untyped-def]
-        return getattr(self.fn, k)
-
-    def __getitem__(self, grid):  # type: ignore[no-untyped-def]
-        launcher = self.fn[grid]
-        rec, name, fn = self.rec, self.name, self.fn
-
-        def run(*a, **kw):  # type: ignore[no-untyped-def]
-            if rec.on:
-                g = grid(kw) if callable(grid) else grid
-                g = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
-                cx = {k: v for k, v in kw.items() if isinstance(v, (bool, int, float, str)) and k.isupper() or k in (
-                    "num_warps", "num_stages", "num_queries_per_kv", "kv_group_num")}
-                rec.launches.append({"kernel": name, "grid": list(g), "constexprs": {k: v for k, v in cx.items() if isinstance(v, (bool, int, float, str))}})
-            out = launcher(*a, **kw)
-            if rec.on:
-                try:
-                    rec.resources.setdefault(name, {}).update(_resources(fn))
-                except Exception as exc:  # noqa: BLE001
-                    rec.resources.setdefault(name, {})["error"] = repr(exc)
-            return out
-
-        return run
+            if fn is not None:
+                out[n] = fn
+    return out
 
 
 def _resources(fn) -> dict:  # type: ignore[no-untyped-def]
@@ -247,8 +163,9 @@ def _resources(fn) -> dict:  # type: ignore[no-untyped-def]
             except Exception:  # noqa: BLE001
                 pass
             md = k.metadata
-            out[str(key)] = {  # the whole specialization key: head dim, segments, ... are in it"n_regs": int(getattr(k, "n_regs", -1) or -1), "n_spills": int(getattr(k, "n_spills", -1) or -1),
-                                   "shared": int(md.shared), "num_warps": int(md.num_warps), "num_stages": int(getattr(md, "num_stages", 0))}
+            # the whole specialization key: head dim, segments, ... are in it
+            out[str(key)] = {"n_regs": int(getattr(k, "n_regs", -1) or -1), "n_spills": int(getattr(k, "n_spills", -1) or -1),
+                             "shared": int(md.shared), "num_warps": int(md.num_warps), "num_stages": int(getattr(md, "num_stages", 0))}
     return out
 
 
@@ -258,9 +175,11 @@ def _resources(fn) -> dict:  # type: ignore[no-untyped-def]
 def measure_copy(env: dict, dev: str) -> None:
     import torch
 
+    from decodecalc.verify.timing import graph_seconds
+
     # one tiny kernel per call, back to back in a CUDA graph: the per-kernel launch overhead of a replay
     x = torch.zeros(1, device=dev)
-    env["graph_kernel_overhead_us"] = round(time_calls(lambda c: x.add_(1.0), 1, target_ms=2.0)[0], 3)
+    env["graph_kernel_overhead_us"] = round(graph_seconds(lambda c: x.add_(1.0), 1, what="measure_splits") * 1e6, 3)
 
     # practical bandwidth ceiling: a large device-to-device copy (bytes read + written)
     a = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
@@ -346,6 +265,10 @@ def main() -> int:
 
     import torch
 
+    from decodecalc.verify import engine
+    from decodecalc.verify.capture import LaunchRecorder
+    from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes as kv_bytes_of
+    from decodecalc.verify.timing import copies_for, time_calls
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
     t_start = time.time()
@@ -354,19 +277,19 @@ def main() -> int:
     cap = (9, 0) if args.dry else torch.cuda.get_device_capability(0)
     vk = load_vllm(None, capability=cap, interpret=args.dry)
     sk = load_sglang(None, interpret=args.dry)
-    rec = Recorder()
-    rec.wrap(vk.module, ["kernel_unified_attention", "reduce_segments"])
-    rec.wrap(sk.decode, ["_fwd_grouped_kernel_stage1", "_fwd_kernel_stage1", "_fwd_kernel_stage2"])
-    rec.wrap(sk.metadata, ["get_num_kv_splits_triton"])
-    rk = None
+    modules: list[tuple[object, tuple[str, ...]]] = [(vk.module, VLLM_KERNELS), (sk.decode, SGLANG_KERNELS),
+                                                     (sk.metadata, SGLANG_META_KERNELS)]
+    ref_ok = False
     if args.ref_every:
         try:
-            from decodecalc.verify import reference_kernels as rk  # type: ignore[no-redef]
+            from decodecalc.verify import reference_grouped, reference_split_kv
 
-            rec.wrap(rk, ["ref_split_kv", "ref_reduce_segments", "ref_grouped_stage1", "ref_stage2", "ref_num_kv_splits"])
+            modules += [(reference_split_kv, REF_KERNELS), (reference_grouped, REF_KERNELS)]
+            ref_ok = True
         except Exception as exc:  # noqa: BLE001
             print(f"reference kernels unavailable: {exc!r}", flush=True)
-            rk = None
+    kernels = kernel_objects(modules)
+    resources: dict[str, dict] = {}
     env = {"device": dev, "gpu": "cpu-interpreter" if args.dry else torch.cuda.get_device_name(0), "sm_count": sms,
            "torch": torch.__version__, "triton": __import__("triton").__version__, "vllm_upstream": vk.source.version,
            "sglang_upstream": sk.source.version, "capability": list(cap), "cuda": torch.version.cuda}
@@ -379,7 +302,6 @@ def main() -> int:
             torch.cuda.synchronize()
 
     rows: list[dict] = []
-    resources: dict = {}
     all_shapes = (dry_shapes() if args.dry else shapes(args.quick))[args.first:]
     done = 0
 
@@ -387,7 +309,7 @@ def main() -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"env": env, "args": {k: str(v) for k, v in vars(args).items()},
                                         "shapes_done": done, "shapes_planned": len(all_shapes),
-                                        "kernel_resources": rec.resources, "cases": rows,
+                                        "kernel_resources": resources, "cases": rows,
                                         "elapsed_s": round(time.time() - t_start, 1)}) + "\n")
 
     dtype = torch.float32 if args.dry else torch.bfloat16
@@ -400,55 +322,24 @@ def main() -> int:
             os._exit(3)
         B = len(lens)
         bs = 16
-        g = h // hkv
-        nb = [cdiv(L, bs) for L in lens]
-        per_copy = sum(nb)
-        kv_bytes = sum(lens) * hkv * d * 2 * 2
-        copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_BYTES / kv_bytes)))
+        kv_bytes = kv_bytes_of(lens, hkv, d, 2)  # as bf16 on the GPU
+        copies = copies_for(kv_bytes, max_copies=MAX_COPIES)
         gen = torch.Generator(device=dev)
         gen.manual_seed(si)
-        nblocks = copies * per_copy + 1
-        k_cache = torch.randn((nblocks, bs, hkv, d), generator=gen, device=dev, dtype=dtype)  # never zeros (METHOD.md)
-        v_cache = torch.randn((nblocks, bs, hkv, d), generator=gen, device=dev, dtype=dtype)
-        perm = torch.randperm(nblocks - 1, generator=gen, device=dev).to(torch.int32) + 1
-        max_nb = max(nb)
-        tables = torch.zeros((copies, B, max_nb), dtype=torch.int32, device=dev)
-        indices = torch.empty((copies, sum(lens)), dtype=torch.int64, device=dev)  # SGLang's kv_indices are int64
-        ar = torch.arange(bs, device=dev, dtype=torch.int32)
-        for c in range(copies):
-            off, tok = c * per_copy, 0
-            for i, n in enumerate(nb):
-                blocks = perm[off:off + n]
-                tables[c, i, :n] = blocks
-                indices[c, tok:tok + lens[i]] = (blocks[:, None] * bs + ar[None, :]).reshape(-1)[:lens[i]].to(torch.int64)
-                tok += lens[i]
-                off += n
+        kv = build_paged_kv(gen, seq_lens=lens, num_kv_heads=hkv, head_size=d, block_size=bs, dtype=dtype,
+                            device=dev, copies=copies)
         q = torch.randn((B, h, d), generator=gen, device=dev, dtype=dtype)
         out = torch.empty((B, h, d), device=dev, dtype=dtype)
         seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
         cu_q = torch.arange(B + 1, dtype=torch.int32, device=dev)
         indptr = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device=dev)
-        k_buf, v_buf = k_cache.view(-1, hkv, d), v_cache.view(-1, hkv, d)
         scale = 1.0 / math.sqrt(d)
-        d_pad = np2(d)
+        d_pad = 1 << (d - 1).bit_length()
         gmax = max(SGLANG_SPLITS + (8,))
         part_out = torch.empty((B, h, gmax, d), device=dev, dtype=torch.float32)
         part_lse = torch.empty((B, h, gmax), device=dev, dtype=torch.float32)
         nsplit = torch.empty((B,), device=dev, dtype=torch.int32)
-        block_m = 16 if g <= 16 else np2(g)
-        block_q = block_m // g
-        default_thr = 128 // hkv
-
-        def vllm_step(thr: int, S: int):  # type: ignore[no-untyped-def]
-            def step(c: int) -> None:
-                vk.unified_attention(q=q, k=k_cache, v=v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
-                                     seqused_k=seq_lens, max_seqlen_k=max(lens), softmax_scale=scale, causal=True,
-                                     window_size=(-1, -1), block_table=tables[c], softcap=0, q_descale=None,
-                                     k_descale=None, v_descale=None, seq_threshold_3D=thr,
-                                     num_par_softmax_segments=S, softmax_segm_output=_segm(S)[0],
-                                     softmax_segm_max=_segm(S)[1], softmax_segm_expsum=_segm(S)[2])
-            return step
-
+        default_thr = 128 // hkv  # vLLM's seq_threshold_3D with 16 segments (triton_attn.py)
         seg_cache: dict[int, tuple] = {}
 
         def _segm(S: int):  # type: ignore[no-untyped-def]
@@ -458,9 +349,18 @@ def main() -> int:
                                 torch.empty((B, h, S), device=dev, dtype=torch.float32))
             return seg_cache[S]
 
-        def sglang_step(S: int, adaptive: bool):  # type: ignore[no-untyped-def]
-            import triton
+        def vllm_step(thr: int, S: int):  # type: ignore[no-untyped-def]
+            so, sm_, ss = _segm(S)
 
+            def step(c: int) -> None:
+                engine.vllm_unified_attention(
+                    vk, q=q, k=kv.k_cache, v=kv.v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
+                    seqused_k=seq_lens, max_seqlen_k=max(lens), block_table=kv.block_tables[c], softmax_scale=scale,
+                    seq_threshold_3D=thr, num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm_,
+                    softmax_segm_expsum=ss)
+            return step
+
+        def sglang_step(S: int, adaptive: bool):  # type: ignore[no-untyped-def]
             mx = 8 if adaptive else S
             po, pl = part_out[:, :, :mx].contiguous(), part_lse[:, :, :mx].contiguous()
             # static: a constant split-count tensor, so the timed call has no extra fill kernel
@@ -468,28 +368,32 @@ def main() -> int:
 
             def step(c: int) -> None:
                 if adaptive:
-                    sk.get_num_kv_splits_triton[(1,)](nsplit, seq_lens, B, 1, h, hkv, mx, sms,
-                                                      MAX_NUM_SEQ=max(256, triton.next_power_of_2(B)))
-                sk.decode_attention_fwd(q, k_buf, v_buf, out, indptr, indices[c], po, pl, ns, mx, scale, 1.0, 1.0,
-                                        use_pdl=not args.dry)
+                    engine.sglang_num_kv_splits(sk, num_kv_splits=nsplit, seq_lens=seq_lens, num_seq=B, num_group=1,
+                                                num_head=h, num_kv_head=hkv, max_kv_splits=mx, device_core_count=sms)
+                engine.sglang_decode_attention(
+                    sk, q=q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=out, kv_indptr=indptr,
+                    kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=mx,
+                    sm_scale=scale, use_pdl=not args.dry)
             return step
 
         def ref_vllm_step(use_3d: bool, S: int):  # type: ignore[no-untyped-def]
             so, sm_, ss = _segm(S)
 
             def step(c: int) -> None:
-                rk.run_split_kv(q=q, k_cache=k_cache, v_cache=v_cache, out=out, query_start=cu_q, seq_lens=seq_lens,
-                                block_table=tables[c], scale=scale, use_3d=use_3d, num_segments=S, segm_out=so,
-                                segm_max=sm_, segm_sum=ss)
+                reference_split_kv.run_split_kv(
+                    q=q, k_cache=kv.k_cache, v_cache=kv.v_cache, out=out, query_start=cu_q, seq_lens=seq_lens,
+                    block_table=kv.block_tables[c], scale=scale, use_3d=use_3d, num_segments=S, segm_out=so,
+                    segm_max=sm_, segm_sum=ss)
             return step
 
         def ref_sglang_step(S: int):  # type: ignore[no-untyped-def]
             po, pl = part_out[:, :, :S].contiguous(), part_lse[:, :, :S].contiguous()
 
             def step(c: int) -> None:
-                rk.run_grouped(q=q, k_buffer=k_buf, v_buffer=v_buf, out=out, kv_indptr=indptr, kv_indices=indices[c],
-                               seq_lens=seq_lens, part_out=po, part_lse=pl, num_kv_splits=nsplit, max_kv_splits=S,
-                               sm_count=1 << 20, scale=scale)
+                reference_grouped.run_grouped(
+                    q=q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, out=out, kv_indptr=indptr,
+                    kv_indices=kv.kv_indices[c], seq_lens=seq_lens, part_out=po, part_lse=pl, num_kv_splits=nsplit,
+                    max_kv_splits=S, sm_count=1 << 20, scale=scale)
             return step
 
         variants: list[tuple[str, str, dict, object]] = []
@@ -502,43 +406,47 @@ def main() -> int:
         for S in SGLANG_SPLITS:
             variants.append((f"sglang-static-S{S}", "sglang", {"max_kv_splits": S}, sglang_step(S, False)))
         variants.append(("sglang-adaptive", "sglang", {"max_kv_splits": 8, "device_core_count": sms}, sglang_step(8, True)))
-        if rk is not None and args.ref_every and si % args.ref_every == 0:
+        if ref_ok and si % args.ref_every == 0:
             variants.append(("reference-vllm-2d", "reference", {}, ref_vllm_step(False, 16)))
             for S in REF_VLLM_SPLITS:
                 variants.append((f"reference-vllm-3d-S{S}", "reference", {"num_segments": S}, ref_vllm_step(True, S)))
             for S in REF_SGLANG_SPLITS:
                 variants.append((f"reference-sglang-S{S}", "reference", {"max_kv_splits": S}, ref_sglang_step(S)))
 
-        model = f"{name}"
         for vname, fw, extra, step in variants:
-            row = {"model": model, "variant": vname, "framework": fw, **extra, "num_q_heads": h, "num_kv_heads": hkv,
+            row = {"model": name, "variant": vname, "framework": fw, **extra, "num_q_heads": h, "num_kv_heads": hkv,
                    "head_dim": d, "block_size": bs, "batch": B, "seq_len": max(lens), "kv_bytes": kv_bytes,
                    "kv_copies": copies}
             if len(set(lens)) > 1:
                 row["seq_lens"] = list(lens)
             try:
-                rec.launches = []
-                rec.on = True
-                step(0)  # type: ignore[operator]
-                sync()
-                rec.on = False
-                row["launches"] = rec.launches
+                with LaunchRecorder(execute=True) as rec:
+                    step(0)  # type: ignore[operator]
+                    sync()
+                row["launches"] = [la.to_json() for la in rec.launches]
+                for la in rec.launches:
+                    if la.name in kernels:
+                        try:
+                            resources.setdefault(la.name, {}).update(_resources(kernels[la.name]))
+                        except Exception as exc:  # noqa: BLE001
+                            resources.setdefault(la.name, {})["error"] = repr(exc)
                 if fw == "sglang" and "adaptive" in vname:
                     row["num_kv_splits"] = nsplit.cpu().tolist()
                 if args.dry:
-                    row.update({"status": "ok-dry", "launches": rec.launches})
+                    row["status"] = "ok-dry"
                     rows.append(row)
                     continue
-                t_us, spread, calls = time_calls(step, copies)
-                row.update({"t_us": t_us, "t_graph_spread": spread, "graph_calls": calls, "timer": "graph",
-                            "status": "ok", "gbps": kv_bytes / (t_us * 1e-6) / 1e9})
+                t = time_calls(step, copies)  # type: ignore[arg-type]
+                if t.timer != "graph" or t.t_us is None:
+                    raise RuntimeError(f"not timed under a CUDA graph: {t.note}")
+                row.update({"t_us": t.t_us, "t_graph_spread": t.spread, "graph_calls": t.calls, "timer": "graph",
+                            "status": "ok", "gbps": kv_bytes / (t.t_us * 1e-6) / 1e9})
             except Exception as exc:  # noqa: BLE001
-                rec.on = False
                 sync()
                 row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:400]})
                 traceback.print_exc(limit=2)
             rows.append(row)
-        del k_cache, v_cache, k_buf, v_buf, tables, indices, seg_cache
+        del kv, seg_cache
         if not args.dry:
             torch.cuda.empty_cache()
         done += 1

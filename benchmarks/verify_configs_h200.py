@@ -49,7 +49,8 @@ def main() -> int:
         for i, (name, args) in enumerate(CASES):
             path = os.path.join(tmp, f"{i}.json")
             t0 = time.time()
-            r = subprocess.run([sys.executable, "-m", "decodecalc", "verify", *args, "-o", path],
+            # --kernels both: the upstream kernels and decodecalc's reference kernels, as recorded
+            r = subprocess.run([sys.executable, "-m", "decodecalc", "verify", *args, "--kernels", "both", "-o", path],
                                capture_output=True, text=True)
             data = json.load(open(path)) if os.path.exists(path) else None
             ok = r.returncode == 0

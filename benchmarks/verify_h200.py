@@ -86,15 +86,15 @@ def build_calls(case: dict[str, Any], gpu: Any) -> tuple[Any, list[Any]]:
     from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
     from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
     from decodecalc.specs.models import resolve_model
-    from decodecalc.verify import runner as R
+    from decodecalc.verify.calls import sglang_call, vllm_call
     from decodecalc.workload import make_workload
 
     work = make_workload(resolve_model(case["model"]), tp=case["tp"], seq_lens=tuple(case["seq_lens"]),
                          query_lens=tuple(case["query_lens"]) if case.get("query_lens") else None,
                          dtype="bfloat16")
-    calls = [R.vllm_call(plan_vllm(work, gpu, VllmSettings()))]
+    calls = [vllm_call(plan_vllm(work, gpu, VllmSettings()))]
     try:
-        calls.append(R.sglang_call(plan_sglang(work, gpu, SglangSettings()), gpu))
+        calls.append(sglang_call(plan_sglang(work, gpu, SglangSettings()), gpu))
     except DecodecalcError:
         pass  # e.g. speculative decode: SGLang runs extend attention there
     return work, calls
@@ -103,9 +103,10 @@ def build_calls(case: dict[str, Any], gpu: Any) -> tuple[Any, list[Any]]:
 def run(args: argparse.Namespace) -> int:
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.verify import runner as R
+    from decodecalc.verify.environment import detect_environment
 
     t0 = time.time()
-    env = R.detect_environment()
+    env = detect_environment()
     gpu = resolve_gpu("h200", sms=env.sm_count or None)
     out = Path(args.out)
     doc: dict[str, Any] = {"env": env.to_json(), "args": vars(args), "cases": [], "skipped": []}

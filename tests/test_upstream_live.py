@@ -16,6 +16,7 @@ from decodecalc.errors import ConfigError, DecodecalcError
 from decodecalc.launchers.sglang_triton import get_num_kv_splits, stage1_grid
 from decodecalc.launchers.vllm_unified import unified_attention_grid
 from decodecalc.verify import is_available, missing_requirements
+from decodecalc.verify.locate import REQUIRED_FILES, UpstreamVersionWarning, locate
 
 pytestmark = pytest.mark.interpreter
 
@@ -32,7 +33,7 @@ def sglang():
 
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", upstream.UpstreamVersionWarning)
+            warnings.simplefilter("ignore", UpstreamVersionWarning)
             return upstream.load_sglang(interpret=True)
     except ConfigError as exc:
         pytest.skip(f"SGLang sources not found (run tools/fetch_upstream.sh): {exc}")
@@ -47,7 +48,7 @@ def vllm():
 
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", upstream.UpstreamVersionWarning)
+            warnings.simplefilter("ignore", UpstreamVersionWarning)
             return upstream.load_vllm(interpret=True)
     except ConfigError as exc:
         pytest.skip(f"vLLM sources not found (run tools/fetch_upstream.sh): {exc}")
@@ -69,7 +70,7 @@ SGLANG_SHAPES = [
 
 @pytest.mark.parametrize("lens,h,hkv,sm,ms", SGLANG_SHAPES)
 def test_sglang_live_splits_and_grids(sglang, lens, h, hkv, sm, ms):
-    from decodecalc.verify.capture import call_sglang_decode
+    from decodecalc.verify.recording import call_sglang_decode
 
     call = call_sglang_decode(sglang, seq_lens=lens, num_head=h, num_kv_head=hkv, device_core_count=sm,
                               max_kv_splits=ms, head_dim=128)
@@ -88,7 +89,7 @@ def test_sglang_live_execute_matches_reference(sglang):
     """Execute both stages (fp16, tiny shapes): the output must be real attention."""
     import torch
 
-    from decodecalc.verify.capture import call_sglang_decode
+    from decodecalc.verify.recording import call_sglang_decode
 
     lens, h, hkv, d = (37, 200, 64), 8, 2, 64
     with warnings.catch_warnings():
@@ -110,7 +111,7 @@ def test_sglang_live_execute_matches_reference(sglang):
 
 
 def test_vllm_live_grids_match_model(vllm):
-    from decodecalc.verify.capture import call_vllm_unified
+    from decodecalc.verify.recording import call_vllm_unified
 
     for h, hkv, B, q in ((32, 8, 16, 1), (32, 8, 17, 1), (8, 1, 40, 3), (16, 1, 9, 9)):
         t = 128 // hkv
@@ -131,7 +132,7 @@ def test_vllm_live_execute_matches_reference(vllm):
     """Execute the 3D path and its reduce kernel (fp16: the interpreter's bf16 dot is wrong)."""
     import torch
 
-    from decodecalc.verify.capture import call_vllm_unified
+    from decodecalc.verify.recording import call_vllm_unified
 
     h, hkv, d, bs = 4, 2, 64, 16
     seq_lens, query_lens = (40, 70), (1, 2)
@@ -160,29 +161,25 @@ def test_vllm_live_execute_matches_reference(vllm):
 
 
 def test_missing_sources_raise_config_error_naming_the_file(tmp_path):
-    from decodecalc.verify import upstream
-
     (tmp_path / "sglang" / "kernels" / "ops" / "attention").mkdir(parents=True)
     with pytest.raises(ConfigError, match="decode_attention.py"):
-        upstream.locate("sglang", tmp_path)
+        locate("sglang", tmp_path)
 
 
 def test_other_version_warns_not_crashes(tmp_path):
-    from decodecalc.verify import upstream
-
-    for rel in upstream.REQUIRED_FILES["sglang"]:
+    for rel in REQUIRED_FILES["sglang"]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("# stub\n")
     (tmp_path / "sglang" / "_version.py").write_text("__version__ = version = '0.5.99'\n")
-    with pytest.warns(upstream.UpstreamVersionWarning, match="0.5.99"):
-        src = upstream.locate("sglang", tmp_path)
+    with pytest.warns(UpstreamVersionWarning, match="0.5.99"):
+        src = locate("sglang", tmp_path)
     assert src.version == "0.5.99" and not src.expected
     # a source checkout keeps the package under python/
     checkout = tmp_path / "checkout"
     (checkout / "python").mkdir(parents=True)
     (tmp_path / "sglang").rename(checkout / "python" / "sglang")
-    with pytest.warns(upstream.UpstreamVersionWarning):
-        src = upstream.locate("sglang", checkout)
+    with pytest.warns(UpstreamVersionWarning):
+        src = locate("sglang", checkout)
     assert src.root == (checkout / "python").resolve()
 
 

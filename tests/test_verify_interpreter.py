@@ -46,27 +46,33 @@ def _runner():
     return R
 
 
+def _env():
+    from decodecalc.verify.environment import detect_environment
+
+    return detect_environment()
+
+
 def _calls(w, systems=("vllm", "sglang"), **vllm_kw):
     from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
     from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
+    from decodecalc.verify.calls import sglang_call, vllm_call
 
-    R = _runner()
     calls = []
     if "vllm" in systems:
-        calls.append(R.vllm_call(plan_vllm(w, H200, VllmSettings(**vllm_kw))))
+        calls.append(vllm_call(plan_vllm(w, H200, VllmSettings(**vllm_kw))))
     if "sglang" in systems:
-        calls.append(R.sglang_call(plan_sglang(w, H200, SglangSettings()), H200))
+        calls.append(sglang_call(plan_sglang(w, H200, SglangSettings()), H200))
     return calls
 
 
 def _sources_or_skip(name: str):
     from decodecalc.errors import ConfigError
-    from decodecalc.verify import upstream
+    from decodecalc.verify import locate
 
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", upstream.UpstreamVersionWarning)
-            return upstream.locate(name)
+            warnings.simplefilter("ignore", locate.UpstreamVersionWarning)
+            return locate.locate(name)
     except ConfigError as exc:
         pytest.skip(f"{name} sources not found (run tools/fetch_upstream.sh): {exc}")
 
@@ -98,7 +104,7 @@ def _paged(h, h_kv, d, seq_lens, q_lens, bs=16, seed=0):
     (6, 1, 32, [50, 129], [3, 1], False, 1),          # 2D; g = 6 does not divide BLOCK_M = 16
 ])
 def test_reference_split_kv_matches_float32(h, h_kv, d, seq_lens, q_lens, use_3d, S):
-    from decodecalc.verify import reference_kernels as rk
+    from decodecalc.verify import reference_split_kv as rk
     from decodecalc.verify.torch_ref import compare, reference_attention
 
     q, k, v, bt, qsl, sl = _paged(h, h_kv, d, seq_lens, q_lens)
@@ -118,7 +124,7 @@ def test_reference_split_kv_matches_float32(h, h_kv, d, seq_lens, q_lens, use_3d
 
 def test_reference_grouped_matches_float32_and_splits():
     from decodecalc.launchers.sglang_triton import get_num_kv_splits, nonempty_splits
-    from decodecalc.verify import reference_kernels as rk
+    from decodecalc.verify import reference_grouped as rk
     from decodecalc.verify.torch_ref import compare, reference_attention
 
     h, h_kv, d, seq_lens, S = 8, 2, 32, [77, 300, 16], 8
@@ -150,7 +156,7 @@ def test_reference_grouped_matches_float32_and_splits():
 
 def test_verify_reference_kernels_match_prediction():
     R = _runner()
-    env = R.detect_environment()
+    env = _env()
     w = work(model(8, 1, 32), seq_lens=(40, 130, 17))  # g = 8: BLOCK_Q 2, 3D, ragged
     res = R.verify_workload(w, _calls(w), env, sources=("reference",), timing=False)
     assert [r.status for r in res.runs] == ["ok", "ok"], [r.message for r in res.runs]
@@ -166,7 +172,7 @@ def test_verify_reports_a_wrong_prediction():
     import dataclasses
 
     R = _runner()
-    env = R.detect_environment()
+    env = _env()
     w = work(model(4, 2, 32), seq_lens=(33,))
     call = _calls(w, systems=("vllm",), cudagraph_mode="NONE")[0]
     main = call.plan.kernels[0]
@@ -180,7 +186,7 @@ def test_verify_reports_a_wrong_prediction():
 def test_verify_sglang_upstream_kernels():
     _sources_or_skip("sglang")
     R = _runner()
-    env = R.detect_environment()
+    env = _env()
     w = work(model(8, 2, 32), seq_lens=(64, 700))  # skewed: the short sequence gets the long one's splits
     res = R.verify_workload(w, _calls(w, systems=("sglang",)), env, timing=False)
     up, ref = res.runs
@@ -194,7 +200,7 @@ def test_verify_sglang_upstream_kernels():
 def test_verify_vllm_upstream_kernels():
     _sources_or_skip("vllm")
     R = _runner()
-    env = R.detect_environment()
+    env = _env()
     w = work(model(8, 2, 32), seq_lens=(40, 100), query_lens=(2, 1))
     res = R.verify_workload(w, _calls(w, systems=("vllm",)), env, timing=False)
     assert [r.status for r in res.runs] == ["ok", "ok"], [r.message for r in res.runs]
@@ -238,9 +244,9 @@ def test_cli_verify_reference_json(tiny_model, tmp_path):
 def test_cli_verify_mismatch_exits_1(tiny_model, monkeypatch):
     import dataclasses
 
-    from decodecalc.verify import runner as R
+    from decodecalc.verify import calls as C
 
-    real = R.vllm_call
+    real = C.vllm_call
 
     def wrong(vplan):
         call = real(vplan)
@@ -249,7 +255,7 @@ def test_cli_verify_mismatch_exits_1(tiny_model, monkeypatch):
                                    + call.plan.kernels[1:])
         return dataclasses.replace(call, plan=plan)
 
-    monkeypatch.setattr(R, "vllm_call", wrong)
+    monkeypatch.setattr(C, "vllm_call", wrong)
     r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40", "--kernels", "reference", "--system", "vllm")
     assert r.exit_code == 1, r.output
     assert "MISMATCH" in r.stdout and "!=" in r.stdout
@@ -257,10 +263,12 @@ def test_cli_verify_mismatch_exits_1(tiny_model, monkeypatch):
 
 def test_cli_verify_sglang_upstream(tiny_model):
     _sources_or_skip("sglang")
-    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "50,20", "--system", "sglang", "--json")
+    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "50,20", "--system", "sglang", "--kernels", "both",
+                "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert [run["source"] for run in doc["runs"]] == ["upstream", "reference"]
+    assert doc["kernels"] == {"mode": "both", "ran": {"sglang": ["upstream", "reference"]}, "fallback": {}}
     assert doc["environment"]["versions"]["sglang"].startswith("0.5.23")
 
 
@@ -309,3 +317,46 @@ def test_cli_verify_batch_invariant_runs_2d(tiny_model, tmp_path):
     assert r.exit_code == 0, r.output
     run = json.loads(out.read_text())["runs"][0]
     assert run["status"] == "ok" and len(run["launches"][0]["observed_grid"]) == 2
+
+
+def _only_sglang_fetched(tmp_path, monkeypatch):
+    """A fresh clone after ``tools/fetch_upstream.sh sglang``: ./upstream holds SGLang only."""
+    from decodecalc.verify import locate
+
+    src = _sources_or_skip("sglang")
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here: its sources are always found")
+    root = tmp_path.resolve()
+    (root / "upstream").mkdir()
+    (root / "upstream" / "sglang-0.5.23").symlink_to(src.root, target_is_directory=True)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(locate, "_REPO_ROOT", root)
+    return root / "upstream" / "vllm-0.33.0"
+
+
+def test_cli_verify_runs_what_it_finds(tiny_model, tmp_path, monkeypatch):
+    """Issue 11: the default runs the upstream kernels where their sources are, the reference kernels
+    otherwise, says which it ran (screen and JSON), and names each path it tried once."""
+    tried = _only_sglang_fetched(tmp_path, monkeypatch)
+    out = tmp_path / "v.json"
+    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40,100,17", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert "vllm kernels: decodecalc's reference kernels (no upstream sources found)" in r.stdout
+    assert "sglang kernels: upstream 0.5.23" in r.stdout
+    assert "vllm ref" in r.stdout and "sglang 0.5.23" in r.stdout
+    assert r.stderr.count(str(tried)) == 1 and "fetch_upstream.sh vllm" in r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["kernels"]["mode"] == "auto"
+    assert doc["kernels"]["ran"] == {"vllm": ["reference"], "sglang": ["upstream"]}
+    assert doc["kernels"]["fallback"]["vllm"].count(str(tried)) == 1 and "sglang" not in doc["kernels"]["fallback"]
+    assert [(run["system"], run["source"]) for run in doc["runs"]] == [("vllm", "reference"), ("sglang", "upstream")]
+    assert doc["ok"]
+
+
+def test_cli_verify_upstream_without_sources_names_what_to_install(tiny_model, tmp_path, monkeypatch):
+    tried = _only_sglang_fetched(tmp_path, monkeypatch)
+    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40", "--system", "vllm", "--kernels", "upstream")
+    assert r.exit_code == 1
+    assert r.output.startswith("Error:") and r.output.count("\n") == 1, r.output
+    assert r.output.count(str(tried)) == 1 and "pip install vllm==0.33.0" in r.output
+    assert "Traceback" not in r.output

@@ -32,3 +32,28 @@ def test_verify_help_lists_its_options():
     assert r.exit_code == 0
     for opt in ("--kernels", "--vllm-src", "--sglang-src", "--json", "--output", "--model", "--seq-lens"):
         assert opt in r.stdout
+
+
+def test_profiled_systems_are_the_profilers_backends():
+    from decodecalc.commands.verify import PROFILED
+    from decodecalc.verify.profiler import BACKENDS
+
+    assert PROFILED == tuple(BACKENDS)
+
+
+def test_verify_a_backend_that_cannot_be_imported_names_the_package(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flashinfer" else real(name, *a))
+    r = CliRunner().invoke(app, ["verify", "--model", "llama3-8b", "--seq-len", "64", "--system", "flashinfer"],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 1
+    assert r.output.startswith("Error:") and r.output.count("\n") == 1, r.output
+    assert "pip install flashinfer-python" in r.output and "Traceback" not in r.output
+
+
+def test_verify_unknown_system_is_a_usage_error():
+    r = CliRunner().invoke(app, ["verify", "--model", "llama3-8b", "--seq-len", "64", "--system", "nope"],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 2 and "flashinfer" in r.output

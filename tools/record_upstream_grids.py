@@ -53,7 +53,8 @@ if not _wants_cuda(sys.argv[1:]):
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from decodecalc.verify import capture, upstream  # noqa: E402
+from decodecalc.verify import locate, recording, upstream  # noqa: E402
+from decodecalc.verify.capture import RecordedLaunch  # noqa: E402
 
 VLLM_KEYS = {
     "kernel_unified_attention": (
@@ -78,7 +79,7 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _launch_json(launch: capture.KernelLaunch, keys: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+def _launch_json(launch: RecordedLaunch, keys: dict[str, tuple[str, ...]]) -> dict[str, Any]:
     return launch.to_json(keys.get(launch.name, ()))
 
 
@@ -224,7 +225,7 @@ def record_vllm(src_path: str | None, seed: int) -> dict[str, Any]:
         kernels = upstream.load_vllm(
             src_path, batch_invariant=case["batch_invariant"], capability=tuple(case["capability"]), interpret=True
         )
-        call = capture.call_vllm_unified(
+        call = recording.call_vllm_unified(
             kernels,
             num_heads=case["num_heads"], num_kv_heads=case["num_kv_heads"], head_size=case["head_size"],
             seq_lens=tuple(case["seq_lens"]), query_lens=tuple(case["query_lens"]),
@@ -318,7 +319,7 @@ def record_sglang(src_path: str | None, seed: int) -> dict[str, Any]:
     records = []
     t0 = time.perf_counter()
     for case in sglang_cases(rng):
-        call = capture.call_sglang_decode(
+        call = recording.call_sglang_decode(
             kernels, seq_lens=tuple(case["seq_lens"]), num_head=case["num_head"], num_kv_head=case["num_kv_head"],
             device_core_count=case["device_core_count"], max_kv_splits=case["max_kv_splits"],
             head_dim=case["head_dim"], num_group=case["num_group"],
@@ -350,7 +351,7 @@ def record_sglang(src_path: str | None, seed: int) -> dict[str, Any]:
     }
 
 
-def _meta(name: str, src: upstream.UpstreamSource, elapsed: float, n: int, extra: dict[str, Any]) -> dict[str, Any]:
+def _meta(name: str, src: locate.UpstreamSource, elapsed: float, n: int, extra: dict[str, Any]) -> dict[str, Any]:
     import torch
     import triton
 
@@ -391,7 +392,7 @@ def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang
             i = rec["inputs"]
             k = upstream.load_vllm(vllm_src, batch_invariant=i["batch_invariant"],
                                    capability=tuple(i["capability"]), interpret=interp)
-            call = capture.call_vllm_unified(
+            call = recording.call_vllm_unified(
                 k, num_heads=i["num_heads"], num_kv_heads=i["num_kv_heads"], head_size=i["head_size"],
                 seq_lens=tuple(i["seq_lens"]), query_lens=tuple(i["query_lens"]), q_dtype=i["q_dtype"],
                 kv_dtype=i["kv_dtype"], sliding_window=i["sliding_window"],
@@ -410,7 +411,7 @@ def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang
         t, bad = time.perf_counter(), 0
         for rec in data["records"]:
             i = rec["inputs"]
-            call = capture.call_sglang_decode(
+            call = recording.call_sglang_decode(
                 k, seq_lens=tuple(i["seq_lens"]), num_head=i["num_head"], num_kv_head=i["num_kv_head"],
                 device_core_count=i["device_core_count"], max_kv_splits=i["max_kv_splits"],
                 head_dim=i["head_dim"], num_group=i["num_group"], device=device)
@@ -438,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="for --check")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    warnings.simplefilter("always", upstream.UpstreamVersionWarning)
+    warnings.simplefilter("always", locate.UpstreamVersionWarning)
     if args.check:
         return check(out, args.only, args.device, args.vllm, args.sglang)
     if args.only in (None, "vllm"):

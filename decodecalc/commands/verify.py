@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from enum import Enum
 from typing import Annotated, Any, Optional
 
 import typer
 
-from decodecalc.commands.options import Inputs, SglangSrcOpt, SystemOpt, VllmSrcOpt, fail, with_workload_options
+from decodecalc.commands.options import Inputs, SglangSrcOpt, VllmSrcOpt, fail, with_workload_options
 from decodecalc.commands.output import to_json, write_atomic
-from decodecalc.errors import ConfigError, DecodecalcError, UnsupportedError
+from decodecalc.errors import ConfigError, DecodecalcError, UnknownNameError, UnsupportedError
 
-KERNELS = ("upstream", "reference", "both")
+KERNELS = ("auto", "upstream", "reference", "both")
+#: backends verify captures through the CUDA profiler: the keys of decodecalc.verify.profiler.BACKENDS
+#: (listed here so that the CLI starts without importing it; tests/test_verify_nodeps.py checks they agree)
+PROFILED = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
 
-KernelsOpt = Annotated[str, typer.Option("--kernels", help="Which kernels run: upstream (vLLM / SGLang's own, "
-                                         "unmodified), reference (decodecalc's), or both.")]
+VerifySystem = Enum("VerifySystem", {n: n for n in ("vllm", "sglang") + PROFILED}, type=str)  # type: ignore[misc]
+VerifySystemOpt = Annotated[Optional[VerifySystem], typer.Option(  # type: ignore[valid-type]
+    "--system", help="Only one system: vllm or sglang (default both), or a backend captured through the CUDA "
+    "profiler (GPU only; needs its package).", case_sensitive=False)]
+
+KernelsOpt = Annotated[str, typer.Option("--kernels", help="Which kernels run: auto (vLLM's / SGLang's own where "
+                                         "their sources are found, decodecalc's reference kernels otherwise), "
+                                         "upstream (unmodified engine kernels), reference (decodecalc's), or both.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print everything as JSON instead of tables.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic; "
                                                    "partial results are written if a later run fails).")]
@@ -31,29 +41,63 @@ CheckSeqsOpt = Annotated[int, typer.Option("--check-seqs", help="Sequences compa
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed for the KV cache and queries.")]
 
 
-def _systems(system: str | None) -> tuple[str, ...]:
+def _systems(system: Any) -> tuple[str, ...]:
+    """vllm and sglang (default both), or one backend the CUDA profiler captures (verify/profiler.py)."""
     from decodecalc.reports.grid import SYSTEMS
 
     if system is None:
         return SYSTEMS
-    s = system.lower()
-    if s not in SYSTEMS:
-        raise ConfigError(f"--system {system!r}; valid: {', '.join(SYSTEMS)}")
-    return (s,)
+    s = str(getattr(system, "value", system)).lower()
+    if s in SYSTEMS or s in PROFILED:
+        return (s,)
+    raise UnknownNameError("system", s, SYSTEMS + PROFILED)
 
 
-def _sources(kernels: str) -> tuple[str, ...]:
+def _mode(kernels: str) -> str:
     k = kernels.lower()
     if k not in KERNELS:
         raise ConfigError(f"--kernels {kernels!r}; valid: {', '.join(KERNELS)}")
-    return ("upstream", "reference") if k == "both" else (k,)
+    return k
+
+
+def _choose_kernels(systems: tuple[str, ...], mode: str, srcs: dict[str, Path | None],
+                    env: Any) -> tuple[dict[str, tuple[str, ...]], dict[str, str], list[str]]:
+    """Per system, which kernel sources run, why a system falls back to the reference kernels, and the
+    warnings of the upstream sources found (their versions go into ``env.versions``).
+
+    auto: the upstream kernels where their sources are found, decodecalc's reference kernels otherwise
+    (a source path given on the command line must hold them); upstream / both: a missing source is an
+    error naming what to install."""
+    from decodecalc.verify import locate as loc
+
+    ran: dict[str, tuple[str, ...]] = {}
+    fallback: dict[str, str] = {}
+    warned: list[str] = []
+    for s in systems:
+        if mode == "reference":
+            ran[s] = ("reference",)
+            continue
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                src = loc.locate(s, srcs[s])
+        except ConfigError as exc:
+            if mode != "auto" or srcs[s] is not None:
+                raise
+            ran[s] = ("reference",)
+            fallback[s] = str(exc)
+            continue
+        env.versions[s] = f"{src.version} ({src.origin}: {src.root})"
+        warned += [str(w.message) for w in caught]
+        ran[s] = ("upstream", "reference") if mode == "both" else ("upstream",)
+    return ran, fallback, warned
 
 
 def run_verify(
     inputs: Inputs,
     *,
     system: str | None = None,
-    kernels: str = "both",
+    kernels: str = "auto",
     vllm_src: Path | None = None,
     sglang_src: Path | None = None,
     json_out: bool = False,
@@ -67,20 +111,27 @@ def run_verify(
     import dataclasses
 
     from rich.console import Console
+    from rich.markup import escape
 
     from decodecalc.reports.grid import grid_report
-    from decodecalc.verify import runner as R
+    from decodecalc.verify.calls import sglang_call, vllm_call
+    from decodecalc.verify.environment import check_workload, detect_environment
+    from decodecalc.verify.locate import EXPECTED_VERSIONS
+    from decodecalc.verify.results import workload_json
+    from decodecalc.verify.runner import CudaFault, verify_workload
 
     systems = _systems(system)
-    sources = _sources(kernels)
+    mode = _mode(kernels)
     if replays <= 0:
         raise ConfigError(f"--replays must be positive, got {replays}")
+    if systems[0] in PROFILED:
+        return _run_profiled(systems[0], inputs, json_out=json_out, output=output, timing=timing, replays=replays)
     if inputs.layer != "global":
         raise UnsupportedError("verify runs full-causal (global) layers only; --layer sliding is not supported")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    env = R.detect_environment()
+    env = detect_environment()
     work, gpu = inputs.work, inputs.gpu
-    R.check_workload(work)
+    check_workload(work)
     if env.device == "cuda" and env.sm_count and env.sm_count != gpu.num_sms:
         err.print(f"[yellow]Warning:[/] local GPU {env.gpu_name} has {env.sm_count} SMs, --gpu {gpu.name} "
                   f"{gpu.num_sms}; predicting for the local count")
@@ -92,24 +143,19 @@ def run_verify(
     if env.interpret and sum(work.seq_lens) * work.num_kv_heads > 200_000:
         err.print("[yellow]Warning:[/] the Triton interpreter is slow: use tiny shapes (a few hundred tokens)")
 
-    # versions of the upstream sources, before anything runs
+    # which kernels run, and the versions of the upstream sources, before anything runs
     srcs = {"vllm": vllm_src, "sglang": sglang_src}
-    if "upstream" in sources:
-        from decodecalc.verify import upstream as up
-
-        for s in systems:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                loc = up.locate(s, srcs[s])
-            env.versions[s] = f"{loc.version} ({loc.origin}: {loc.root})"
-            for w in caught:
-                env.warnings.append(str(w.message))
-                err.print(f"[yellow]Warning:[/] {w.message}")
-        if "vllm" in systems and inputs.vllm.version != up.EXPECTED_VERSIONS["vllm"]:
-            msg = (f"--vllm-version {inputs.vllm.version} is modeled, but the kernels that run are vLLM "
-                   f"{env.versions.get('vllm', '?').split(' ')[0]}")
-            env.warnings.append(msg)
-            err.print(f"[yellow]Warning:[/] {msg}")
+    sources, fallback, warned = _choose_kernels(systems, mode, srcs, env)
+    for w in warned:
+        env.warnings.append(w)
+        err.print(f"[yellow]Warning:[/] {escape(w)}")
+    for s, why in fallback.items():
+        err.print(f"[yellow]Note:[/] {s}: running decodecalc's reference kernels: {escape(why)}")
+    if "upstream" in sources.get("vllm", ()) and inputs.vllm.version != EXPECTED_VERSIONS["vllm"]:
+        msg = (f"--vllm-version {inputs.vllm.version} is modeled, but the kernels that run are vLLM "
+               f"{env.versions.get('vllm', '?').split(' ')[0]}")
+        env.warnings.append(msg)
+        err.print(f"[yellow]Warning:[/] {msg}")
 
     report = grid_report(work, gpu, systems=systems, vllm=inputs.vllm, sglang=inputs.sglang,
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
@@ -119,14 +165,16 @@ def run_verify(
         if sr.error or sr.model is None:
             skipped[sr.name] = sr.error or "no model"
             continue
-        calls.append(R.vllm_call(sr.model) if sr.name == "vllm" else R.sglang_call(sr.model, gpu))
+        calls.append(vllm_call(sr.model) if sr.name == "vllm" else sglang_call(sr.model, gpu))
     if not calls:
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "nothing to run")
     for name, why in skipped.items():
         err.print(f"[yellow]Skipped {name}:[/] {why}")
 
     results: list[Any] = []
-    doc: dict[str, Any] = {"environment": env.to_json(), "workload": R.workload_json(work),
+    kernels_doc = {"mode": mode, "ran": {c.system: list(sources[c.system]) for c in calls},
+                   "fallback": {k: v for k, v in fallback.items() if any(c.system == k for c in calls)}}
+    doc: dict[str, Any] = {"environment": env.to_json(), "workload": workload_json(work), "kernels": kernels_doc,
                            "gpu": {"name": gpu.name, "num_sms": gpu.num_sms,
                                    "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s},
                            "skipped": skipped, "runs": [], "ok": False, "complete": False}
@@ -136,7 +184,7 @@ def run_verify(
         if output is not None:
             write_atomic(output, to_json(doc) + "\n")
 
-    total = len(calls) * len(sources)
+    total = sum(len(sources[c.system]) for c in calls)
     wr = None
     try:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -148,14 +196,14 @@ def run_verify(
             def progress(label: str) -> None:
                 prog.update(task, description=f"running {label}", completed=len(results))
 
-            wr = R.verify_workload(work, calls, env, sources=sources, vllm_src=_str(vllm_src),
-                                   sglang_src=_str(sglang_src), timing=timing, check_seqs=check_seqs, seed=seed,
-                                   bandwidth=gpu.hbm_bandwidth_bytes_per_s, replays=replays, progress=progress,
-                                   results=results)
+            wr = verify_workload(work, calls, env, sources=sources, vllm_src=_str(vllm_src),
+                                 sglang_src=_str(sglang_src), timing=timing, check_seqs=check_seqs, seed=seed,
+                                 bandwidth=gpu.hbm_bandwidth_bytes_per_s, replays=replays, progress=progress,
+                                 results=results)
             prog.update(task, completed=total)
-    except R.CudaFault as exc:
+    except CudaFault as exc:
         save()
-        _print(Console(), results, work, gpu, env)
+        _print(Console(), results, work, gpu, env, kernels=kernels_doc)
         raise DecodecalcError(f"{exc}; partial results{' in ' + str(output) if output else ''}") from None
     except DecodecalcError:
         save()
@@ -172,7 +220,44 @@ def run_verify(
         typer.echo(to_json(doc))
     else:
         out = Console()
-        _print(out, results, work, gpu, env, notes=doc["notes"], predicted=doc["predicted_time_s"])
+        _print(out, results, work, gpu, env, notes=doc["notes"], predicted=doc["predicted_time_s"],
+               kernels=kernels_doc)
+    return 0 if doc["ok"] else 1
+
+
+def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path | None, timing: bool,
+                  replays: int) -> int:
+    """``--system flashinfer|fa3|...``: one capture through the CUDA profiler (decodecalc.verify.profiler),
+    compared with compare's row for that backend."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from decodecalc.verify.environment import detect_environment
+    from decodecalc.verify.profiler import missing_backend, run_case
+    from decodecalc.verify.results import workload_json
+
+    why = missing_backend(backend)
+    if why:
+        raise UnsupportedError(why)
+    env = detect_environment()
+    if env.device != "cuda":
+        raise UnsupportedError(f"--system {backend} runs on a CUDA GPU only (its launches are read from the CUDA "
+                               "profiler); under TRITON_INTERPRET=1 verify runs vllm and sglang")
+    rec = run_case(backend, inputs.work, inputs.gpu, time_it=timing, replays=replays)
+    doc = {"environment": env.to_json(), "workload": workload_json(inputs.work),
+           "kernels": {"mode": "profiled", "ran": {backend: ["upstream"]}, "fallback": {}},
+           "profiled": rec, "ok": bool(rec.get("match")), "complete": True}
+    if output is not None:
+        write_atomic(output, to_json(doc) + "\n")
+    if json_out:
+        typer.echo(to_json(doc))
+    else:
+        out = Console()
+        out.print(f"[bold]verify[/] {escape(backend)} on {escape(env.gpu_name)} (CUDA profiler)", highlight=False)
+        for row in rec.get("kernels", []):
+            out.print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()), highlight=False, markup=False)
+        out.print("[green]all launches match the prediction[/]" if doc["ok"] else
+                  "[bold red]mismatch or no prediction: see --json[/]")
     return 0 if doc["ok"] else 1
 
 
@@ -216,7 +301,7 @@ def _compact(xs: list[int]) -> str:
 
 
 def _print(console: Any, results: list[Any], work: Any, gpu: Any, env: Any, *, notes: list[str] | None = None,
-           predicted: dict[str, float] | None = None) -> None:
+           predicted: dict[str, float] | None = None, kernels: dict[str, Any] | None = None) -> None:
     from rich.table import Table
 
     dev = f"{env.gpu_name} ({env.sm_count} SMs)" if env.device == "cuda" else "CPU, Triton interpreter"
@@ -225,6 +310,12 @@ def _print(console: Any, results: list[Any], work: Any, gpu: Any, env: Any, *, n
                   f"on {dev}; torch {env.torch}, triton {env.triton}", highlight=False)
     for k, v in env.versions.items():
         console.print(f"  {k} sources: {v}", highlight=False)
+    kd = kernels or {}
+    for k, ran in kd.get("ran", {}).items():
+        what = " and ".join(f"upstream {env.versions.get(k, '?').split(' ')[0]}" if r == "upstream"
+                            else "decodecalc's reference kernels" for r in ran)
+        why = " (no upstream sources found)" if k in kd.get("fallback", {}) else ""
+        console.print(f"  {k} kernels: {what}{why}", highlight=False, markup=False)
     for n in notes or []:
         console.print(f"  note: {n}", highlight=False)
     timed = any(r.timing and r.timing.get("t_us") for r in results)
@@ -300,8 +391,8 @@ def register(app: typer.Typer) -> None:
     @with_workload_options
     def verify(
         inputs: Inputs,
-        system: SystemOpt = None,
-        kernels: KernelsOpt = "both",
+        system: VerifySystemOpt = None,
+        kernels: KernelsOpt = "auto",
         vllm_src: VllmSrcOpt = None,
         sglang_src: SglangSrcOpt = None,
         json_out: JsonOpt = False,

@@ -1,7 +1,8 @@
 """Measure the time model's calibration microbenchmarks on the local GPU (``decodecalc calibrate``).
 
 The real upstream kernels (loaded by :mod:`decodecalc.verify.upstream`) are timed under CUDA graphs
-(:mod:`decodecalc.verify.timing`), then :func:`decodecalc.timemodel.fit.fit_calibration_rows` fits the profile.
+(:func:`decodecalc.verify.timing.graph_seconds`), then :func:`decodecalc.timemodel.fit.fit_calibration_rows`
+fits the profile.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from decodecalc.timemodel.fit import CALIBRATION_SHAPES, CALIBRATION_VARIANTS, QUICK_SHAPES, fit_calibration_rows
+from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError
 from decodecalc.timemodel import TimeProfile
+from decodecalc.timemodel.fit import CALIBRATION_SHAPES, CALIBRATION_VARIANTS, QUICK_SHAPES, fit_calibration_rows
+from decodecalc.verify import engine
+from decodecalc.verify.timing import graph_seconds
 
 
 def cuda_or_error() -> Any:
@@ -32,39 +36,26 @@ def cuda_or_error() -> Any:
 
 
 class ShapeBench:
-    """Random bf16 paged KV cache (several disjoint copies) and the step functions of every variant."""
+    """Random bf16 paged KV cache (several disjoint copies, :mod:`decodecalc.verify.kv_cache`) and the
+    step functions of every calibration variant (:mod:`decodecalc.verify.engine`)."""
 
-    ROTATE_BYTES = 256 << 20
+    MAX_COPIES = 256
 
     def __init__(self, torch: Any, vk: Any, sk: Any, h: int, h_kv: int, d: int, lens: tuple[int, ...],
                  sms: int, seed: int) -> None:
-        from decodecalc.derived import cdiv, next_power_of_2
+        from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes
+        from decodecalc.verify.timing import copies_for
 
         self.torch, self.vk, self.sk = torch, vk, sk
         self.h, self.h_kv, self.d, self.lens, self.sms = h, h_kv, d, lens, sms
-        dev, dt, bs = "cuda", torch.bfloat16, 16
+        dev, dt = "cuda", torch.bfloat16
         B = len(lens)
-        nb = [cdiv(L, bs) for L in lens]
-        per_copy = sum(nb)
-        self.kv_bytes = sum(lens) * h_kv * d * 2 * 2
-        self.copies = max(1, min(256, cdiv(self.ROTATE_BYTES, self.kv_bytes)))
+        self.kv_bytes = kv_bytes(lens, h_kv, d, 2)
+        self.copies = copies_for(self.kv_bytes, max_copies=self.MAX_COPIES)
         gen = torch.Generator(device=dev)
         gen.manual_seed(seed)
-        nblocks = self.copies * per_copy + 1
-        self.k = torch.randn((nblocks, bs, h_kv, d), generator=gen, device=dev, dtype=dt)
-        self.v = torch.randn((nblocks, bs, h_kv, d), generator=gen, device=dev, dtype=dt)
-        perm = torch.randperm(nblocks - 1, generator=gen, device=dev).to(torch.int32) + 1
-        self.tables = torch.zeros((self.copies, B, max(nb)), dtype=torch.int32, device=dev)
-        self.indices = torch.empty((self.copies, sum(lens)), dtype=torch.int64, device=dev)  # as SGLang allocates them
-        ar = torch.arange(bs, device=dev, dtype=torch.int32)
-        for c in range(self.copies):
-            off, tok = c * per_copy, 0
-            for i, n in enumerate(nb):
-                blocks = perm[off:off + n]
-                self.tables[c, i, :n] = blocks
-                self.indices[c, tok:tok + lens[i]] = (blocks[:, None] * bs + ar[None, :]).reshape(-1)[:lens[i]].to(torch.int64)
-                tok += lens[i]
-                off += n
+        self.kv = build_paged_kv(gen, seq_lens=lens, num_kv_heads=h_kv, head_size=d, block_size=16, dtype=dt,
+                                 device=dev, copies=self.copies)
         self.q = torch.randn((B, h, d), generator=gen, device=dev, dtype=dt)
         self.out = torch.empty((B, h, d), device=dev, dtype=dt)
         self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
@@ -77,7 +68,7 @@ class ShapeBench:
         self.scale = 1.0 / math.sqrt(d)
 
     def step(self, variant: str) -> Callable[[int], None]:
-        torch, B, h, d = self.torch, len(self.lens), self.h, self.d
+        torch, B, h, d, kv = self.torch, len(self.lens), self.h, self.d, self.kv
         if variant.startswith("vllm-"):
             S = 16 if variant == "vllm-2d" else int(variant.removeprefix("vllm-3d-S"))
             thr = 0 if variant == "vllm-2d" else 1 << 20
@@ -86,34 +77,23 @@ class ShapeBench:
             ss = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
 
             def vstep(c: int) -> None:
-                self.vk.unified_attention(
-                    q=self.q, k=self.k, v=self.v, out=self.out, cu_seqlens_q=self.cu_q, max_seqlen_q=1,
-                    seqused_k=self.seq_lens, max_seqlen_k=max(self.lens), softmax_scale=self.scale, causal=True,
-                    window_size=(-1, -1), block_table=self.tables[c], softcap=0, q_descale=None, k_descale=None,
-                    v_descale=None, seq_threshold_3D=thr, num_par_softmax_segments=S, softmax_segm_output=so,
-                    softmax_segm_max=sm_, softmax_segm_expsum=ss)
+                engine.vllm_unified_attention(
+                    self.vk, q=self.q, k=kv.k_cache, v=kv.v_cache, out=self.out, cu_seqlens_q=self.cu_q,
+                    max_seqlen_q=1, seqused_k=self.seq_lens, max_seqlen_k=max(self.lens),
+                    block_table=kv.block_tables[c], softmax_scale=self.scale, seq_threshold_3D=thr,
+                    num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm_, softmax_segm_expsum=ss)
             return vstep
         S = int(variant.removeprefix("sglang-static-S"))
         po = torch.empty((B, h, S, d), device="cuda", dtype=torch.float32)
         pl = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
         ns = torch.full((B,), S, dtype=torch.int32, device="cuda")
-        kb, vb = self.k.view(-1, self.h_kv, d), self.v.view(-1, self.h_kv, d)
 
         def sstep(c: int) -> None:
-            self.sk.decode_attention_fwd(self.q, kb, vb, self.out, self.indptr, self.indices[c], po, pl, ns, S,
-                                         self.scale, 1.0, 1.0, use_pdl=True)
+            engine.sglang_decode_attention(
+                self.sk, q=self.q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=self.out, kv_indptr=self.indptr,
+                kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=S,
+                sm_scale=self.scale, use_pdl=True)
         return sstep
-
-
-def time_graph(step: Callable[[int], None], copies: int) -> float:
-    """Median seconds per call: CUDA-graph replay over rotating KV copies (verify.timing, METHOD.md)."""
-    from decodecalc.verify.timing import time_calls
-
-    timing = time_calls(step, copies, target_ms=2.0, replays=5)
-    if timing.t_us is None or timing.timer != "graph":
-        raise DecodecalcError(f"calibrate could not time with a CUDA graph: {timing.note}")
-    return timing.t_us * 1e-6
-
 
 
 def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | os.PathLike[str] | None = None,
@@ -130,7 +110,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
         raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
                               "pass the --gpu that is installed (or --sms for a MIG slice)")
     x = torch.zeros(1, device="cuda")  # per-kernel overhead of a graph replay: tiny kernels back to back
-    launch_s = time_graph(lambda c: x.add_(1.0), 1)
+    launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
     sk = load_sglang(sglang_src, interpret=False)
     shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
@@ -146,7 +126,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
             if len(set(lens)) > 1:
                 row["seq_lens"] = list(lens)
             try:
-                t = time_graph(bench.step(variant), bench.copies)
+                t = graph_seconds(bench.step(variant), bench.copies)
                 row.update({"t_us": t * 1e6, "status": "ok"})
             except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the calibration
                 row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})

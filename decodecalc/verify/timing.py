@@ -120,3 +120,15 @@ def _summary(times: list[float], timer: str, calls: int, copies: int, replays: i
 
 def not_timed(note: str) -> Timing:
     return Timing(t_us=None, spread=None, timer="none", note=note)
+
+
+def graph_seconds(step: Callable[[int], None], copies: int, *, what: str = "calibrate", target_ms: float = 2.0,
+                  replays: int = 5) -> float:
+    """Median seconds per call under a CUDA graph (:func:`time_calls`), or a DecodecalcError naming
+    ``what`` when no graph could be captured (eager timing would be a different quantity)."""
+    from decodecalc.errors import DecodecalcError
+
+    timing = time_calls(step, copies, target_ms=target_ms, replays=replays)
+    if timing.t_us is None or timing.timer != "graph":
+        raise DecodecalcError(f"{what} could not time with a CUDA graph: {timing.note}")
+    return timing.t_us * 1e-6
