@@ -61,6 +61,12 @@ def build_app(only: str | None = None) -> typer.Typer:
 
     for module in COMMAND_MODULES:
         module.register(app)
+    from decodecalc.commands.options import strict_command_class
+
+    strict = strict_command_class()
+    for info in app.registered_commands:  # an option given twice is a usage error (exit 2)
+        if info.cls is None or info.cls is typer.core.TyperCommand:
+            info.cls = strict
     if only is not None:
         chosen = [c for c in app.registered_commands if command_name(c) == only]
         if chosen:
