@@ -32,3 +32,14 @@ def test_readme_set_up_commands_match_ci():
     ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
     test_cmd = ci.strip().splitlines()[-1]
     assert test_cmd in README
+
+
+def test_python_api_doc_runs():
+    """The ```python blocks of docs/api.md run as written (the README's "use it from Python" recipe points there)."""
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for code in blocks:
+        exec(compile(code, "docs/api.md", "exec"), {})
