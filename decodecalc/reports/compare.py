@@ -21,6 +21,7 @@ from typing import Any
 
 from decodecalc import figures as analysis
 from decodecalc.errors import ConfigError, DecodecalcError, UnknownNameError, UnsupportedError
+from decodecalc.formatting import fmt_range
 from decodecalc.launchers import (
     aiter,
     flash_attn2,
@@ -206,6 +207,8 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
                      f"({'3D' if r.launch.use_3d else '2D'})")
     if not vp.launch.use_3d and vp.launch.reasons_2d:
         notes.append("2D: " + "; ".join(vp.launch.reasons_2d))
+    if "predicted_time_error" in res.data:  # a broken time profile is said, never a silent "-"
+        notes.append(f"no predicted time: {res.data['predicted_time_error']}")
     return PolicyResult("vllm", title, True, plan=vp.plan, figures=res.figures, notes=notes,
                         extra={"path": "3D" if vp.launch.use_3d else "2D",
                                "seq_threshold_3d": vp.backend.seq_threshold_3D, "replay": vp.replay_mode,
@@ -223,8 +226,10 @@ def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     sp = res.model
     if res.error is not None or sp is None:
         return PolicyResult("sglang", title, False, reason=res.error or "not modeled")
+    error = res.data.get("predicted_time_error")
     return PolicyResult("sglang", title, True, plan=sp.plan, figures=res.figures,
-                        notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"],
+                        notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"]
+                        + ([f"no predicted time: {error}"] if error else []),
                         extra={"mode": sp.mode, "max_kv_splits": sp.max_kv_splits,
                                **_predicted(res.data)})
 
@@ -262,7 +267,7 @@ def _capture_sizes_cached(s: vllm_unified.VllmSettings, cc_major: int) -> tuple[
 
 def _fa3_notes(w: Workload, p: LaunchPlan, opts: PolicyOptions) -> list[str]:
     d = p.details
-    return [f"static bound {d['num_splits_static']} (scratch), dynamic {_compact(p.splits)}, kBlockN {d['kBlockN']}"]
+    return [f"static bound {d['num_splits_static']} (scratch), dynamic {fmt_range(p.splits)}, kBlockN {d['kBlockN']}"]
 
 
 def _fi_notes(w: Workload, p: LaunchPlan, opts: PolicyOptions) -> list[str]:
@@ -271,8 +276,6 @@ def _fi_notes(w: Workload, p: LaunchPlan, opts: PolicyOptions) -> list[str]:
     return [f"{'CUDA graph' if d['cuda_graph'] else 'eager'}{occ}, padded batch {d['padded_batch_size']}"]
 
 
-def _compact(values: tuple[int, ...]) -> str:
-    return str(values[0]) if len(set(values)) == 1 else f"{min(values)}-{max(values)}"
 
 
 POLICIES: dict[str, Policy] = {}
