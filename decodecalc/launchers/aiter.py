@@ -21,6 +21,11 @@ Read from ROCm/aiter @ e4048607a535ace3a2b51ded31b1c8c2d45c0879 (2026-08-22),
   ``tiles_per_segment = cdiv(seq_len, NUM_SEGMENTS * TILE)``, active segments
   ``cdiv(seq_len, tiles_per_segment * TILE)`` (the vLLM rule).
 ``cu_count`` is ``get_num_sms()`` (CUs), :attr:`GPUSpec.num_sms` here.
+
+The package index's only release (amd-aiter 0.1.7.post2.dev18, 2025-11) predates that commit and
+chooses differently; :func:`plan_aiter_release` mirrors it. tests/test_oracles_aiter.py runs the
+release's own ``unified_attention`` against it, and the commit's selection functions against
+:func:`plan_aiter` when a checkout is at hand (DECODECALC_AITER_SRC).
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
     arch = str(gpu.gfx_arch or "gfx942")
     gfx12 = arch == "gfx1250"
     rdna = arch.startswith("gfx1")
-    B, h, h_kv, g, d = w.batch, w.num_heads, w.num_kv_heads, w.group_size, w.head_size
+    B, h_kv, g, d = w.batch, w.num_kv_heads, w.group_size, w.head_size
     T = w.num_tokens
     maxL = w.max_seqlen_k
     BLOCK_M, BLOCK_Q = block_shape(g)
@@ -123,6 +128,14 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         if fp8:
             tile = max(32, tile)
     ex.add("TILE_SIZE", tile, "min(64, np2(block_size))", f"{SRC} L219", block_size=w.block_size)
+    return _plan_3d(w, ex, q_blocks, S, tile, details={"arch": arch, "source": SRC})
+
+
+def _plan_3d(w: Workload, ex: Explain, q_blocks: int, S: int, tile: int, *, details: dict[str, object]) -> LaunchPlan:
+    """The 3D launch both releases share: grid (total_num_q_blocks, num_kv_heads, NUM_SEGMENTS), the
+    kernel's segment early exit, reduce_segments over (num_tokens, num_query_heads) when S > 1."""
+    B, T, h, h_kv, d = w.batch, w.num_tokens, w.num_heads, w.num_kv_heads, w.head_size
+    BLOCK_M, BLOCK_Q = block_shape(w.group_size)
     tps = [cdiv(L, S * tile) for L in w.seq_lens]
     active = tuple(cdiv(L, t * tile) for L, t in zip(w.seq_lens, tps))
     ex.add("active_segments", active, "cdiv(seq_len, cdiv(seq_len, NUM_SEGMENTS * TILE) * TILE)", SRC_KERN,
@@ -141,8 +154,55 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         system="aiter", kernels=tuple(kernels_l), splits=(S,) * B, nonempty_splits=active,
         tokens_per_split=tuple(min(t * tile, L) for t, L in zip(tps, w.seq_lens)),
         partial_state_bytes=T * h * per, partial_state_bytes_used=used, scratch_bytes=T * h * per,
-        explain=ex.items(), details={"path": "3D", "arch": arch, "NUM_SEGMENTS": S, "TILE_SIZE": tile, "source": SRC},
+        explain=ex.items(), details={"path": "3D", "NUM_SEGMENTS": S, "TILE_SIZE": tile, **details},
     )
+
+
+#: the one aiter release on the package index (2025-11), older than the commit plan_aiter mirrors
+RELEASE = "0.1.7.post2.dev18"
+SRC_RELEASE = f"amd-aiter {RELEASE} aiter/ops/triton/unified_attention.py"
+
+
+def plan_aiter_release(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform: bool = True) -> LaunchPlan:
+    """``unified_attention`` as the package-index release writes it (checked against it by
+    tests/test_oracles_aiter.py): total_num_q_blocks = num_tokens // BLOCK_Q + num_seqs for every batch
+    (L163); 2D if sliding window, max_seqlen_k <= 512 or num_2d_prgms > cu_count * 4 (L87-100); 2D
+    TILE_SIZE = block_size for an all-decode batch, else 64 (L27-38); 3D TILE_SIZE = block_size and
+    NUM_SEGMENTS = max(min(np2(ceil(target / num_2d)), 128), 16 if TILE_SIZE <= 16 else 8) (L56-69), no
+    occupancy factor and no MAX_SEGMENTS clamp; reduce_segments always (L313-320)."""
+    system = "aiter unified attention"
+    require_vendor(gpu, "amd", system, check_platform)
+    require_not_mla(w, system)
+    ex = Explain()
+    B, h_kv, g = w.batch, w.num_kv_heads, w.group_size
+    T, maxL = w.num_tokens, w.max_seqlen_k
+    BLOCK_M, BLOCK_Q = block_shape(g)
+    q_blocks = ex.add("total_num_q_blocks", T // BLOCK_Q + B, "num_tokens // BLOCK_Q + num_seqs",
+                      f"{SRC_RELEASE} L163", num_tokens=T, BLOCK_Q=BLOCK_Q, num_seqs=B)
+    target = ex.add("target_num_prgms", gpu.num_sms * 4, "cu_count * 4", f"{SRC_RELEASE} L164", cu_count=gpu.num_sms)
+    num_2d = q_blocks * h_kv
+    window = bool(layer_window(w, layer))
+    use_2d = ex.add("use_2d_kernel", window or maxL <= MAX_SEQLEN_K_2D or num_2d > target,
+                    "sliding_window > 0 or max_seqlen_k <= 512 or num_2d_prgms > target_num_prgms",
+                    f"{SRC_RELEASE} L87-100", max_seqlen_k=maxL, num_2d_prgms=num_2d, target_num_prgms=target)
+    if use_2d:
+        block_m = 128 if w.max_seqlen_q >= 256 else BLOCK_M  # select_2d_config L41-44
+        q_blocks_2d = T // (block_m // g) + B
+        tile = w.block_size if w.max_seqlen_q == 1 else 64
+        kernels = (KernelLaunch(name="kernel_unified_attention_2d", grid=(h_kv, q_blocks_2d),
+                                working_programs=h_kv * sum(cdiv(q, block_m // g) for q in w.query_lens),
+                                constexprs={"BLOCK_M": block_m, "BLOCK_Q": block_m // g, "TILE_SIZE": tile}),)
+        return LaunchPlan(
+            system="aiter", kernels=kernels, splits=(1,) * B, nonempty_splits=(1,) * B, tokens_per_split=w.seq_lens,
+            partial_state_bytes=0, partial_state_bytes_used=0, scratch_bytes=0, explain=ex.items(),
+            details={"path": "2D", "release": RELEASE, "source": SRC_RELEASE},
+        )
+    tile = w.block_size
+    min_seg = 16 if tile <= 16 else 8
+    S = ex.add("NUM_SEGMENTS", max(min(next_power_of_2(math.ceil(target / num_2d)), 128), min_seg),
+               "max(min(np2(ceil(target_num_prgms / num_2d_prgms)), 128), 16 if TILE_SIZE <= 16 else 8)",
+               f"{SRC_RELEASE} L56-69", target_num_prgms=target, num_2d_prgms=num_2d, TILE_SIZE=tile)
+    return _plan_3d(w, ex, q_blocks, S, tile, details={"release": RELEASE, "source": SRC_RELEASE})
 
 
 def length_key(w: Workload) -> LengthKey:
