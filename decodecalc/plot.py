@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import DecodecalcError
+from decodecalc.formatting import fmt_tokens
 from decodecalc.reports.sweep import SweepGrid, SweepResult
 
 PANELS = (("sm_coverage", "SM coverage (first wave)"), ("nonempty_splits", "splits that read keys"),
@@ -38,13 +39,7 @@ def _ticks(values: tuple[int, ...], n: int = 6) -> tuple[list[int], list[str]]:
         idx = list(range(len(values)))
     else:
         idx = sorted({round(i * (len(values) - 1) / (n - 1)) for i in range(n)})
-    return idx, [_short(values[i]) for i in idx]
-
-
-def _short(x: int) -> str:
-    if x >= 1024 and x % 1024 == 0:
-        return f"{x // 1024}K"
-    return str(x)
+    return idx, [fmt_tokens(values[i]) for i in idx]
 
 
 def plot_sweep(result: SweepResult, path: Path, *, max_rows: int = 8, dpi: int = 110) -> Path:
@@ -162,7 +157,7 @@ def render_terminal(g: SweepGrid, metric: str = "sm_coverage", *, rows: int = 16
     lines = [f"{g.policy}: {metric}  ({g.model} TP{g.tp} {g.gpu}, {g.num_sms} SMs)"]
     for i in reversed(ri):
         lines.append(f"B={g.batches[i]:>{width}} |" + "".join(cell(data[i][j]) for j in ci))
-    first, last = _short(g.seq_lens[ci[0]]), _short(g.seq_lens[ci[-1]])
+    first, last = fmt_tokens(g.seq_lens[ci[0]]), fmt_tokens(g.seq_lens[ci[-1]])
     pad = " " * (width + 3)
     lines.append(pad + "+" + "-" * len(ci))
     lines.append(pad + f"seq {first}" + " " * max(1, len(ci) - len(first) - len(last) - 4) + last)

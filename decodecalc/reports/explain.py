@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.formatting import fmt_bytes
 from decodecalc.launchers.vllm_unified import MAX_3D_QUERY_LEN, VllmPlan, segment_ranges
 from decodecalc.reports.grid import GridReport
 
@@ -14,13 +15,6 @@ class Step:
     title: str
     source: str
     lines: tuple[str, ...]
-
-
-def _b(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:,.0f} B"
 
 
 def seven_steps(report: GridReport) -> tuple[Step, ...]:
@@ -44,7 +38,7 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
          f"{be.num_par_softmax_segments}",
          f"scratch: softmax_segm_output [{be.scratch_rows}, {w.num_heads}, {be.num_par_softmax_segments}, {hd_pad}] "
          f"fp32 and softmax_segm_max / _expsum [{be.scratch_rows}, {w.num_heads}, {be.num_par_softmax_segments}] "
-         f"= {_b(d['scratch_bytes'])}"),
+         f"= {fmt_bytes(d['scratch_bytes'])}"),
     ))
     steps.append(Step(
         "2. TritonAttentionImpl.forward()",
@@ -99,8 +93,8 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
             "vllm 0.33.0 triton_unified_attention.py L587-642",
             ("each working block stores acc, M and L to the softmax_segm_* scratch without dividing by L: "
              "normalisation waits until every segment has reported",
-             f"{_b(d['partial_state_bytes_used_per_layer'])} written by the segments that work "
-             f"({_b(d['partial_state_bytes_per_layer'])} if every launched segment wrote)"),
+             f"{fmt_bytes(d['partial_state_bytes_used_per_layer'])} written by the segments that work "
+             f"({fmt_bytes(d['partial_state_bytes_per_layer'])} if every launched segment wrote)"),
         ))
         steps.append(Step(
             f"7. reduce_segments[{tuple(la.reduce_grid)}]",
@@ -120,9 +114,10 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
     progs = " + ".join(f"{k.programs:,}" for k in vp.plan.kernels)
     steps.append(Step(
         "Summary", "",
-        (f"{launches} kernel launch(es), {progs} thread blocks, {_b(kv)} of KV read and {_b(merge)} of partial "
+        (f"{launches} kernel launch(es), {progs} thread blocks, {fmt_bytes(kv)} of KV read and "
+         f"{fmt_bytes(merge)} of partial "
          f"state round-tripped, per layer",
-         f"times {w.model.num_layers} layers: about {_b(d['kv_bytes_all_layers'])} of KV plus "
-         f"{_b(merge * w.model.num_layers)} of partial-state traffic for this step"),
+         f"times {w.model.num_layers} layers: about {fmt_bytes(d['kv_bytes_all_layers'])} of KV plus "
+         f"{fmt_bytes(merge * w.model.num_layers)} of partial-state traffic for this step"),
     ))
     return tuple(steps)
