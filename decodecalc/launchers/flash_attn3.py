@@ -145,9 +145,24 @@ def plan_flash_attn3(
     s_q = w.max_seqlen_q
     elem = 1 if w.kv_cache_dtype.startswith("fp8") else 2
     window = layer_window(w, layer)
-    is_local = bool(window)
-    is_causal = ex.add("is_causal", not (s_q == 1 and not is_local),
-                       "causal unless max_seqlen_q == 1 without window", f"{SRC_API} L799-802", max_seqlen_q=s_q)
+    # mha_fwd L796-805 and set_params_fprop L148-149 with vLLM's arguments (causal=True,
+    # window_size = (W - 1, 0), or (-1, -1) without a window): a window covering max_seqlen_k is
+    # dropped; a one-token query without window is not causal, except hdim in (64, 128] with a paged
+    # cache (kept causal for kBlockN 128). Found by tests/test_oracles_fa3.py.
+    wl, wr = (window - 1, 0) if window else (-1, -1)
+    if wl >= w.max_seqlen_k - 1:
+        wl = -1
+    if wr >= s_q - 1:
+        wr = -1
+    causal_arg = not (s_q == 1 and wl == -1 and wr == -1 and (d <= 64 or d > 128 or not paged))
+    if causal_arg:
+        wr = 0
+    is_causal = ex.add("is_causal", wl < 0 and wr == 0, "window_size_left < 0 and window_size_right == 0 (after "
+                       "mha_fwd drops a covering window and causality of an unpaged one-token query)",
+                       f"{SRC_API} L796-805, L148", window_size_left=wl, window_size_right=wr)
+    is_local = (wl >= 0 or wr >= 0) and not is_causal
+    if not is_local:
+        window = None
     d_r, dv_r = round_up_headdim(d), round_up_headdim(dv)
     kM_tma, kN_tma = tile_size_fwd_sm90(d_r, dv_r, is_causal, is_local, elem, False)
     tma = paged and w.block_size % kN_tma == 0 and s_q * g > kM_tma

@@ -24,6 +24,9 @@ FA2 = "flash_attn-2.8.3.post2/csrc/flash_attn"
 FI = "flashinfer_python-0.7.2.post1/include"
 VLLM11 = "vllm-0.11.0"
 VLLM33 = "vllm-0.33.0"
+# FlashAttention-3 (hopper/) ships in no release archive on the package index: a checkout's files are
+# copied here by hand (docs/oracles.md), and the FA3 oracle is built only when they are present.
+FA3 = "flash-attention-0251105a/hopper"
 
 
 class ExtractError(RuntimeError):
@@ -105,6 +108,20 @@ def fa2_snippets(src: Path) -> dict[str, str]:
     }
 
 
+def lines_between(path: Path, first: str, last: str, *, after: str) -> str:
+    """The verbatim lines from the one matching ``first`` to the next matching ``last`` (inclusive),
+    searching past the one line matching ``after``."""
+    lines = path.read_text().splitlines()
+    starts = [i for i, ln in enumerate(lines) if re.search(after, ln)]
+    if len(starts) != 1:
+        raise ExtractError(f"{path.name}: {after!r} found {len(starts)} times (want 1)")
+    i = next((k for k in range(starts[0], len(lines)) if re.search(first, lines[k])), None)
+    j = next((k for k in range(i or 0, len(lines)) if re.search(last, lines[k])), None) if i is not None else None
+    if i is None or j is None:
+        raise ExtractError(f"{path.name}: {first!r} .. {last!r} not found after {after!r}")
+    return f'// {path.name} L{i + 1}-{j + 1} (verbatim)\n#line {i + 1} "{path.name}"\n' + "\n".join(lines[i:j + 1]) + "\n"
+
+
 def define(path: Path, name: str) -> str:
     """The one ``#define NAME`` of ``path`` with its backslash-continued lines, verbatim."""
     lines = path.read_text().splitlines()
@@ -146,6 +163,24 @@ def vllm_rocm_snippets(src: Path) -> dict[str, str]:
             + snippet(cuh, r"^void paged_attention_custom_launcher_navi\(", brace=True, back=3)
             + define(cuh, "CALL_CUSTOM_LAUNCHER")
             + define(cuh, "CALL_CUSTOM_LAUNCHER_ALIBI")}
+
+
+def fa3_snippets(src: Path) -> dict[str, str]:
+    """FlashAttention-3 hopper/flash_api.cpp: the functions mha_fwd calls to decide the launch and the
+    statements with which it adjusts the window and causality (heuristics.h and tile_size.h are
+    included whole by the driver)."""
+    api = src / "flash_api.cpp"
+    return {
+        "fa3_functions.inc": snippet(api, r"^inline int round_up_headdim\(", brace=True)
+        + snippet(api, r"^inline int round_up_headdimv\(", brace=True)
+        + snippet(api, r"^inline bool get_pagedkv_tma\(", brace=True)
+        + snippet(api, r"^inline bool get_pack_gqa\(", brace=True)
+        + snippet(api, r"^inline int get_num_splits\(", brace=True),
+        "fa3_window.inc": lines_between(api, r"if \(window_size_left >= seqlen_k - 1\)",
+                                        r"if \(is_causal\) \{ window_size_right = 0; \}", after=r"^mha_fwd\("),
+        "fa3_causal_local.inc": lines_between(api, r"params.is_causal = window_size_left < 0",
+                                              r"params.is_local = ", after=r"^void set_params_fprop\("),
+    }
 
 
 def compile_cpp(out: Path, driver: Path, includes: list[Path], *, std: str = "c++17") -> None:
@@ -212,6 +247,12 @@ def build(oracles: Path) -> list[str]:
             (bdir / name).write_text(text)
         compile_cpp(bdir / "vllm_rocm_oracle", HERE / "vllm_rocm_driver.cpp", [bdir, HERE / "stubs"])
         built.append("vllm_rocm_oracle")
+    fa3 = oracles / FA3
+    if fa3.is_dir():
+        for name, text in fa3_snippets(fa3).items():
+            (bdir / name).write_text(text)
+        compile_cpp(bdir / "fa3_oracle", HERE / "fa3_driver.cpp", [bdir, HERE / "stubs", fa3])
+        built.append("fa3_oracle")
     fi = oracles / FI
     if fi.is_dir():
         compile_cu(bdir / "flashinfer_oracle", HERE / "flashinfer_driver.cu", [HERE / "stubs_cuda", fi],
