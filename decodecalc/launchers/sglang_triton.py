@@ -82,7 +82,13 @@ def kv_chunk_sizes(max_seq_len: int, min_seq_len: int, ext_core_count: int, grid
     the one copy every caller uses."""
     lmin = max_seq_len if max_seq_len * 8 < min_seq_len * 10 else min_seq_len  # "uniform enough": Lmax < 1.25 Lmin
     return (lmin, cdiv(max_seq_len, min(cdiv(max_seq_len, lmin), max_kv_splits)),
-            cdiv(max_seq_len, min(cdiv(ext_core_count, grid), max_kv_splits)))
+            cdiv(max_seq_len, splits_cap_2(ext_core_count, grid, max_kv_splits)))
+
+
+def splits_cap_2(ext_core_count: int, grid: int, max_kv_splits: int) -> int:
+    """``max_kv_splits_2 = min(cdiv(ext_device_core_count, token_grid), max_kv_splits)`` (metadata.py L48-50):
+    the split count that fills the extended cores, the divisor of kv_chunk_size_2."""
+    return min(cdiv(ext_core_count, grid), max_kv_splits)
 
 
 def splits_from_chunks(seq_len: int, kv_chunk_size_1: int, kv_chunk_size_2: int) -> int:
@@ -365,6 +371,7 @@ def sweep_rows(workload: Callable[[int, int], Workload], gpu: GPUSpec, settings:
     else:
         maxs_l = [resolve_max_kv_splits(w1, gpu, settings, Explain())] * len(lens)
     cache: dict[tuple[int, int], tuple[int, int, int]] = {}
+    by_cap: dict[tuple[int, int], tuple[int, int, int]] = {}
 
     def split_info(L: int, n: int) -> tuple[int, int, int]:
         r = cache.get((L, n))
@@ -387,8 +394,13 @@ def sweep_rows(workload: Callable[[int, int], Workload], gpu: GPUSpec, settings:
             tg = token_grid(b, h, h_kv)
             info = []
             for L, ext, maxs in zip(lens, ext_l, maxs_l):
-                _, c1, c2 = kv_chunk_sizes(L, L, ext, tg, maxs)
-                info.append(split_info(L, splits_from_chunks(L, c1, c2)))
+                # Lmin == Lmax: kv_chunk_size_1 is L, so the split count depends on (L, max_kv_splits_2) only
+                key = (L, splits_cap_2(ext, tg, maxs))
+                r = by_cap.get(key)
+                if r is None:
+                    _, c1, c2 = kv_chunk_sizes(L, L, ext, tg, maxs)
+                    r = by_cap[key] = split_info(L, splits_from_chunks(L, c1, c2))
+                info.append(r)
         ne = [r[1] for r in info]
         c = b * ht
         yield SweepRow(region=["split" if x > 1 else "no split" for x in ne], splits=[r[0] for r in info],
