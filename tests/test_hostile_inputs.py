@@ -1,0 +1,430 @@
+"""Hostile inputs (issue 11, "The worst inputs"): every option of every command, and bad files.
+
+The promise under test, for every command: the exit code is 0, 1 or 2; no traceback; an error is
+one line starting ``Error:`` (exit 1) or typer's usage error (exit 2); limits are stated in the
+error; no input takes more than a few seconds; no file is left behind. The limits themselves
+live in :mod:`decodecalc.limits`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import typer.main
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from decodecalc import limits
+from decodecalc.cli import app
+from decodecalc.workload import _divisors
+
+RUNNER = CliRunner()
+COMMANDS = typer.main.get_command(app).commands  # name -> click command
+H200_PROFILE = Path(__file__).resolve().parent.parent / "decodecalc" / "profiles" / "h200.yaml"
+#: no GPU run and no user profile leak in from the machine running the tests
+ENV = {"TRITON_INTERPRET": None, "XDG_CONFIG_HOME": None, "DECODECALC_MODEL_DIR": None, "COLUMNS": "100"}
+#: seconds one in-process invocation may take (the limits keep every command to a few)
+SECONDS = 8
+
+
+class Hang(Exception):
+    pass
+
+
+@contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Turn a hang into a test failure instead of a stuck suite."""
+
+    def _raise(*_: object) -> None:
+        raise Hang(f"took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run(args: list[str], env: dict | None = None, cwd: Path | None = None):
+    """Invoke the CLI in-process (in ``cwd``, a scratch folder by default) and check the promise."""
+    with tempfile.TemporaryDirectory() as scratch:
+        here = os.getcwd()
+        os.chdir(cwd or scratch)
+        start = time.monotonic()
+        try:
+            with deadline(SECONDS * 2):
+                result = RUNNER.invoke(app, args, env={**ENV, **(env or {})})
+        finally:
+            os.chdir(here)
+        elapsed = time.monotonic() - start
+        leftovers = sorted(p.name for p in Path(scratch).iterdir() if ".tmp" in p.name)
+    check_clean(result, args, elapsed, leftovers)
+    return result
+
+
+def check_clean(result, args: list[str], elapsed: float, leftovers: list[str]) -> None:
+    shown = " ".join(args)[:300]
+    assert not isinstance(result.exception, Hang), f"hang: decodecalc {shown}"
+    assert result.exit_code in (0, 1, 2), f"exit {result.exit_code} for decodecalc {shown}: {result.exception!r}"
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"decodecalc {shown} raised {result.exception!r}") from result.exception
+    text = result.stdout + result.stderr
+    assert "Traceback" not in text, f"traceback for decodecalc {shown}"
+    assert elapsed < SECONDS, f"decodecalc {shown} took {elapsed:.1f} s"
+    assert not leftovers, f"decodecalc {shown} left temp files {leftovers}"
+    if result.exit_code == 1:
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("Error:")]
+        assert len(errors) == 1 and lines[-1] == errors[0], f"decodecalc {shown}: not one Error: line: {lines}"
+    if result.exit_code == 2:
+        assert "Usage:" in result.stderr or "Usage:" in result.stdout, f"decodecalc {shown}: exit 2 without usage"
+
+
+# ---------------------------------------------------------------------------------------------
+# every option of every command, hostile values
+
+NUMBERS = ["0", "-1", "1", "2", "3", "7", "64", "65537", "2147483648", "1000000000000", "9" * 40, "-9" * 20,
+           "1e9", "nan", "inf", "-inf", "1.5", "0x10", " 8 "]
+TEXTS = ["", " ", ",", ",,", "1,,1", "1,2,3", "4,1", "abc", "all", "none", "[bold red]x[/]", "µ", "x" * 300,
+         "1:2", "0:5", "10:1", "1:99999999", "1:2:0", "1:4:x1", "1:2:x2", "1K:2K", "1:65536", "vllm", "sglang",
+         "vllm=1,4", "sglang=0", "h200", "h100", "mi300x", "llama3-8b", "gemma-2-9b", "deepseek-v3", "auto", "fp8",
+         "bfloat16", "int3", "NONE", "FULL", "v1", "0.9", "global", "sliding", "csv", "json", "xml", "region",
+         "mean", "p99", "5%", "-5%"]
+PATHS = ["/nonexistent/x.json", "/proc/x.json", "/sys/p.png", "out.json", "out.csv", "plot.png", ".", "/",
+         "<binary>", "<laughs>", "<deep>", "<dir>"]
+POOL = NUMBERS + TEXTS + PATHS
+#: options whose value must stay small for the command to be quick (a default here would be a big run)
+ALWAYS = {"sweep": ("--batch", "--seq-len")}
+SMALL_RANGES = ["1", "2", "1:2", "64", "1,2,3", "128:256:128", "0:5", "10:1", "1:99999999", "1:65536", "", ",",
+                "1:2:x1", "2147483648", "abc", "1K:2K"]
+
+
+def _value_options(command) -> list:
+    return [p for p in command.params if getattr(p, "param_type_name", "") == "option" and not p.is_flag
+            and p.opts[0] not in ("--help", "-h")]
+
+
+def _flags(command) -> list:
+    return [p for p in command.params if getattr(p, "param_type_name", "") == "option" and p.is_flag
+            and p.opts[0] not in ("--help", "-h", "--version")]
+
+
+@st.composite
+def invocations(draw, name: str) -> list[str]:
+    command = COMMANDS[name]
+    values, flags = _value_options(command), _flags(command)
+    args = [name]
+    for opt in ALWAYS.get(name, ()):
+        args += [opt, draw(st.sampled_from(SMALL_RANGES))]
+    chosen = draw(st.lists(st.sampled_from(values), max_size=4, unique_by=lambda p: p.name)) if values else []
+    for p in chosen:
+        if p.opts[0] in ALWAYS.get(name, ()):
+            continue
+        spelling = draw(st.sampled_from(p.opts))
+        args += [spelling, draw(st.sampled_from(POOL))]
+    for p in draw(st.lists(st.sampled_from(flags), max_size=2, unique_by=lambda p: p.name)) if flags else []:
+        args.append(draw(st.sampled_from([*p.opts, *p.secondary_opts])))
+    return args
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """The path placeholders of POOL: hostile files every option may be given."""
+    d = tmp_path_factory.mktemp("hostile")
+    (d / "binary.yaml").write_bytes(bytes(range(256)) * 8)
+    (d / "laughs.yaml").write_text(LAUGHS)
+    (d / "deep.json").write_text("[" * 50_000 + "]" * 50_000)
+    (d / "adir").mkdir()
+    return {"<binary>": str(d / "binary.yaml"), "<laughs>": str(d / "laughs.yaml"), "<deep>": str(d / "deep.json"),
+            "<dir>": str(d / "adir")}
+
+
+def _fill(args: list[str], files: dict[str, str]) -> list[str]:
+    return [files.get(a, a) for a in args]
+
+
+# verify and calibrate import torch (seconds, once) and need a GPU; tune reads workload files
+FAST = [n for n in COMMANDS if n not in ("verify", "calibrate")]
+
+
+@pytest.mark.parametrize("name", FAST)
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_option_of_every_command(name: str, data, files) -> None:
+    run(_fill(data.draw(invocations(name)), files))
+
+
+@pytest.mark.parametrize("name", ["verify", "calibrate"])
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_gpu_commands_fail_cleanly_without_a_gpu(name: str, data, files) -> None:
+    r = run(_fill(data.draw(invocations(name)), files))
+    assert r.exit_code in (1, 2)  # no GPU here (and TRITON_INTERPRET unset): never a run
+
+
+# ---------------------------------------------------------------------------------------------
+# the issue's examples: each rejected before work, with the limit in the message
+
+LIMIT_CASES = [
+    (["grid", "--batch", "2147483648"], "--batch 2147483648 is over the supported 65,536"),
+    (["grid", "--tp", "-1", "--batch", "2147483648"], "--tp must be a positive integer, got -1"),
+    (["grid", "--batch", "100000000"], "over the supported 65,536"),
+    (["compare", "--batch", "200000"], "over the supported 65,536"),
+    (["recommend", "--batch", "100001"], "over the supported 65,536"),
+    (["determinism", "--seq-len", "2147483648"], "--seq-len 2147483648 is over the supported 16,777,216"),
+    (["determinism", "--others", "1000000000000"], "--others 1000000000000 is over the supported 16,777,216"),
+    (["determinism", "--batches", "65536,65535,65534"], "over the supported 131,072"),
+    (["determinism", "--batches", ",".join(map(str, range(1, 400)))], "over the supported 256"),
+    (["explain", "--seq-len", "1000000000", "--query-lens", "1000000000"], "over the supported 16,777,216"),
+    (["grid", "--seq-len", "1000000", "--query-lens", "1000000", "--batch", "8"], "over the supported 1,048,576"),
+    (["cudagraphs", "--sglang-cuda-graph-max-bs", "1000000000000"], "over the supported 65,536"),
+    (["sweep", "-b", "1:48000", "-p", "vllm", "-q", "--format", "csv", "-o", "big.csv"], "over the supported 1,048,576"),
+    (["sweep", "-b", "1:64", "-s", "128:131072:128", "-p", "fa2", "-q"], "16,384"),
+    (["sweep", "-b", "1", "-s", "1:16777216", "-q"], "more than the supported 1,048,576 points"),
+    (["grid", "--kernel-block-size", "0"], "--kernel-block-size must be a positive integer"),
+    (["grid", "--kernel-block-size", "3"], "must divide --block-size 16"),
+    (["compare", "-p", ""], "--policies '' is empty"),
+    (["sweep", "-p", " , ", "-b", "1", "-s", "128"], "is empty"),
+    (["recommend", "--candidates", ""], "--candidates '' is empty"),
+    (["recommend", "--candidates", "1000000000"], "over the supported 65,536"),
+    (["grid", "--query-lens", "1,,1"], "has an empty item"),
+    (["grid", "--batch", "64", "--max-num-seqs", "1"], "--max-num-seqs 1"),
+    (["grid", "--batch", "64", "--max-num-batched-tokens", "1"], "--max-num-batched-tokens 1"),
+    (["grid", "--context-len", "1"], "--context-len 1 is shorter than the longest sequence"),
+    (["grid", "--sms", "100000"], "--sms 100000 is over the supported 4,096"),
+    (["grid", "--bandwidth", "nan"], "--bandwidth nan"),
+    (["grid", "--num-speculative-tokens", "100000"], "over the supported 1,024"),
+    (["grid", "--seq-lens", "5,0,5"], "must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize("args, message", LIMIT_CASES, ids=[" ".join(a)[:60] for a, _ in LIMIT_CASES])
+def test_stated_limits(args: list[str], message: str) -> None:
+    r = run(args)
+    assert r.exit_code == 1, r.stdout + r.stderr
+    assert message in r.stderr, r.stderr
+
+
+def test_limits_are_quick_at_the_limit() -> None:
+    """At the largest accepted batch and length the commands still finish in seconds."""
+    for cmd in ("compare", "recommend"):  # the two slowest (docs/limits.md has every command's figure)
+        r = run([cmd, "--batch", str(limits.MAX_BATCH), "--seq-len", str(limits.MAX_SEQ_LEN)])
+        assert r.exit_code == 0, r.stderr
+
+
+def test_an_option_given_twice_is_a_usage_error() -> None:
+    r = run(["sweep", "--format", "xml", "-b", "1", "-s", "128", "--format", "csv"])
+    assert r.exit_code == 2 and "given more than once" in r.stderr and "--format xml" in r.stderr
+    r = run(["grid", "--tp", "1", "-m", "llama3-8b", "--tp=2"])
+    assert r.exit_code == 2 and "given more than once" in r.stderr
+    assert run(["grid", "--tp", "-1"]).exit_code == 1  # a value starting with '-' is a value, not a repeat
+
+
+def test_divisor_hint_is_not_counted_one_by_one() -> None:
+    start = time.monotonic()
+    divs = _divisors(10**12)
+    assert time.monotonic() - start < 1.0
+    assert len(divs) == 169 and divs[:4] == [1, 2, 4, 5] and divs[-1] == 10**12
+    assert all(10**12 % d == 0 for d in divs) and divs == sorted(set(divs))
+
+
+# ---------------------------------------------------------------------------------------------
+# bad files: model YAML, HF config.json, time profiles (with --profile and in the config dir)
+
+LAUGHS = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
+    f"{c}: &{c} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+MODEL = "name: x\nnum_layers: 2\nnum_attention_heads: 8\nnum_key_value_heads: 8\nhead_dim: 64\n"
+HF = {"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "hidden_size": 512}
+
+
+def _profile(**changes: object) -> str:
+    data = yaml.safe_load(H200_PROFILE.read_text())
+    data.update(changes)
+    return yaml.safe_dump(data)
+
+
+BAD_FILES: list[tuple[str, str | bytes, str]] = [  # (file name, content, what the error must say)
+    ("bigint.yaml", MODEL.replace("num_layers: 2", "num_layers: " + "9" * 5000), "unreadable value"),
+    ("bigint2.yaml", MODEL.replace("num_layers: 2", "num_layers: " + "9" * 400), "field 'num_layers'"),
+    ("bigint.json", json.dumps(HF).replace('"num_hidden_layers": 2', '"num_hidden_layers": ' + "9" * 5000),
+     "unreadable value"),
+    ("huge_float.json", json.dumps(HF).replace('"hidden_size": 512', '"hidden_size": 1e400'), "field 'hidden_size'"),
+    ("intkey.yaml", MODEL + "7: 8\n", "unknown field(s) 7"),
+    ("boolkey.yaml", MODEL + "yes: 8\n", "keys must be text or integers"),
+    ("binary.yaml", bytes(range(256)) * 8, "binary file"),
+    ("latin1.yaml", MODEL.encode() + "# caf\u00e9\n".encode("latin-1"), "not UTF-8 text"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "nested deeper than the supported 32"),
+    ("deep2.json", json.dumps(HF | {"x": json.loads("[" * 40 + "]" * 40)}), "nested deeper than the supported 32"),
+    ("list.yaml", "- 1\n- 2\n", "expected a mapping of fields, got list"),
+    ("layer_types.json", json.dumps(HF | {"sliding_window": 64, "layer_types": {"a": 1}}), "field 'layer_types'"),
+    ("text_config.json", json.dumps({"text_config": [1, 2]}), "field 'text_config'"),
+    ("model_type.json", json.dumps(HF | {"model_type": ["x"]}), "field 'model_type'"),
+    ("laughs.yaml", LAUGHS, "more than the supported 100,000 values"),
+    ("recursive.yaml", "a: &a [*a]\n", "refers to itself"),
+    ("big.yaml", "name: x\nl:\n" + "- 1\n" * 300_000, "over the supported 1,048,576 bytes"),
+    ("tags.yaml", MODEL + "when: 2001-12-14\n", "not supported"),
+    ("layers.json", json.dumps(HF | {"num_hidden_layers": 10**12, "sliding_window": 4096,
+                                     "sliding_window_pattern": 6}), "over the supported 100,000"),
+    ("heads.json", json.dumps(HF | {"num_attention_heads": 10**12, "num_key_value_heads": 10**12,
+                                    "hidden_size": 64 * 10**12}), "over the supported 65,536"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_bad_model_files(tmp_path: Path, name: str, content: str | bytes, message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    r = run(["grid", "-m", str(path)])
+    assert r.exit_code == 1 and message in r.stderr and str(path) in r.stderr, r.stderr
+
+
+def test_binary_config_json_in_a_checkpoint_folder(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe" + bytes(range(1, 256)) * 4)
+    r = run(["grid", "-m", str(tmp_path)])
+    assert r.exit_code == 1 and "not UTF-8 text" in r.stderr and "config.json" in r.stderr, r.stderr
+
+
+def test_a_fifo_is_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.yaml"
+    os.mkfifo(fifo)
+    r = run(["grid", "-m", str(fifo)])  # would block forever if opened
+    assert r.exit_code == 1 and "not a regular file" in r.stderr
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8)),
+                    lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(
+                        st.one_of(st.text(max_size=6), st.integers(-3, 3)), kids, max_size=4)), max_leaves=12),
+       st.sampled_from(["yaml", "json"]))
+def test_generated_model_files(data: object, kind: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"model.{kind}"
+        try:
+            text = yaml.safe_dump(data) if kind == "yaml" else json.dumps(data)
+        except (ValueError, TypeError):  # json cannot write integer-and-text keys mixed: not a case
+            return
+        path.write_text(text)
+        r = run(["grid", "-m", str(path)])
+        assert r.exit_code == 1 and str(path) in r.stderr, r.stderr  # never a model, always a clean error
+
+
+PROFILE_CASES = [
+    ("strfam.yaml", _profile(families="oops"), "'families' must be a non-empty mapping"),
+    ("strfit.yaml", _profile(fit="oops"), "'fit' must be a mapping"),
+    ("negative.yaml", _profile(launch_overhead_s=-1.0), "field 'launch_overhead_s' is -1.0"),
+    ("nan.yaml", _profile(launch_overhead_s=float("nan")), "launch_overhead_s"),
+    ("empty.yaml", "", "expected a mapping at the top level"),
+    ("other.yaml", _profile(gpu="h100-sxm"), "measured on 'h100-sxm', not on 'h200'"),
+    ("laughs.yaml", LAUGHS, "more than the supported 100,000 values"),
+    ("binary.yaml", bytes(range(256)) * 8, "binary file"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", PROFILE_CASES, ids=[c[0] for c in PROFILE_CASES])
+def test_bad_profiles(tmp_path: Path, name: str, content: str | bytes, message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    r = run(["recommend", "--profile", str(path)])
+    assert r.exit_code == 1 and message in r.stderr and str(path) in r.stderr, r.stderr
+    # the same file as the user's calibrated profile: recommend says so, grid and compare keep their
+    # tables and state why there is no predicted time (never a silently missing row)
+    cfg = tmp_path / "cfg"
+    (cfg / "decodecalc" / "profiles").mkdir(parents=True)
+    (cfg / "decodecalc" / "profiles" / "h200.yaml").write_bytes(path.read_bytes())
+    env = {"XDG_CONFIG_HOME": str(cfg), "COLUMNS": "250"}
+    r = run(["recommend"], env=env)
+    assert r.exit_code == 1 and message in r.stderr, r.stderr
+    for cmd in ("grid", "compare"):
+        r = run([cmd], env=env)
+        assert r.exit_code == 0, r.stderr
+        flat = " ".join(r.stdout.split())
+        assert "no predicted time" in flat and message in flat, flat[-600:]
+
+
+# ---------------------------------------------------------------------------------------------
+# files written, and the environment
+
+
+def test_sweep_plot_into_a_directory_leaves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "adir").mkdir()
+    r = run(["sweep", "-b", "1:4", "-s", "128:1024:128", "--plot", "adir", "-q"], cwd=tmp_path)
+    assert r.exit_code == 1 and "adir" in r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["adir"]
+
+
+@pytest.mark.parametrize("target, message", [("/sys/p.png", "/sys/p.png"), ("missing/p.png", "does not exist"),
+                                             ("/proc/p.png", "/proc/p.png")])
+def test_failed_plot_leaves_no_csv(tmp_path: Path, target: str, message: str) -> None:
+    r = run(["sweep", "-b", "1:4", "-s", "128:1024:128", "-o", "x.csv", "--plot", target, "-q"], cwd=tmp_path)
+    assert r.exit_code == 1 and message in r.stderr and ".tmp" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["/nonexistent/x.json", "/proc/x.json", "."])
+def test_output_into_a_bad_place_is_a_clean_error(tmp_path: Path, target: str) -> None:
+    for cmd in (["grid"], ["compare", "--json"], ["recommend"], ["sweep", "-b", "1", "-s", "128"]):
+        r = run([*cmd, "-o", target], cwd=tmp_path)
+        assert r.exit_code == 1 and ".tmp" not in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_errors_name_the_requested_path(tmp_path: Path) -> None:
+    from decodecalc.commands.output import write_files
+    from decodecalc.errors import ConfigError
+
+    def broken(_: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ConfigError, match=r"cannot write .*b\.png: No space left on device"):
+        write_files([(tmp_path / "a.csv", "x"), (tmp_path / "b.png", broken)])
+    assert list(tmp_path.iterdir()) == []  # all or nothing, no temp file
+
+
+def _cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "XDG_CONFIG_HOME")}
+    return subprocess.run([sys.executable, "-m", "decodecalc", *args], env={**full_env, **(env or {})},
+                          capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_ascii_terminal_does_not_crash_on_micro() -> None:
+    r = _cli("compare", env={"PYTHONIOENCODING": "ascii"})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert " us" in r.stdout and "\u00b5" not in r.stdout
+
+
+def test_sigint_exits_130_and_leaves_no_file(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-m", "decodecalc", "sweep", "-b", "1:512", "-o", "big.csv", "--plot",
+                          "big.png"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(2.0)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_closed_pipe_gives_no_traceback() -> None:
+    p = subprocess.Popen([sys.executable, "-m", "decodecalc", "compare", "--batch", "4096", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None
+    p.stdout.read(10)
+    p.stdout.close()  # like `| head -c 10`
+    err = p.stderr.read().decode() if p.stderr is not None else ""
+    p.wait(timeout=30)
+    assert "Traceback" not in err and p.returncode in (0, 1, 120, -signal.SIGPIPE), err
