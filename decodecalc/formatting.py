@@ -87,11 +87,12 @@ def fmt_count_list(xs: Sequence[int], width: int = 24) -> str:
     return s if len(s) <= width else s[:width - 3] + "..."
 
 
-def fmt_sizes(sizes: Sequence[int], limit: int = 14, head: int = 8, tail: int = 3) -> str:
-    """A long list of sizes as its head, ``...``, its tail and the count."""
+def fmt_sizes(sizes: Sequence[int], limit: int = 14, head: int = 8, tail: int = 3, brackets: bool = False) -> str:
+    """A long list of sizes as its head, ``...``, its tail and the count (``[...]`` around the list if asked)."""
+    o, c = ("[", "]") if brackets else ("", "")
     if len(sizes) <= limit:
-        return ", ".join(map(str, sizes))
-    return (f"{', '.join(map(str, sizes[:head]))}, ..., {', '.join(map(str, sizes[-tail:]))} "
+        return o + ", ".join(map(str, sizes)) + c
+    return (f"{o}{', '.join(map(str, sizes[:head]))}, ..., {', '.join(map(str, sizes[-tail:]))}{c} "
             f"({len(sizes)} sizes)")
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
+from decodecalc.formatting import fmt_sizes
 from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -107,8 +108,9 @@ def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> Trito
     builder_sizes = sizes
     if settings.model_runner == "v1" and settings.cudagraph_mode in cg.FULL_DECODE_MODES:
         builder_sizes = cg.round_sizes_for_spec_decode(sizes, q)
-    ex.add("cudagraph_capture_sizes", _short(sizes), "VllmConfig._set_cudagraph_sizes(max_num_seqs, "
-           "max_num_batched_tokens, 1 + num_speculative_tokens), empty when mode is NONE", cg.SOURCE_SIZES,
+    ex.add("cudagraph_capture_sizes", fmt_sizes(sizes, limit=12, head=6, tail=3, brackets=True),
+           "VllmConfig._set_cudagraph_sizes(max_num_seqs, max_num_batched_tokens, 1 + num_speculative_tokens), "
+           "empty when mode is NONE", cg.SOURCE_SIZES,
            max_num_seqs=settings.max_num_seqs, max_num_batched_tokens=settings.max_num_batched_tokens,
            num_speculative_tokens=settings.num_speculative_tokens, mode=settings.cudagraph_mode)
     min_grid = MIN_LAUNCH_GRID_SIZE_2D if settings.min_launch_grid_size_2d is None else settings.min_launch_grid_size_2d
@@ -152,9 +154,3 @@ def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> Trito
         num_par_softmax_segments=segments, max_query_len_3d=max_query_len_3d, scratch_rows=rows,
         max_seqs_64_segments=max_seqs_64, head_size_padded=next_power_of_2(work.head_size), explain=ex.items(),
     )
-
-
-def _short(sizes: tuple[int, ...]) -> str:
-    if len(sizes) <= 12:
-        return str(list(sizes))
-    return f"[{', '.join(map(str, sizes[:6]))}, ..., {', '.join(map(str, sizes[-3:]))}] ({len(sizes)} sizes)"
