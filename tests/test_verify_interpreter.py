@@ -222,19 +222,24 @@ def tiny_model(tmp_path):
     return str(p)
 
 
-def _invoke(*args):
+def _invoke(*args, columns=200):
     from typer.testing import CliRunner
 
     from decodecalc.cli import app
 
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200", "NO_COLOR": "1", "TRITON_INTERPRET": "1"})
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": str(columns), "NO_COLOR": "1", "TRITON_INTERPRET": "1"})
 
 
 def test_cli_verify_reference_json(tiny_model, tmp_path):
     out = tmp_path / "v.json"
-    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40,70", "--kernels", "reference", "-o", str(out))
+    r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40,70", "--kernels", "reference", "-o", str(out),
+                columns=80)
     assert r.exit_code == 0, r.output
     assert "vllm ref" in r.stdout and "sglang ref" in r.stdout and "all launches match" in r.stdout
+    # the table fits 80 columns without folding a cell: one header line, kernel names whole
+    assert any(ln.split() == ["run", "/", "kernel", "grid", "working", "splits", "(live)", "max", "err", "status"]
+               for ln in r.stdout.splitlines()), r.stdout
+    assert " ref_grouped_stage1 " in r.stdout and max(map(len, r.stdout.splitlines())) <= 80
     doc = json.loads(out.read_text())
     assert doc["ok"] and doc["complete"] and len(doc["runs"]) == 2
     assert doc["environment"]["interpret"] is True
@@ -341,8 +346,8 @@ def test_cli_verify_runs_what_it_finds(tiny_model, tmp_path, monkeypatch):
     out = tmp_path / "v.json"
     r = _invoke("verify", "--model", tiny_model, "--seq-lens", "40,100,17", "-o", str(out))
     assert r.exit_code == 0, r.output
-    assert "vllm kernels: decodecalc's reference kernels (no upstream sources found)" in r.stdout
-    assert "sglang kernels: upstream 0.5.23" in r.stdout
+    assert "vllm: decodecalc's reference kernels (no upstream sources found)" in r.stdout
+    assert "sglang: upstream 0.5.23 (default: " in r.stdout
     assert "vllm ref" in r.stdout and "sglang 0.5.23" in r.stdout
     assert r.stderr.count(str(tried)) == 1 and "fetch_upstream.sh vllm" in r.stderr
     doc = json.loads(out.read_text())

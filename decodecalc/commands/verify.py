@@ -302,60 +302,52 @@ def _compact(xs: list[int]) -> str:
 
 def _print(console: Any, results: list[Any], work: Any, gpu: Any, env: Any, *, notes: list[str] | None = None,
            predicted: dict[str, float] | None = None, kernels: dict[str, Any] | None = None) -> None:
+    """One section row per run (its splits, error, time and status), then one row per kernel launch;
+    fits 80 columns under the interpreter."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    dev = f"{env.gpu_name} ({env.sm_count} SMs)" if env.device == "cuda" else "CPU, Triton interpreter"
+    dev = f"{env.gpu_name} ({env.sm_count} SMs)" if env.device == "cuda" else "CPU (Triton interpreter)"
     console.print(f"[bold]verify[/] {work.model.name} tp={work.tp}: B={work.batch}, h={work.num_heads}, "
-                  f"h_kv={work.num_kv_heads}, d={work.head_size}, {work.dtype}, block {work.block_size} "
-                  f"on {dev}; torch {env.torch}, triton {env.triton}", highlight=False)
-    for k, v in env.versions.items():
-        console.print(f"  {k} sources: {v}", highlight=False)
+                  f"h_kv={work.num_kv_heads}, d={work.head_size}, {work.dtype}, block {work.block_size}", highlight=False)
+    console.print(f"  on {dev}; torch {env.torch}, triton {env.triton}", highlight=False, markup=False)
     kd = kernels or {}
     for k, ran in kd.get("ran", {}).items():
-        what = " and ".join(f"upstream {env.versions.get(k, '?').split(' ')[0]}" if r == "upstream"
-                            else "decodecalc's reference kernels" for r in ran)
+        what = " + ".join(f"upstream {env.versions.get(k, '?')}" if r == "upstream"
+                          else "reference kernels" if len(ran) > 1 else "decodecalc's reference kernels" for r in ran)
         why = " (no upstream sources found)" if k in kd.get("fallback", {}) else ""
-        console.print(f"  {k} kernels: {what}{why}", highlight=False, markup=False)
+        console.print(f"  {k}: {what}{why}", highlight=False, markup=False)
     for n in notes or []:
-        console.print(f"  note: {n}", highlight=False)
+        console.print(f"  note: {n}", highlight=False, markup=False)
     timed = any(r.timing and r.timing.get("t_us") for r in results)
-    t = Table(show_lines=False, header_style="bold", pad_edge=False)
-    cols = ["run", "kernel", "grid", "working", "splits (live)", "max err"]
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
+    cols = ["run / kernel", "grid", "working", "splits (live)", "max err"]
     if timed:
         cols += ["us", "GB/s (%HBM)", "roofline us"]
     cols.append("status")
     for col in cols:
-        t.add_column(col, overflow="fold", no_wrap=col in ("kernel", "grid"))
+        t.add_column(col, overflow="fold", no_wrap=col not in ("splits (live)", "status"))
     for r in results:
-        first = True
-        for c in (r.launches or [None]):
-            if c is None:
-                cells = ["-", "-", "-"]
-            else:
-                cells = [c.kernel, _pair(_fmt_grid(c.predicted_grid), _fmt_grid(c.observed_grid)),
-                         _pair(str(c.predicted_working), str(c.observed_working))]
-            if not first:
-                row = [""] + cells + [""] * (len(cols) - 4)
-            else:
-                first = False
-                sp = _pair(_compact(r.splits_predicted), _compact(r.splits_observed))
-                if r.nonempty_predicted or r.nonempty_observed:
-                    sp += " (" + _pair(_compact(r.nonempty_predicted), _compact(r.nonempty_observed)) + ")"
-                e = r.error.get("max_err_vs_max") if r.error else None
-                es = "-" if e is None else _wrap(f"{e:.1e}", "" if r.error_ok else "red")
-                status = {"ok": "[green]ok[/]", "mismatch": "[bold red]MISMATCH[/]",
-                          "error": "[bold red]ERROR[/]"}[r.status]
-                if r.status == "error":
-                    status += f" {r.message}"
-                label = f"{r.system} {r.version}" if r.source == "upstream" else f"{r.system} ref"
-                row = [label] + cells + [sp, es]
-                if timed:
-                    tu = r.timing.get("t_us") if r.timing else None
-                    row += ["-" if tu is None else f"{tu:.1f}",
-                            "-" if r.gbps is None else f"{r.gbps:.0f} ({100 * (r.bandwidth_fraction or 0):.0f}%)",
-                            "-" if r.roofline_us is None else f"{r.roofline_us:.1f}"]
-                row.append(status)
-            t.add_row(*row)
+        sp = _pair(_compact(r.splits_predicted), _compact(r.splits_observed))
+        if r.nonempty_predicted or r.nonempty_observed:
+            sp += " (" + _pair(_compact(r.nonempty_predicted), _compact(r.nonempty_observed)) + ")"
+        e = r.error.get("max_err_vs_max") if r.error else None
+        es = "-" if e is None else _wrap(f"{e:.1e}", "" if r.error_ok else "red")
+        status = {"ok": "[green]ok[/]", "mismatch": "[bold red]MISMATCH[/]", "error": "[bold red]ERROR[/]"}[r.status]
+        if r.status == "error":
+            status += f" {escape(r.message)}"
+        label = f"{r.system} {r.version}" if r.source == "upstream" else f"{r.system} ref"
+        row = [f"[bold]{escape(label)}[/]", "", "", sp, es]
+        if timed:
+            tu = r.timing.get("t_us") if r.timing else None
+            row += ["-" if tu is None else f"{tu:.1f}",
+                    "-" if r.gbps is None else f"{r.gbps:.0f} ({100 * (r.bandwidth_fraction or 0):.0f}%)",
+                    "-" if r.roofline_us is None else f"{r.roofline_us:.1f}"]
+        t.add_row(*row, status)
+        for c in r.launches:
+            t.add_row(f" {escape(c.kernel)}", _pair(_fmt_grid(c.predicted_grid), _fmt_grid(c.observed_grid)),
+                      _pair(str(c.predicted_working), str(c.observed_working)), *[""] * (len(cols) - 3))
     console.print(t)
     if predicted:
         console.print("predicted time (decodecalc time model): "

@@ -66,7 +66,7 @@ def run_dtype(name: str, env: Environment) -> tuple[Any, str]:
     if name not in table:
         raise UnsupportedError(f"verify runs bfloat16, float16 or float32 KV caches, not {name}")
     if env.interpret and name == "bfloat16":
-        return torch.float16, "interpreter: bfloat16 run as float16 (the interpreter computes bf16 tl.dot wrongly)"
+        return torch.float16, "interpreter: bfloat16 run as float16 (its bf16 tl.dot is wrong)"
     return table[name], ""
 
 
