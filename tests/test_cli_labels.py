@@ -104,3 +104,14 @@ def test_error_text_is_not_rich_markup_or_emoji():
     assert r.exit_code == 1 and "A:B:STEP" in r.stderr and "\N{NEGATIVE SQUARED LATIN CAPITAL LETTER B}" not in r.stderr
     r = run("grid", "--model", "[bold]x:b:[/]")
     assert r.exit_code == 1 and "[bold]x:b:[/]" in r.stderr
+
+
+def test_another_gpu_says_why_it_is_uncalibrated():
+    d = js("grid", "--gpu", "b200")
+    for s in d["systems"].values():
+        assert s["predicted_calibrated"] is False and "no calibrated time profile for b200" in s["predicted_warnings"][0]
+
+
+def test_recommend_refuses_sliding_layers_it_does_not_model():
+    r = run("recommend", "-m", "gemma-2-9b", "--layer", "sliding")
+    assert r.exit_code == 1 and "global" in r.stderr and "Traceback" not in r.output

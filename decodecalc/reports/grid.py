@@ -108,6 +108,12 @@ def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer
     except DecodecalcError as exc:
         return {"predicted_time_error": str(exc)}
     warnings = domain_warnings(work, gpu, prof, layer=layer)
+    if not prof.calibrated:
+        warnings = (f"no calibrated time profile for {gpu.name}: datasheet figures and H200 latencies; run "
+                    "'decodecalc calibrate' on this GPU", *warnings)
+    elif not calibrated:
+        warnings = ("a kernel family of this launch is not calibrated in the profile "
+                    f"({prof.path or 'built-in'}); re-run 'decodecalc calibrate'", *warnings)
     out: dict[str, Any] = {"predicted_time_s": t, "predicted_calibrated": calibrated and not warnings}
     if warnings:
         out["predicted_warnings"] = list(warnings)
