@@ -24,6 +24,7 @@ from decodecalc.timemodel.fit import (
 )
 from decodecalc.errors import ConfigError
 from decodecalc.timemodel import (
+    KERNEL_FAMILIES,
     FamilyParams,
     KernelWork,
     datasheet_profile,
@@ -66,7 +67,10 @@ def test_packaged_h200_profile_is_calibrated_and_complete(h200):
     assert h200.calibrated
     assert h200.num_sms == 132
     assert 3e12 < h200.hbm_bandwidth_bytes_per_s < 4.8e12  # achievable, under the 4.8 TB/s datasheet
-    assert not h200.fit.get("uncalibrated_families")  # every family fitted, SGLang's MHA stage 1 included
+    # every Triton family fitted, SGLang's MHA stage 1 included; backend families that missed their held-out goals
+    # (benchmarks/fit_backends_h200.py) are listed, so their predictions say uncalibrated
+    backend = {f for k in ("flashinfer", "flashinfer-tc", "fa3", "flashmla") for f in KERNEL_FAMILIES[k]}
+    assert set(h200.fit.get("uncalibrated_families") or ()) <= backend
     for fam in ("vllm_2d", "vllm_3d", "sglang_stage1", "sglang_mha_stage1", "ref_vllm_3d", "ref_sglang_stage1"):
         p = h200.family(fam)
         assert 2e-7 < p.latency_s < 5e-6  # one loop iteration's round trip: about a microsecond
@@ -97,7 +101,7 @@ def test_profile_without_the_mha_family_still_loads(tmp_path, monkeypatch, h200)
     prof = load_profile_file(f, expect_gpu="h200")
     assert prof.calibrated
     assert prof.family("sglang_mha_stage1") == h200.family("sglang_stage1")
-    assert prof.fit["uncalibrated_families"] == ["sglang_mha_stage1"]
+    assert set(prof.fit["uncalibrated_families"]) == {"sglang_mha_stage1", *(h200.fit.get("uncalibrated_families") or ())}
     w_mha = work(model(32, 32), batch=4, seq_len=2000)
     t_old, cal = predict_time_s(plan_sglang(w_mha, H200).plan, w_mha, H200, "sglang", profile=prof)
     assert t_old > 0 and not cal

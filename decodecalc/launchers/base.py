@@ -21,6 +21,13 @@ class KernelKind(StrEnum):
     SGLANG_GROUPED_STAGE1 = "sglang_grouped_stage1"  # _fwd_grouped_kernel_stage1 (GQA / MQA)
     SGLANG_MHA_STAGE1 = "sglang_mha_stage1"  # _fwd_kernel_stage1 (one query head per program)
     SGLANG_STAGE2 = "sglang_stage2"  # _fwd_kernel_stage2 (merge of the splits)
+    FLASHINFER_DECODE = "flashinfer_decode"  # BatchDecodeWithPagedKVCacheKernel (CUDA cores)
+    FLASHINFER_PREFILL = "flashinfer_prefill"  # BatchPrefillWithPagedKVCacheKernel (tensor-core decode)
+    FLASHINFER_MERGE = "flashinfer_merge"  # PersistentVariableLengthMergeStatesKernel
+    FA3_FWD = "fa3_fwd"  # FlashAttnFwdSm90
+    FA3_COMBINE = "fa3_combine"  # FlashAttnFwdCombine
+    FLASHMLA_DECODE = "flashmla_decode"  # flash_fwd_splitkv_mla_kernel
+    FLASHMLA_COMBINE = "flashmla_combine"  # flash_fwd_mla_combine_kernel
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
 from decodecalc.launchers.flash_attn2 import f32
 from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
@@ -243,7 +243,7 @@ def plan_flash_attn3(
         grid = (min(n_sm, tiles),)
         kname = "FlashAttnFwdSm90 (StaticPersistentTileScheduler; grid assumed min(num_sm, tiles))"
         working = grid[0]
-    kernels = [KernelLaunch(name=kname, grid=grid, working_programs=working,
+    kernels = [KernelLaunch(name=kname, grid=grid, working_programs=working, kind=KernelKind.FA3_FWD,
                             constexprs={"kBlockM": kBlockM, "kBlockN": kBlockN, "PackGQA": pack_gqa,
                                         "Split": S_static > 1, "tiles": tiles})]
     rows = w.num_tokens * h
@@ -256,7 +256,7 @@ def plan_flash_attn3(
         # (cdiv(h, kBlockM), ...) for B = 1, over 192 captures (benchmarks/results/capture-backends-h200.jsonl)
         comb = cdiv(rows, kBlockM_c) + (B if varlen and B > 1 else 0)
         grid_c: tuple[int, ...] = (comb, cdiv(dv, kBlockK_c)) if dv > kBlockK_c else (comb,)
-        kernels.append(KernelLaunch(name="FlashAttnFwdCombine", grid=grid_c,
+        kernels.append(KernelLaunch(name="FlashAttnFwdCombine", grid=grid_c, kind=KernelKind.FA3_COMBINE,
                                     working_programs=comb * grid_c[-1] if len(grid_c) > 1 else comb,
                                     constexprs={"kBlockM": kBlockM_c, "kBlockK": kBlockK_c}))
         per = ex.add("partial_state_bytes_per_token_head", S_static * (4 * dv + 4),

@@ -27,7 +27,7 @@ from typing import Any
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -64,8 +64,9 @@ def occupancy_lower_bound(threads: int, smem_bytes: int, compute_capability: tup
     return max(1, min(max_ctas, by_threads, by_smem, by_regs))
 
 
-def decode_kernel_resources(w: Workload, compute_capability: tuple[int, int] | None) -> tuple[int, int]:
-    """(threads, shared memory bytes) of BatchDecodeWithPagedKVCacheKernel (scheduler.cuh L160-172)."""
+def decode_kernel_tiling(w: Workload) -> tuple[int, int, int, int, int]:
+    """(bdx, bdy, bdz, tile_size_per_bdx, threads) of BatchDecodeWithPagedKVCacheKernel (scheduler.cuh L160-172):
+    one step of its KV loop takes ``tile_size_per_bdx * bdy * bdz`` tokens into shared memory."""
     kv = w.kv_bytes_per_element
     d, g = w.head_size, w.group_size
     vec = max(16 // kv, d // 32)
@@ -73,8 +74,15 @@ def decode_kernel_resources(w: Workload, compute_capability: tuple[int, int] | N
     bdy = g
     threads = max(128, bdx * bdy)
     bdz = threads // (bdx * bdy)
-    stages = 2 if (compute_capability or (9, 0)) >= (8, 0) else 1  # utils.cuh L330-337
     tile = (2 if kv == 1 else 4) if g == 1 else 1
+    return bdx, bdy, bdz, tile, threads
+
+
+def decode_kernel_resources(w: Workload, compute_capability: tuple[int, int] | None) -> tuple[int, int]:
+    """(threads, shared memory bytes) of BatchDecodeWithPagedKVCacheKernel (scheduler.cuh L160-172)."""
+    kv, d = w.kv_bytes_per_element, w.head_size
+    _, bdy, bdz, tile, threads = decode_kernel_tiling(w)
+    stages = 2 if (compute_capability or (9, 0)) >= (8, 0) else 1  # utils.cuh L330-337
     smem = 2 * stages * tile * bdy * bdz * d * kv + max(tile * threads * 8, 2 * bdy * bdz * 4)
     return threads, smem
 
@@ -110,8 +118,9 @@ def _merge_kernel(w: Workload, gpu: GPUSpec, merge_occupancy: int | None, ex: Ex
     n = ex.add("merge_grid", gpu.num_sms * min(occ_m, cdiv(rows * w.num_heads, gpu.num_sms)),
                "num_sms * min(occ_merge, cdiv(seq_len * num_heads, num_sms))", SRC_CASCADE,
                num_sms=gpu.num_sms, occ_merge=occ_m, seq_len=rows, num_heads=w.num_heads)
-    return KernelLaunch(name="PersistentVariableLengthMergeStatesKernel", grid=(n,),
-                        working_programs=min(n, rows * w.num_heads), constexprs={"occupancy": occ_m})
+    return KernelLaunch(name="PersistentVariableLengthMergeStatesKernel", grid=(n,), kind=KernelKind.FLASHINFER_MERGE,
+                        working_programs=min(n, rows * w.num_heads),
+                        constexprs={"occupancy": occ_m, "bdx": bdx, "bdy": bdy})
 
 
 #: data/occupancy.yaml: measured CTAs/SM per GPU and kernel variant (the one run-time input of the grid)
@@ -208,10 +217,10 @@ def plan_flashinfer(
            enable_cuda_graph=cuda_graph, new_batch_size=new_bs)
     chunks = tuple(cdiv(max(p, 1), chunk) for p in pages) if split else (1,) * B
     tps = tuple(min(chunk * page, L) for L in w.seq_lens) if split else w.seq_lens
-    kernels = [KernelLaunch(name="BatchDecodeWithPagedKVCacheKernel", grid=(padded_bs, h_kv),
+    kernels = [KernelLaunch(name="BatchDecodeWithPagedKVCacheKernel", grid=(padded_bs, h_kv), kind=KernelKind.FLASHINFER_DECODE,
                             working_programs=(sum(chunks) if split else B) * h_kv,
                             constexprs={"threads": threads, "smem_bytes": smem, "occupancy": occ,
-                                        "kv_chunk_size": chunk * page})]
+                                        "kv_chunk_size": chunk * page, "tiling": decode_kernel_tiling(w)})]
     allocated = used = 0
     if split:
         kernels.append(_merge_kernel(w, gpu, merge_occupancy, ex))
@@ -311,6 +320,7 @@ def plan_flashinfer_tc(
     splits = chunks if split else (1,) * B
     tps = tuple(min((chunk or 0) * page, L) if (split and chunk) else L for L in w.seq_lens)
     kernels = [KernelLaunch(name="BatchPrefillWithPagedKVCacheKernel", grid=(padded_bs, 1, h_kv),
+                            kind=KernelKind.FLASHINFER_PREFILL,
                             working_programs=new_bs * h_kv,
                             constexprs={"CTA_TILE_Q": cta_tile_q, "kv_chunk_size": (chunk or 0) * page})]
     allocated = used = 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -97,10 +97,10 @@ def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> 
            f"{SRC_SCHED} L62-99", num_sm_parts=parts, block_size_n=block_size_n,
            fixed_overhead_num_blocks=fixed_overhead_num_blocks)
     n_mblocks = cdiv(q_seq_per_hk, 64)
-    kernels = [KernelLaunch(name="flash_fwd_splitkv_mla_kernel", grid=(n_mblocks, h_k, parts),
+    kernels = [KernelLaunch(name="flash_fwd_splitkv_mla_kernel", grid=(n_mblocks, h_k, parts), kind=KernelKind.FLASHMLA_DECODE,
                             working_programs=n_mblocks * h_k * busy,
                             constexprs={"block_size_n": block_size_n, "num_sm_parts": parts})]
-    kernels.append(KernelLaunch(name="flash_fwd_mla_combine_kernel",
+    kernels.append(KernelLaunch(name="flash_fwd_mla_combine_kernel", kind=KernelKind.FLASHMLA_COMBINE,
                                 grid=(B * s_q, 1, cdiv(h_q, BLOCK_SIZE_M_COMBINE)),
                                 working_programs=sum(1 for s in splits if s > 1) * s_q * cdiv(h_q, BLOCK_SIZE_M_COMBINE)))
     dv = w.head_size_v

@@ -160,9 +160,21 @@ def _simple(name: str, title: str, build: Callable[[Workload, GPUSpec, PolicyOpt
             return PolicyResult(name, title, False, reason=str(exc))
         fig = _figures(w, gpu, plan, live_rows=live_rows(w, plan), tile_keys=tile_keys(w, plan))
         return PolicyResult(name, title, True, plan=plan, figures=fig,
-                            notes=notes(w, plan, opts) if notes else [])
+                            notes=notes(w, plan, opts) if notes else [], extra=_backend_predicted(name, w, gpu, plan, opts))
     run.build = build  # type: ignore[attr-defined]
     return run
+
+
+def _backend_predicted(name: str, w: Workload, gpu: GPUSpec, plan: LaunchPlan, opts: PolicyOptions) -> dict[str, Any]:
+    """The time model's prediction for the backends it has families for (FlashInfer, FA3, FlashMLA:
+    decodecalc.timemodel.backends); nothing for the others."""
+    from decodecalc.timemodel.backends import BACKEND_KERNELS
+
+    if name not in BACKEND_KERNELS:
+        return {}
+    from decodecalc.reports.grid import predicted
+
+    return predicted(plan, w, gpu, name, opts.layer)
 
 
 def _const(key: str, default: int) -> Callable[[Workload, LaunchPlan], int]:

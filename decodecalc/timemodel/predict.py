@@ -29,12 +29,12 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     idle_cost = work.idle_programs * idle_program_s / num_sms
     if n == 0:
         return idle_cost
-    occ = max(1, fam.occupancy_for(work.head_dim) + occupancy_delta)
+    occ = max(1, (work.occupancy or fam.occupancy_for(work.head_dim)) + occupancy_delta)
     slots = occ * num_sms
     b = work.bytes_per_iter
 
     lat, bw, hbm = fam.latency_s + b / fam.program_bandwidth_bytes_per_s, fam.sm_bandwidth_bytes_per_s, \
-        hbm_bandwidth_bytes_per_s
+        (fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s)
 
     def t_it(c: int, conc: int | None = None) -> float:
         # the SM: a round trip plus its c programs' bytes through its load path (Little's law: bytes in

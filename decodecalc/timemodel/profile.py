@@ -21,7 +21,10 @@ from decodecalc.yamlio import load_yaml_file, safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
 FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
-            "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2")
+            "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2",
+            # the default backends (decodecalc.timemodel.backends): FlashInfer, FA3, FlashMLA
+            "flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
+            "flashmla_combine")
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
 FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1"}
@@ -45,6 +48,10 @@ KERNEL_FAMILIES = {
     # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
     "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),
     "reference-sglang": ("ref_sglang_stage1", "ref_sglang_stage2"),
+    "flashinfer": ("flashinfer_decode", "flashinfer_merge"),
+    "flashinfer-tc": ("flashinfer_tc", "flashinfer_merge"),
+    "fa3": ("fa3_fwd", "fa3_combine"),
+    "flashmla": ("flashmla_fwd", "flashmla_combine"),
 }
 
 PROFILE_SCHEMA = 1
@@ -65,6 +72,9 @@ class FamilyParams:
     max_programs_per_sm: int  # occupancy: resident programs per SM (registers, shared memory)
     #: occupancy where it differs by padded head dim (registers and shared memory grow with it)
     occupancy_by_head_dim: tuple[tuple[int, int], ...] = ()
+    #: the HBM bandwidth this family's kernels reach together (the GPU's when 0): FA3, FlashInfer and FlashMLA
+    #: stream 4.5 TB/s on the H200 where the Triton kernels stop near 3.9 (bulk copies, deeper pipelines)
+    hbm_bandwidth_bytes_per_s: float = 0.0
 
     def occupancy_for(self, head_dim: int) -> int:
         for d, o in self.occupancy_by_head_dim:
@@ -88,6 +98,8 @@ class FamilyParams:
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["occupancy_by_head_dim"] = {d: o for d, o in self.occupancy_by_head_dim}
+        if not self.hbm_bandwidth_bytes_per_s:
+            del out["hbm_bandwidth_bytes_per_s"]
         return out
 
 
@@ -143,7 +155,8 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 raise ConfigError(f"unknown kernel family {name!r} (known: {', '.join(FAMILIES)})")
             if not isinstance(raw, Mapping):
                 raise ConfigError(f"family {name!r} must be a mapping")
-            known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim"}
+            known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim",
+                                                                          "hbm_bandwidth_bytes_per_s"}
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
@@ -155,6 +168,8 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 program_overhead_s=_num(raw["program_overhead_s"], f"{name}.program_overhead_s"),
                 max_programs_per_sm=_int(raw["max_programs_per_sm"], f"{name}.max_programs_per_sm"),
                 occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
+                hbm_bandwidth_bytes_per_s=_num(raw.get("hbm_bandwidth_bytes_per_s", 0.0),
+                                               f"{name}.hbm_bandwidth_bytes_per_s"),
             )
         fit_raw = data.get("fit") or {}
         if not isinstance(fit_raw, Mapping):
@@ -269,7 +284,9 @@ def datasheet_profile(gpu: GPUSpec) -> TimeProfile:
     and its datasheet bandwidth scaled by the share of the datasheet the H200 achieves."""
     base = _builtin_h200()
     scale = (gpu.hbm_bandwidth_bytes_per_s * 0.85 / gpu.num_sms) / (4.8e12 * 0.85 / 132)
-    fams = {k: dataclasses.replace(v, sm_bandwidth_bytes_per_s=v.sm_bandwidth_bytes_per_s * scale)
+    fams = {k: dataclasses.replace(v, sm_bandwidth_bytes_per_s=v.sm_bandwidth_bytes_per_s * scale,
+                                   hbm_bandwidth_bytes_per_s=v.hbm_bandwidth_bytes_per_s * gpu.hbm_bandwidth_bytes_per_s
+                                   / 4.8e12)
             for k, v in base.families.items()}
     hbm = base.hbm_bandwidth_bytes_per_s * gpu.hbm_bandwidth_bytes_per_s / 4.8e12  # same achievable share
     return TimeProfile(gpu=gpu.name, num_sms=gpu.num_sms, launch_overhead_s=base.launch_overhead_s,

@@ -54,6 +54,9 @@ class KernelWork:
     bytes_per_iter: int
     idle_programs: int = 0
     head_dim: int = 128  # padded head dim: selects the family's occupancy
+    #: resident programs per SM known from the launch itself (a measured occupancy the plan used, a persistent
+    #: grid of one CTA per SM); None: the family's occupancy for ``head_dim``
+    occupancy: int | None = None
 
     @property
     def programs(self) -> int:
@@ -214,5 +217,9 @@ def work_for_plan(plan: LaunchPlan, workload: WorkShape, kernel: str) -> LaunchW
         if kernel == "reference-sglang":  # run_grouped always launches its split-count kernel
             lw = dataclasses.replace(lw, extra_launches=1)
         return lw
+    from decodecalc.timemodel import backends
+
+    if kernel in backends.BACKEND_KERNELS and kinds & backends.BACKEND_KINDS:
+        return backends.backend_work(plan, workload, kernel)
     raise ConfigError(f"no time model for kernel {kernel!r} on a {plan.system} launch; known: vllm, sglang, "
                       f"reference, {', '.join(k for k in KERNEL_FAMILIES if k.startswith('reference'))}")
