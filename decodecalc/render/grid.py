@@ -71,7 +71,7 @@ def _predicted(s: SystemResult) -> str:
 
 def _common_cells(s: SystemResult) -> dict[str, str]:
     f = s.figures
-    assert f is not None
+    assert f is not None and s.model is not None  # only systems without an error are rendered here
     plan = s.model.plan
     return {
         "G_2D -> S*": f"{f.g_2d:,} -> S* = {f.s_star}",
@@ -90,7 +90,7 @@ def _common_cells(s: SystemResult) -> dict[str, str]:
 
 
 def _version(s: SystemResult) -> str:
-    if s.error:
+    if s.error or s.model is None:
         return ""
     if s.name == "vllm":
         return str(s.model.settings.version)
@@ -129,7 +129,7 @@ def grid_notes(r: GridReport) -> list[Text]:
         if s.error:
             notes.append(Text(f"{s.name}: not applicable: {s.error}", style="yellow"))
             continue
-        if s.name == "vllm":
+        if s.name == "vllm" and s.model is not None:
             vp: VllmPlan = s.model
             if vp.launch.reasons_2d:
                 notes.append(Text("vllm runs 2D because: " + "; ".join(vp.launch.reasons_2d), style="cyan"))
