@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
@@ -97,7 +98,8 @@ class StepTimer:
         self.base, self.gpu, self.profile, self.shapes = base, gpu, profile, shapes
         self._works: list[Workload | None] = [None] * len(shapes.shapes)
         self._time_cache: dict[LaunchWork, float] = {}
-        self._plan_cache: dict[tuple, object] = {}
+        self._plan_cache: dict[tuple, tuple] = {}  # (batch, query lens, settings) -> (plan signature, plan)
+        self._work_cache: dict[tuple, LaunchWork] = {}  # (shape, plan signature) -> work
         self.families: dict[str, set[str]] = {}  # engine -> kernel families its launches used
 
     def work(self, i: int) -> Workload:
@@ -117,19 +119,29 @@ class StepTimer:
 
     # vLLM ------------------------------------------------------------------------------------
 
-    def vllm_running_plan(self, i: int, settings: VllmSettings):
-        """The launch plan that runs for shape i (the padded FULL-graph replay when one runs)."""
+    def vllm_running_plan(self, i: int, settings: VllmSettings) -> tuple[tuple, Any]:
+        """(signature, plan) of the launch that runs for shape i (the padded FULL-graph replay when one runs)."""
         shape = self.shapes.shapes[i]
         key = ("vllm", len(shape), tuple(q for _, q in shape), settings)
-        plan = self._plan_cache.get(key)
-        if plan is None:
+        got = self._plan_cache.get(key)
+        if got is None:
             vp = plan_vllm(self.work(i), self.gpu, settings)
-            plan = self._plan_cache[key] = vp.replay.plan if vp.replay is not None else vp.plan
-        return plan
+            plan = vp.replay.plan if vp.replay is not None else vp.plan
+            got = self._plan_cache[key] = (plan_signature(plan), plan)
+        return got
+
+    def _work(self, i: int, sig: tuple, plan: Any, engine: str) -> LaunchWork:
+        lw = self._work_cache.get((i, sig))
+        if lw is None:
+            lw = self._work_cache[(i, sig)] = work_for_plan(plan, self.work(i), engine)
+        return lw
 
     def vllm(self, settings: VllmSettings) -> tuple[float, ...]:
-        return tuple(self._time(work_for_plan(self.vllm_running_plan(i, settings), self.work(i), "vllm"), "vllm")
-                     for i in range(len(self.shapes.shapes)))
+        out = []
+        for i in range(len(self.shapes.shapes)):
+            sig, plan = self.vllm_running_plan(i, settings)
+            out.append(self._time(self._work(i, sig, plan, "vllm"), "vllm"))
+        return tuple(out)
 
     def vllm_forced(self, i: int, segments: int) -> float:
         """Shape i on the 2D kernel (segments 1) or the 3D kernel with ``segments``, whatever the gate says."""
@@ -140,8 +152,8 @@ class StepTimer:
     def sglang(self, settings: SglangSettings) -> tuple[float, ...]:
         out = []
         for i in range(len(self.shapes.shapes)):
-            sp = plan_sglang(self.work(i), self.gpu, settings)
-            out.append(self._time(work_for_plan(sp.plan, self.work(i), "sglang"), "sglang"))
+            plan = plan_sglang(self.work(i), self.gpu, settings).plan
+            out.append(self._time(self._work(i, plan_signature(plan), plan, "sglang"), "sglang"))
         return tuple(out)
 
     def sglang_splits(self, i: int, splits: Sequence[int], max_kv_splits: int, *, adaptive: bool = True) -> float:
@@ -156,6 +168,13 @@ class StepTimer:
     def calibrated(self, engine: str) -> bool:
         uncal = set(self.profile.fit.get("uncalibrated_families", ()) or ())
         return self.profile.calibrated and not (uncal & self.families.get(engine, set()))
+
+
+def plan_signature(plan: Any) -> tuple:
+    """What distinguishes two launch plans of the same step: every kernel's kind, grid and compile-time
+    constants, the per-sequence splits and the auxiliary launches. Equal signatures, equal work."""
+    return (tuple((k.kind, k.name, tuple(k.grid), k.working_programs, tuple(sorted(k.constexprs.items())))
+                  for k in plan.kernels), tuple(plan.splits), getattr(plan, "aux_launches", 0))
 
 
 @dataclass(frozen=True, slots=True)

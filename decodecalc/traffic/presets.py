@@ -86,14 +86,18 @@ def generate(preset: Preset, *, concurrency: int | None = None, steps: int = DEF
         raise ConfigError(f"--concurrency must be a positive integer, got {c}")
     if not 1 <= steps <= MAX_STEPS:
         raise ConfigError(f"steps must be between 1 and {MAX_STEPS:,}, got {steps}")
-    rng = random.Random(seed)
     mean_out = preset.output_median * math.exp(preset.sigma_output ** 2 / 2.0)
     n = max(c + 1, math.ceil(1.3 * (steps + 2 * c) * c / max(mean_out - 1.0, 1.0)) + c)
-    reqs = [Request(prompt_tokens=_draw(rng, preset.prompt_median, preset.sigma_prompt, preset.max_prompt),
-                    output_tokens=_draw(rng, preset.output_median, preset.sigma_output, preset.max_output))
-            for _ in range(n)]
-    result = batch_requests(reqs, BatchingLimits(max_num_seqs=c, max_num_batched_tokens=max_num_batched_tokens),
-                            source=f"preset {preset.name}")
+    for _ in range(8):  # long prompts spend steps in prefill: draw more requests until the steady part is long enough
+        rng = random.Random(seed)
+        reqs = [Request(prompt_tokens=_draw(rng, preset.prompt_median, preset.sigma_prompt, preset.max_prompt),
+                        output_tokens=_draw(rng, preset.output_median, preset.sigma_output, preset.max_output))
+                for _ in range(n)]
+        result = batch_requests(reqs, BatchingLimits(max_num_seqs=c, max_num_batched_tokens=max_num_batched_tokens),
+                                source=f"preset {preset.name}")
+        if result.queue_empty_step >= steps:
+            break
+        n *= 2
     kept = result.trace.steps[:min(steps, max(result.queue_empty_step, 1))]
     note = (f"{preset.description}: {len(kept)} steady-state decode steps at concurrency {c} from {n} requests "
             f"(prompt median {preset.prompt_median:,.0f}, output median {preset.output_median:,.0f} tokens, "

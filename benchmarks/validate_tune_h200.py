@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""Validate ``decodecalc tune`` on a GPU: replay decode workloads through vLLM's and SGLang's real Triton
+kernels under CUDA graphs and compare the measured totals with tune's predictions.
+
+For each model and workload (>= 200 steps of a preset) this runs, per engine, the default setting, the
+setting tune picks, the next best predicted candidates and every heuristic (engine rules, the PR models,
+the per-step bound), each as one CUDA graph holding every step of the workload (step k on KV-cache copy
+k % copies, so that L2 cannot carry data between steps), and records the median replay time: the
+measured decode-attention time of the whole workload for one layer. The launch of each step is what
+decodecalc's launcher modules say the engine launches (vLLM: the 2D/3D gate and segment count, the
+padded FULL-graph replay batch; SGLang: the per-sequence split counts and the split-count kernel of the
+adaptive rule); the upstream wrappers make the launch from those inputs themselves.
+
+Run on the device from the repository root (the upstream kernel sources under ./upstream):
+
+    PYTHONPATH=. python3 benchmarks/validate_tune_h200.py --out $OUT/validate_tune_h200.json
+
+CPU check of the plumbing (interpreter, fp16, tiny sizes; times are meaningless):
+
+    TRITON_INTERPRET=1 PYTHONPATH=. python3 benchmarks/validate_tune_h200.py --smoke --out /tmp/v.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.launchers.sglang_triton import plan_sglang
+from decodecalc.launchers.vllm_unified import plan_vllm
+from decodecalc.reports.heuristics import (
+    BOUND_SGLANG_SPLITS,
+    BOUND_VLLM_SEGMENTS,
+    PR27786_CAP,
+    pr27786_splits,
+    pr35801_splits,
+    pr47520_threshold,
+    score_heuristics,
+    select_heuristics,
+)
+from decodecalc.reports.tune import make_context, tune
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.timemodel import resolve_profile
+from decodecalc.traffic import PRESETS, generate
+from decodecalc.workload import make_workload
+
+MODELS = (("llama3.1-8b", 1), ("llama3.1-70b", 8))
+WORKLOADS = ("chat", "long-doc-qa", "agentic")
+ROTATE_BYTES = 256 << 20  # cycle over at least this much KV (several times the H200's L2)
+POOL_BUDGET_BYTES = 24 << 30
+
+
+# ------------------------------------------------------------------------------------------------
+# what to run: per engine, named launch sequences (one launch spec per shape) with their predictions
+
+
+def vllm_spec(plan_result: Any) -> tuple:
+    """(kind, threshold, segments, B_run, T_run) as the engine runs the step."""
+    be = plan_result.backend
+    if plan_result.replay is not None:
+        rp = plan_result.replay
+        return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, rp.num_reqs_padded, rp.num_tokens_padded)
+    w_b = len(plan_result.plan.splits)
+    return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, w_b, w_b)
+
+
+def vllm_forced(segments: int, batch: int) -> tuple:
+    return ("vllm", 0 if segments <= 1 else 1 << 20, max(segments, 1), batch, batch)
+
+
+def sglang_spec(splits: tuple[int, ...], max_kv_splits: int, adaptive: bool) -> tuple:
+    return ("sglang", tuple(splits), max_kv_splits, adaptive)
+
+
+def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> list[dict[str, Any]]:
+    """Every launch sequence to measure: {engine, name, kind, setting, specs (per shape), predicted (per shape)}."""
+    n = len(ctx.shapes.shapes)
+    entries: list[dict[str, Any]] = []
+    for engine, e in result.engines.items():
+        if top < 0:  # every candidate of the search
+            picked = list(e.candidates)
+        else:
+            ranked = sorted(e.candidates, key=lambda c: (c.stats.mean_step_s, c.stats.total_s))
+            picked = [e.default, e.best]
+            for c in ranked:
+                if len(picked) >= 2 + top:
+                    break
+                if all(c.times != p.times for p in picked):
+                    picked.append(c)
+        for c in picked:
+            kind = "default" if c is e.default else "tuned" if c is e.best else "candidate"
+            if engine == "vllm":
+                st = dataclasses.replace(ctx.vllm, num_par_softmax_segments=c.setting["NUM_PAR_SOFTMAX_SEGMENTS"],
+                                         min_launch_grid_size_2d=c.setting["MIN_LAUNCH_GRID_SIZE_2D"])
+                specs = [vllm_spec(plan_vllm(ctx.timer.work(i), ctx.gpu, st)) for i in range(n)]
+            else:
+                st = dataclasses.replace(ctx.sglang, max_kv_splits=c.setting["triton_attention_num_kv_splits"],
+                                         static_kv_splits=c.setting["static_kv_splits"])
+                specs = []
+                for i in range(n):
+                    sp = plan_sglang(ctx.timer.work(i), ctx.gpu, st)
+                    specs.append(sglang_spec(sp.num_kv_splits, sp.max_kv_splits, sp.mode == "adaptive"))
+            entries.append({"engine": engine, "name": c.label, "kind": kind, "setting": dict(c.setting),
+                            "specs": specs, "predicted": list(c.times)})
+    # heuristics (their launches rebuilt from the same functions the scores used)
+    for name, s in scores.items():
+        if s.kind in ("engine", "tuned") or s.engine not in result.engines:
+            continue
+        specs = []
+        for i in range(n):
+            w = ctx.timer.work(i)
+            if name == "vllm-pr47520":
+                t = pr47520_threshold(ctx.gpu.num_sms, w.num_kv_heads, ctx.work.model.context_length or max(w.seq_lens))
+                st = dataclasses.replace(ctx.vllm, min_launch_grid_size_2d=t * w.num_kv_heads)
+                specs.append(vllm_spec(plan_vllm(w, ctx.gpu, st)))
+            elif name == "sglang-pr21775":
+                cap = max(ctx.sglang.max_kv_splits or 8, next_power_of_2(ctx.gpu.num_sms // 4))
+                sp = plan_sglang(w, ctx.gpu, dataclasses.replace(ctx.sglang, max_kv_splits=cap, static_kv_splits=False))
+                specs.append(sglang_spec(sp.num_kv_splits, sp.max_kv_splits, True))
+            elif name == "sglang-pr27786":
+                base = ctx.sglang.max_kv_splits or 8
+                specs.append(sglang_spec(pr27786_splits(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                                                        num_sms=ctx.gpu.num_sms, max_kv_splits=base),
+                                         max(base, PR27786_CAP), True))
+            elif name == "sglang-pr35801":
+                base = ctx.sglang.max_kv_splits or 8
+                specs.append(sglang_spec(pr35801_splits(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                                                        num_sms=ctx.gpu.num_sms, max_kv_splits=base), base, True))
+            elif name.endswith("-bound"):
+                specs.append(None)  # filled below from the argmin
+            else:
+                specs.append(None)
+        if name.endswith("-bound"):
+            best = bound_best(ctx, s.engine, entries)
+            specs, pred = [b[1] for b in best], [b[0] for b in best]
+        elif any(sp is None for sp in specs):
+            continue
+        else:
+            pred = list(s.times)
+        entries.append({"engine": s.engine, "name": name, "kind": s.kind, "setting": None, "specs": specs,
+                        "predicted": pred})
+    return entries
+
+
+def bound_best(ctx: Any, engine: str, entries: list[dict[str, Any]]) -> list[tuple[float, tuple]]:
+    """Per shape the fastest predicted launch among the bound's search space and every entry so far."""
+    out = []
+    for i in range(len(ctx.shapes.shapes)):
+        b = len(ctx.shapes.shapes[i])
+        opts: list[tuple[float, tuple]] = []
+        if engine == "vllm":
+            opts += [(ctx.timer.vllm_forced(i, S), vllm_forced(S, b)) for S in BOUND_VLLM_SEGMENTS]
+        else:
+            opts += [(ctx.timer.sglang_splits(i, (S,) * b, S, adaptive=False), sglang_spec((S,) * b, S, False))
+                     for S in BOUND_SGLANG_SPLITS]
+        opts += [(e["predicted"][i], e["specs"][i]) for e in entries if e["engine"] == engine]
+        out.append(min(opts, key=lambda o: o[0]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the kernels
+
+
+class Pool:
+    """A paged KV pool: ``rows`` sequences of ``length`` tokens, ``copies`` disjoint copies; a step's
+    sequence j reads the first L_j tokens of row j."""
+
+    def __init__(self, torch: Any, *, rows: int, length: int, h_kv: int, d: int, dtype: Any, device: str,
+                 copies: int, seed: int) -> None:
+        from decodecalc.verify.kv_cache import build_paged_kv
+
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        self.kv = build_paged_kv(gen, seq_lens=[length] * rows, num_kv_heads=h_kv, head_size=d, block_size=16,
+                                 dtype=dtype, device=device, copies=copies)
+        self.torch, self.copies, self.device = torch, copies, device
+
+    def slots(self, lens: list[int], copy: int) -> Any:
+        """SGLang token slots of a step's sequences (prefix of each row), concatenated."""
+        torch = self.torch
+        lt = torch.tensor(lens, device=self.device)
+        seq = torch.repeat_interleave(torch.arange(len(lens), device=self.device), lt)
+        starts = torch.cumsum(lt, 0) - lt
+        tok = torch.arange(int(lt.sum()), device=self.device) - starts[seq]
+        tab = self.kv.block_tables[copy]
+        return (tab[seq, tok // 16].long() * 16 + tok % 16).contiguous()
+
+
+def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[str, Any], steps: list[int],
+                dtype: Any, device: str, num_sms: int, use_pdl: bool) -> list[Any]:
+    """One callable per workload step (in order), with every tensor allocated up front."""
+    from decodecalc.verify import engine
+
+    h, h_kv, d = ctx.work.num_heads, ctx.work.num_kv_heads, ctx.work.head_size
+    d_pad = next_power_of_2(d)
+    scale = 1.0 / math.sqrt(d)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(1)
+    calls = []
+    shared: dict[tuple, Any] = {}
+    for k, i in enumerate(steps):
+        lens = [L for L, _ in ctx.shapes.shapes[i]]
+        b = len(lens)
+        c = k % pool.copies
+        spec = entry["specs"][i]
+        if spec[0] == "vllm":
+            _, thr, S, b_run, t_run = spec
+            key = ("v", i, c, spec)
+            if key not in shared:
+                q = torch.randn((t_run, h, d), generator=gen, device=device, dtype=dtype)
+                out = torch.empty_like(q)
+                sl = torch.tensor(lens + [0] * (b_run - b), dtype=torch.int32, device=device)
+                cu = torch.tensor(list(range(b + 1)) + [b] * (b_run - b), dtype=torch.int32, device=device)
+                tab = pool.kv.block_tables[c][:b_run] if b_run <= pool.kv.block_tables.shape[1] else None
+                if tab is None:
+                    tab = torch.zeros((b_run, pool.kv.block_tables.shape[2]), dtype=torch.int32, device=device)
+                    tab[:b] = pool.kv.block_tables[c][:b]
+                rows = max(t_run, 1)
+                so = torch.empty((rows, h, S, d_pad), device=device, dtype=torch.float32)
+                sm = torch.empty((rows, h, S), device=device, dtype=torch.float32)
+                se = torch.empty((rows, h, S), device=device, dtype=torch.float32)
+                shared[key] = (q, out, sl, cu, tab.contiguous(), so, sm, se, max(lens), thr, S)
+            q, out, sl, cu, tab, so, sm, se, lmax, thr, S = shared[key]
+
+            def vcall(q=q, out=out, sl=sl, cu=cu, tab=tab, so=so, sm=sm, se=se, lmax=lmax, thr=thr, S=S) -> None:
+                engine.vllm_unified_attention(
+                    vk, q=q, k=pool.kv.k_cache, v=pool.kv.v_cache, out=out, cu_seqlens_q=cu, max_seqlen_q=1,
+                    seqused_k=sl, max_seqlen_k=lmax, block_table=tab, softmax_scale=scale, seq_threshold_3D=thr,
+                    num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm, softmax_segm_expsum=se)
+            calls.append(vcall)
+        else:
+            _, splits, maxs, adaptive = spec
+            key = ("s", i, c, spec)
+            if key not in shared:
+                q = torch.randn((b, h, d), generator=gen, device=device, dtype=dtype)
+                o = torch.empty_like(q)
+                indptr = [0]
+                for L in lens:
+                    indptr.append(indptr[-1] + L)
+                ip = torch.tensor(indptr, dtype=torch.int32, device=device)
+                idx = pool.slots(lens, c)
+                logits = torch.empty((b, h, maxs, d), device=device, dtype=torch.float32)
+                lse = torch.empty((b, h, maxs), device=device, dtype=torch.float32)
+                ns = torch.tensor(splits, dtype=torch.int32, device=device)
+                want = ns.clone()
+                sl = torch.tensor(lens, dtype=torch.int32, device=device)
+                shared[key] = (q, o, ip, idx, logits, lse, ns, want, sl, maxs)
+            q, o, ip, idx, logits, lse, ns, want, sl, maxs = shared[key]
+            default_adaptive = adaptive and entry["kind"] in ("default", "tuned", "candidate") or \
+                entry["name"] == "sglang-pr21775"
+
+            def scall(q=q, o=o, ip=ip, idx=idx, logits=logits, lse=lse, ns=ns, want=want, sl=sl, maxs=maxs,
+                      b=b, adaptive=adaptive, engine_rule=default_adaptive) -> None:
+                if engine_rule:  # the engine's own split-count kernel computes the counts on the device
+                    engine.sglang_num_kv_splits(sk, num_kv_splits=ns, seq_lens=sl, num_seq=b, num_group=1, num_head=h,
+                                                num_kv_head=h_kv, max_kv_splits=maxs, device_core_count=num_sms)
+                elif adaptive:  # a proposed rule: one small kernel writes its counts
+                    ns.copy_(want)
+                engine.sglang_decode_attention(
+                    sk, q=q, k_buffer=pool.kv.k_buffer, v_buffer=pool.kv.v_buffer, o=o, kv_indptr=ip, kv_indices=idx,
+                    attn_logits=logits, attn_lse=lse, num_kv_splits=ns, max_kv_splits=maxs, sm_scale=scale,
+                    use_pdl=use_pdl)
+            calls.append(scall)
+    return calls
+
+
+def time_sequence(torch: Any, calls: list[Any], *, replays: int, on_gpu: bool) -> dict[str, Any]:
+    """Median seconds of one pass over ``calls`` (all steps) replayed from one CUDA graph."""
+    for f in calls:  # warm-up: compile every specialization, first touch
+        f()
+    if not on_gpu:
+        t0 = time.perf_counter()
+        for f in calls:
+            f()
+        return {"total_s": time.perf_counter() - t0, "timer": "cpu-interpreter", "replays": 1}
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        calls[0]()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in calls:
+            f()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1000.0)
+    del graph
+    med = statistics.median(times)
+    return {"total_s": med, "timer": "graph", "replays": replays, "spread": (max(times) - min(times)) / med}
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *, steps: int, top: int,
+             device: str, dtype: Any, gpu: Any, profile: Any, replays: int, smoke: bool) -> dict[str, Any]:
+    model = resolve_model(model_name)
+    work = make_workload(model, tp=tp, dtype="float16" if smoke else None)
+    if smoke:
+        from decodecalc.traffic import parse_mix
+        preset, _ = parse_mix("mix:prompt=40,output=6,sigma=0.3")
+        trace = generate(dataclasses.replace(preset, concurrency=3), steps=steps)
+    else:
+        trace = generate(PRESETS[wl], steps=steps)
+    ctx = make_context(trace, work, gpu, profile)
+    result = tune(ctx, objective="mean", max_regression=0.05)
+    scores = {s.name: s for s in score_heuristics(ctx, result, select_heuristics(None, None))}
+    entries = plan_entries(ctx, result, scores, top)
+    order = list(ctx.shapes.step_shape)
+    lmax = max(L for sh in ctx.shapes.shapes for L, _ in sh)
+    bmax = max(len(sh) for sh in ctx.shapes.shapes)
+    bpad = max(spec[3] for e in entries for spec in e["specs"] if spec[0] == "vllm") if any(
+        e["engine"] == "vllm" for e in entries) else bmax
+    rows = max(bmax, bpad)
+    elt = 2
+    per_copy = rows * (cdiv(lmax, 16) * 16) * work.num_kv_heads * work.head_size * 2 * elt
+    min_step = min(sum(L for L, _ in sh) for sh in ctx.shapes.shapes) * work.num_kv_heads * work.head_size * 2 * elt
+    copies = 1 if smoke else max(1, min(math.ceil(ROTATE_BYTES / max(min_step, 1)), POOL_BUDGET_BYTES // per_copy,
+                                        16))
+    pool = Pool(torch, rows=rows, length=lmax, h_kv=work.num_kv_heads, d=work.head_size, dtype=dtype,
+                device=device, copies=copies, seed=7)
+    out_entries = []
+    measured: dict[tuple, tuple[dict[str, Any], str]] = {}
+    for e in entries:
+        t0 = time.perf_counter()
+        adaptive_kernel = e["engine"] == "sglang" and (e["kind"] in ("default", "tuned", "candidate")
+                                                        or e["name"] == "sglang-pr21775")
+        key = (e["engine"], adaptive_kernel, tuple(e["specs"]))
+        same_as = None
+        if key in measured:  # the same launches as a setting already measured (e.g. every threshold above the batch)
+            m, same_as = measured[key]
+        else:
+            calls = build_calls(torch, vk, sk, pool, ctx, e, order, dtype, device, gpu.num_sms, use_pdl=not smoke)
+            m = time_sequence(torch, calls, replays=replays, on_gpu=device == "cuda")
+            measured[key] = (m, e["name"])
+            del calls
+        pred = sum(e["predicted"][i] for i in order)
+        out_entries.append({"engine": e["engine"], "name": e["name"], "kind": e["kind"], "setting": e["setting"],
+                            "predicted_total_s": pred, "measured_total_s": m["total_s"],
+                            "error": pred / m["total_s"] - 1.0, "timer": m["timer"], "spread": m.get("spread"),
+                            "same_launches_as": same_as, "wall_s": time.perf_counter() - t0})
+        if same_as is not None:
+            continue
+        print(f"  {model_name} {wl} {e['engine']:6s} {e['name'][:28]:28s} pred {pred * 1e3:9.3f} ms  meas "
+              f"{m['total_s'] * 1e3:9.3f} ms  err {pred / m['total_s'] - 1:+.1%}", flush=True)
+    del pool
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    summary = {}
+    for engine in result.engines:
+        mine = [x for x in out_entries if x["engine"] == engine and x["kind"] in ("default", "tuned", "candidate")]
+        if not mine:
+            continue
+        default = next(x for x in mine if x["kind"] == "default")
+        pick = next((x for x in mine if x["kind"] == "tuned"), default)
+        best = min(mine, key=lambda x: x["measured_total_s"])
+        summary[engine] = {"default": default["name"], "tune_pick": pick["name"], "best_measured": best["name"],
+                           "pick_vs_best_measured": pick["measured_total_s"] / best["measured_total_s"] - 1.0,
+                           "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
+                           "predicted_saving_vs_default": 1.0 - pick["predicted_total_s"] / default["predicted_total_s"]}
+    return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order),
+            "distinct_shapes": len(ctx.shapes.shapes), "kv_copies": copies, "entries": out_entries,
+            "summary": summary, "workload_summary": trace.summary()}
+
+
+def case_trace(case: dict[str, Any]) -> Any:
+    """The workload a case replayed (presets are seeded: the first ``steps`` steps of the preset)."""
+    from decodecalc.traffic import StepTrace
+
+    tr = generate(PRESETS[case["workload"]], steps=max(case["steps"], 200))
+    return StepTrace(steps=tr.steps[:case["steps"]], source=tr.source, notes=tr.notes)
+
+
+def repredict(path: Path) -> dict[str, Any]:
+    """The comparison from a measured JSON with the time model as it is now (CPU only): per (case, setting)
+    predicted vs measured total, tune's pick now, the best measured candidate, the measured saving."""
+    data = json.loads(Path(path).read_text())
+    gpu = resolve_gpu("h200")
+    profile = resolve_profile(gpu)
+    rows, picks = [], []
+    for case in data["cases"]:
+        if "entries" not in case:
+            continue
+        model = resolve_model(case["model"])
+        ctx = make_context(case_trace(case), make_workload(model, tp=case["tp"]), gpu, profile)
+        result = tune(ctx, objective="mean", max_regression=0.05)
+        pred: dict[str, float] = {}
+        for e in result.engines.values():
+            for c in e.candidates:
+                pred[c.label] = c.stats.total_s
+        for sc in score_heuristics(ctx, result, select_heuristics(None, None)):
+            if not sc.name.endswith("-bound"):
+                pred[sc.name] = sc.stats.total_s
+        meas = {(x["engine"], x["name"]): x for x in case["entries"]}
+        for x in case["entries"]:
+            p = pred.get(x["name"], x["predicted_total_s"])
+            rows.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": x["engine"],
+                         "setting": x["name"], "kind": x["kind"], "predicted_total_s": p,
+                         "measured_total_s": x["measured_total_s"], "error": p / x["measured_total_s"] - 1.0})
+        for engine, e in result.engines.items():
+            cands = [meas[(engine, c.label)] for c in e.candidates if (engine, c.label) in meas]
+            if not cands:
+                continue
+            best = min(cands, key=lambda x: x["measured_total_s"])
+            pick = meas[(engine, e.best.label)]
+            default = meas[(engine, e.default.label)]
+            picks.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": engine,
+                          "default": e.default.label, "pick": e.best.label, "best_measured": best["name"],
+                          "candidates_measured": len(cands),
+                          "pick_vs_best_measured": pick["measured_total_s"] / best["measured_total_s"] - 1.0,
+                          "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
+                          "best_saving_vs_default": 1.0 - best["measured_total_s"] / default["measured_total_s"],
+                          "predicted_saving_vs_default": 1.0 - e.best.stats.total_s / e.default.stats.total_s})
+    errs = [abs(r["error"]) for r in rows]
+    return {"source": str(path), "profile": profile.path or "built-in", "rows": rows, "picks": picks,
+            "settings": len(rows), "within_5pct": sum(e <= 0.05 for e in errs), "max_abs_error": max(errs),
+            "median_abs_error": statistics.median(errs),
+            "picks_within_3pct": sum(p["pick_vs_best_measured"] <= 0.03 for p in picks), "engines": len(picks)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--top", type=int, default=-1, help="predicted runners-up measured besides default and pick "
+                    "(-1: every candidate of the search)")
+    ap.add_argument("--replays", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new cases after this many seconds")
+    ap.add_argument("--models", default=",".join(f"{m}:{tp}" for m, tp in MODELS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--smoke", action="store_true", help="CPU interpreter check: tiny sizes, fp16")
+    ap.add_argument("--repredict", metavar="JSON", help="no GPU: compare a measured JSON with the current time model "
+                    "and write the comparison to --out")
+    args = ap.parse_args()
+    if args.repredict:
+        rep = repredict(Path(args.repredict))
+        Path(args.out).write_text(json.dumps(rep, indent=1) + "\n")
+        print(f"{rep['within_5pct']}/{rep['settings']} (workload, setting) totals within 5% (median |error| "
+              f"{rep['median_abs_error']:.1%}, max {rep['max_abs_error']:.1%}); tune's pick within 3% of the best "
+              f"measured candidate for {rep['picks_within_3pct']}/{rep['engines']} (case, engine)")
+        for p in rep["picks"]:
+            print(f"  {p['model']} TP{p['tp']} {p['workload']} {p['engine']}: pick {p['pick']} vs best measured "
+                  f"{p['best_measured']} {p['pick_vs_best_measured']:+.1%}; measured saving over the default "
+                  f"{p['measured_saving_vs_default']:.1%} (predicted {p['predicted_saving_vs_default']:.1%})")
+        return 0
+    import torch
+
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    on_gpu = torch.cuda.is_available() and not args.smoke
+    device = "cuda" if on_gpu else "cpu"
+    dtype = torch.bfloat16 if on_gpu else torch.float16
+    cap = tuple(torch.cuda.get_device_capability(0)) if on_gpu else (9, 0)
+    vk = load_vllm(None, capability=cap, interpret=not on_gpu)
+    sk = load_sglang(None, interpret=not on_gpu)
+    gpu = resolve_gpu("h200")
+    profile = resolve_profile(gpu)
+    info: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if on_gpu else "cpu (TRITON_INTERPRET)",
+                            "torch": torch.__version__, "vllm": vk.source.version, "sglang": sk.source.version,
+                            "profile": profile.path or "built-in", "steps_per_workload": args.steps,
+                            "method": "one CUDA graph per (workload, setting) holding every step; median of "
+                                      f"{args.replays} replays; KV copies rotated per step",
+                            "cases": []}
+    if on_gpu:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        info["sms"] = sms
+    start = time.perf_counter()
+    out = Path(args.out)
+    for spec in args.models.split(","):
+        name, _, tp = spec.partition(":")
+        for wl in args.workloads.split(","):
+            if time.perf_counter() - start > args.budget_s:
+                info.setdefault("skipped", []).append(f"{name} {wl}: time budget")
+                continue
+            print(f"case {name} TP{tp or 1} {wl}", flush=True)
+            try:
+                case = run_case(torch, vk, sk, name, int(tp or 1), wl, steps=args.steps, top=args.top, device=device,
+                                dtype=dtype, gpu=gpu, profile=profile, replays=args.replays, smoke=args.smoke)
+            except Exception as exc:  # noqa: BLE001 - record it and go on with the next case
+                import traceback
+                traceback.print_exc()
+                case = {"model": name, "tp": int(tp or 1), "workload": wl, "error": f"{type(exc).__name__}: {exc}"}
+            info["cases"].append(case)
+            info["elapsed_s"] = time.perf_counter() - start
+            out.write_text(json.dumps(info, indent=1) + "\n")  # after every case: a partial run still says something
+    print(f"wrote {out} in {time.perf_counter() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
