@@ -115,3 +115,11 @@ def test_another_gpu_says_why_it_is_uncalibrated():
 def test_recommend_refuses_sliding_layers_it_does_not_model():
     r = run("recommend", "-m", "gemma-2-9b", "--layer", "sliding")
     assert r.exit_code == 1 and "global" in r.stderr and "Traceback" not in r.output
+
+
+def test_sglang_sliding_layer_says_what_it_reads():
+    r = run("grid", "-m", "gemma-2-9b", "--layer", "sliding", "-s", "16384", "--system", "sglang")
+    d = js("grid", "-m", "gemma-2-9b", "--layer", "sliding", "-s", "16384", "--system", "sglang")
+    window = d["systems"]["sglang"]["launches"] and 4095  # gemma-2-9b: sliding_window 4096, SGLang reads W - 1
+    text = " ".join(r.stdout.split())
+    assert f"min(L, W - 1) = {window} keys" in text and "num_kv_splits of its full length" in text
