@@ -115,3 +115,19 @@ def test_version_is_defined_once():
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0 and r.stdout.strip() == f"decodecalc {decodecalc.__version__}"
     assert version("decodecalc") == decodecalc.__version__
+
+
+def test_pyproject_metadata():
+    """One version (decodecalc.__version__), an SPDX license string, no cap on typer, pinned verify extra."""
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    proj = meta["project"]
+    assert "version" not in proj and "version" in proj["dynamic"]
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "decodecalc.__version__"}
+    assert proj["license"] == "Apache-2.0" and proj["classifiers"] and proj["urls"]
+    typer_dep = next(d for d in proj["dependencies"] if d.startswith("typer"))
+    assert "<" not in typer_dep
+    verify = proj["optional-dependencies"]["verify"]
+    assert all(any(op in d for op in ("<", "==")) for d in verify), verify  # the versions verify was run with
