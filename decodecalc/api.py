@@ -189,7 +189,8 @@ class RecommendResult:
         return self.recommendation.calibrated
 
 
-def recommend_for(inputs: Inputs, kernel: str | None = None, candidates: str | Sequence[str] | None = None,
+def recommend_for(inputs: Inputs, kernel: str | None = None,
+                  candidates: str | Sequence[str] | Sequence[int] | None = None,
                   profile: str | Path | None = None) -> RecommendResult:
     """`recommend` from already-built inputs (the CLI's path)."""
     from decodecalc.reports.recommend import KERNELS, parse_candidates
@@ -203,6 +204,8 @@ def recommend_for(inputs: Inputs, kernel: str | None = None, candidates: str | S
     kernels = KERNELS if kernel is None else (str(kernel).lower(),)
     if kernels[0] not in KERNELS:
         raise ConfigError(f"--kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+    if candidates is not None and not isinstance(candidates, str) and all(isinstance(c, int) for c in candidates):
+        candidates = ",".join(map(str, candidates))  # recommend(candidates=[1, 4, 16])
     cands = [candidates] if isinstance(candidates, str) else candidates
     prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None)
     rec = _recommend(inputs.work, inputs.gpu, kernels=kernels, candidates=parse_candidates(cands), profile=prof,
@@ -210,11 +213,12 @@ def recommend_for(inputs: Inputs, kernel: str | None = None, candidates: str | S
     return RecommendResult(inputs, rec)
 
 
-def recommend(model: str = "llama3-8b", *, kernel: str | None = None, candidates: str | Sequence[str] | None = None,
+def recommend(model: str = "llama3-8b", *, kernel: str | None = None,
+              candidates: str | Sequence[str] | Sequence[int] | None = None,
               profile: str | Path | None = None, **workload: Unpack[WorkloadParams]) -> RecommendResult:
     """`decodecalc recommend`: the fastest KV split count per kernel from the time model.
 
-    ``candidates``: ``"1,4,16"`` for every kernel or ``["vllm=1,16", "sglang=4,8"]``; ``profile``: a
+    ``candidates``: ``[1, 4, 16]`` or ``"1,4,16"`` for every kernel, or ``["vllm=1,16", "sglang=4,8"]``; ``profile``: a
     time-model profile YAML (default: the user's, then the packaged one for the GPU).
     """
     return recommend_for(build_inputs(model=model, **workload), kernel, candidates, profile)

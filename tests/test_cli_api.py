@@ -131,3 +131,9 @@ def test_pyproject_metadata():
     assert "<" not in typer_dep
     verify = proj["optional-dependencies"]["verify"]
     assert all(any(op in d for op in ("<", "==")) for d in verify), verify  # the versions verify was run with
+
+
+def test_recommend_candidates_as_ints():
+    a = decodecalc.recommend(model="llama3-8b", candidates=[1, 4, 16]).to_dict()
+    b = cli_json("recommend", "-m", "llama3-8b", "--candidates", "1,4,16")
+    assert a == b and [c["splits"] for c in a["kernels"]["vllm"]["candidates"]] == [1, 4, 16]

@@ -83,8 +83,8 @@ def print_compare(console: Console, res: CompareResult, explain: bool = False) -
         for r in notes:
             print_wrapped(console, f"{r.name}: {'; '.join(r.notes)}", indent="  ")
     legend = ("busy/all: main-kernel programs that read keys / launched; " if wide else "") + (
-        "splits: per sequence (a range when they differ), allocated (non-empty); tok/split: keys per split; SM (waves): first-wave SM "
-        "coverage (waves); roofline: HBM roofline time of one layer; predicted: the time model's time of one "
+        "splits: per sequence (a range when they differ), allocated (non-empty); tok/split: keys per split; "
+        "SM (waves): first-wave SM coverage (waves); roofline: HBM roofline time of one layer; predicted: the time model's time of one "
         "layer (~ = uncalibrated for this GPU or workload; - = no time model for this kernel)")
     if wide:
         legend += ("; partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: allocated "

@@ -26,7 +26,8 @@ def workload_caption(r: GridReport) -> str:
     q = "" if set(w.query_lens) == {1} else f", query lens {fmt_per_seq(w.query_lens, 4)}"
     return (f"{w.model.name}, TP={w.tp} -> per rank h={w.num_heads}, h_kv={w.num_kv_heads}, d={w.head_size}"
             f" (g={w.group_size}); batch {w.batch}, seq len {lens}{q}; {w.dtype}, KV {w.kv_cache_dtype}, "
-            f"block {w.block_size}; {r.gpu.name} ({r.gpu.num_sms} SMs, {r.gpu.hbm_bandwidth_bytes_per_s / 1e9:,.0f} GB/s)")
+            f"block {w.block_size}; {r.gpu.name} ({r.gpu.num_sms} SMs, "
+            f"{r.gpu.hbm_bandwidth_bytes_per_s / 1e9:,.0f} GB/s)")
 
 
 def _cov(s: SystemResult) -> str:
