@@ -84,3 +84,17 @@ def test_case_insensitive_enum_and_other_settings_fall_back():
 def test_bad_values_are_usage_errors(args, needle):
     r = runner.invoke(app, ["grid", *args], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output
+
+
+def test_shell_completion_offers_commands_and_choices():
+    import os
+
+    exe = Path(sys.executable).with_name("decodecalc")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "decodecalc"]
+    env = dict(os.environ, _DECODECALC_COMPLETE="complete_bash", COMP_WORDS="decodecalc grid --kv-cache-dtype fp",
+               COMP_CWORD="3")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert set(r.stdout.split()) == {"fp8", "fp8_e4m3", "fp8_e5m2"}, r.stdout + r.stderr
+    env.update(COMP_WORDS="decodecalc rec", COMP_CWORD="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.stdout.split() == ["recommend"], r.stdout + r.stderr
