@@ -135,8 +135,11 @@ def install() -> bool:
         if getattr(descriptor, "file_annotation", None) is None:
             convert = converter(descriptor.annotation, descriptor.parameter_info)
             if convert is not None:
-                return FastRuntimeParam(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
-                                        convert=convert)
+                try:
+                    return FastRuntimeParam(parameter_info=descriptor.parameter_info,
+                                            annotation=descriptor.annotation, convert=convert)
+                except TypeError:  # a typer whose runtime parameter has other fields: its own coercion
+                    pass
         return original(descriptor)
 
     core.build_runtime_param = build_runtime_param
