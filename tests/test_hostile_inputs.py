@@ -197,6 +197,7 @@ LIMIT_CASES = [
     (["sweep", "-b", "1:48000", "-p", "vllm", "-q", "--format", "csv", "-o", "big.csv"], "over the supported 1,048,576"),
     (["sweep", "-b", "1:64", "-s", "128:131072:128", "-p", "fa2", "-q"], "16,384"),
     (["sweep", "-b", "1", "-s", "1:16777216", "-q"], "more than the supported 1,048,576 points"),
+    (["sweep", "-b", "1:65536", "-s", "1", "-q"], "over the supported 2,097,152; narrow --batch"),
     (["grid", "--kernel-block-size", "0"], "--kernel-block-size must be a positive integer"),
     (["grid", "--kernel-block-size", "3"], "must divide --block-size 16"),
     (["compare", "-p", ""], "--policies '' is empty"),

@@ -41,6 +41,8 @@ MAX_BATCH = _limits.MAX_BATCH
 MAX_SEQ_LEN = _limits.MAX_SEQ_LEN
 #: points over every grid (closed forms: about 150,000 points/s and 800 B per point with the CSV)
 MAX_POINTS = 1 << 20
+#: batch sizes summed over every grid (each batch size is planned once per grid, at O(batch))
+MAX_SWEEP_SEQUENCES = 1 << 21
 #: policies without a closed form (no ``sweep_rows``) run full launch plans: at most this many points ...
 MAX_PLAN_POINTS = 16_384
 #: ... over at most this many sequences (a plan costs O(batch))
@@ -300,6 +302,11 @@ class SweepSpec:
         n = self.num_points
         if n > MAX_POINTS:
             raise ConfigError(f"the sweep has {n:,} points, over the supported {MAX_POINTS:,}; narrow the ranges")
+        # every policy plans each batch size once, at O(batch): the swept sizes are bounded together
+        batch_seqs = len(self.policies) * len(self.models) * len(self.tps) * len(self.gpus) * sum(self.batches)
+        if batch_seqs > MAX_SWEEP_SEQUENCES:
+            raise ConfigError(f"the sweep plans {batch_seqs:,} sequences (the batch sizes summed, per policy, model, "
+                              f"TP and GPU), over the supported {MAX_SWEEP_SEQUENCES:,}; narrow --batch")
         from decodecalc.reports import compare as pol
 
         slow = [p for p in self.policies if pol.POLICIES[p].sweep_rows is None]
