@@ -283,7 +283,9 @@ def _predicted_times(report: Any, work: Any, gpu: Any) -> dict[str, float]:
 
 
 def _fmt_grid(g: list[int] | None) -> str:
-    return "-" if g is None else "x".join(map(str, g))
+    from decodecalc.formatting import fmt_grid_x
+
+    return fmt_grid_x(g)
 
 
 def _pair(predicted: str, observed: str) -> str:
@@ -292,12 +294,9 @@ def _pair(predicted: str, observed: str) -> str:
 
 
 def _compact(xs: list[int]) -> str:
-    if not xs:
-        return "-"
-    if len(set(xs)) == 1:
-        return f"{xs[0]}*{len(xs)}" if len(xs) > 1 else str(xs[0])
-    s = ",".join(map(str, xs))
-    return s if len(s) <= 24 else s[:21] + "..."
+    from decodecalc.formatting import fmt_count_list
+
+    return fmt_count_list(xs, width=24)
 
 
 def _print(console: Any, results: list[Any], work: Any, gpu: Any, env: Any, *, notes: list[str] | None = None,
