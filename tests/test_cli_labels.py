@@ -123,3 +123,13 @@ def test_sglang_sliding_layer_says_what_it_reads():
     window = d["systems"]["sglang"]["launches"] and 4095  # gemma-2-9b: sliding_window 4096, SGLang reads W - 1
     text = " ".join(r.stdout.split())
     assert f"min(L, W - 1) = {window} keys" in text and "num_kv_splits of its full length" in text
+
+
+@pytest.mark.parametrize("command", ["grid", "compare", "cudagraphs", "determinism", "explain", "recommend"])
+def test_rich_markup_in_a_model_name_prints_as_written(tmp_path, command):
+    model = tmp_path / "m.yaml"
+    model.write_text('name: "[red]odd:b:[/red]"\nnum_layers: 2\nnum_attention_heads: 8\nnum_key_value_heads: 2\n'
+                     "head_dim: 128\ndtype: bfloat16\n")
+    r = runner.invoke(app, [command, "-m", str(model)], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    assert "[red]odd:b:[/red]" in r.output

@@ -37,7 +37,7 @@ def caption(res: CompareResult) -> str:
 
 def compare_table(res: CompareResult, width: int) -> tuple[Table, bool]:
     wide = width >= WIDE
-    t = Table(title="Decode attention: every split policy", caption=caption(res), box=box.SIMPLE_HEAD,
+    t = Table(title="Decode attention: every split policy", caption=Text(caption(res)), box=box.SIMPLE_HEAD,
               pad_edge=False)
     cols = ["policy", "grid", "busy/all", "splits", "tok/split", "SM (waves)"] if wide else \
         ["policy", "grid", "splits", "tok/split", "SM (waves)"]

@@ -6,15 +6,16 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from decodecalc.formatting import fmt_grid, fmt_sizes
 
 
 def print_cudagraphs(c: Console, d: dict[str, Any]) -> None:
     v = d["vllm"]
-    c.print(f"[bold]{d['model']} TP={d['tp']} on {d['gpu']}, every request {d['seq_len']} keys[/]")
+    c.print(Text(f"{d['model']} TP={d['tp']} on {d['gpu']}, every request {d['seq_len']} keys", style="bold"))
     if "error" in v:
-        c.print(f"vLLM Triton: not applicable: {v['error']}", highlight=False)
+        c.print(Text(f"vLLM Triton: not applicable: {v['error']}"))
     else:
         c.print(f"\n[bold]vLLM[/] mode {v['cudagraph_mode']}, model runner {v['model_runner']}, max_num_seqs "
                 f"{v['max_num_seqs']}, max_num_batched_tokens {v['max_num_batched_tokens']}, k = "
@@ -35,7 +36,7 @@ def print_cudagraphs(c: Console, d: dict[str, Any]) -> None:
     c.print(f"\n[bold]SGLang[/] capture batch sizes (cuda_graph_max_bs {s['cuda_graph_max_bs']}): "
             f"{fmt_sizes(tuple(s['capture_bs']))}", highlight=False)
     if s["error"]:
-        c.print(f"  not applicable: {s['error']}", highlight=False)
+        c.print(Text(f"  not applicable: {s['error']}"))
     else:
         t = Table(title="SGLang: padded rows carry seq_len 1, so Lmin = 1 and the real requests' splits rise")
         for col in ("batch", "padded batch", "padded rows", "splits eager", "splits in graph", "grid eager",
@@ -52,7 +53,7 @@ def print_cudagraphs(c: Console, d: dict[str, Any]) -> None:
         c.print("  ^ = the CUDA-graph replay gives the real requests more splits than eager", highlight=False)
     f = d["flashinfer"]
     if f["error"]:
-        c.print(f"\nFlashInfer (CUDA cores): not applicable: {f['error']}", highlight=False)
+        c.print(Text(f"\nFlashInfer (CUDA cores): not applicable: {f['error']}"))
     else:
         t = Table(title="FlashInfer CUDA-core decode: grid padded to occupancy x SM / h_kv under CUDA graphs")
         for col in ("batch", "grid eager", "grid CUDA graph", "working CTAs", "chunks eager / graph"):

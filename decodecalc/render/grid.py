@@ -109,7 +109,7 @@ _HEADS = {"vllm": "vLLM {} Triton unified", "sglang": "SGLang {} Triton decode"}
 
 
 def grid_table(r: GridReport) -> Table:
-    t = Table(title="Decode attention launch, one layer, one rank", caption=workload_caption(r),
+    t = Table(title="Decode attention launch, one layer, one rank", caption=Text(workload_caption(r)),
               show_lines=False, expand=False)
     t.add_column("", style="bold", overflow="fold")
     cells: list[dict[str, str] | None] = []
