@@ -332,6 +332,35 @@ def test_hf_layer_types_pattern_property(tmp_path: Path, pattern: int, repeats: 
     assert (cfg.sliding_window, cfg.sliding_window_pattern) == (256, pattern)
 
 
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(layers=st.integers(1, 40), pattern=st.integers(1, 50))
+def test_hf_sliding_window_pattern_agrees_with_the_per_layer_spelling(tmp_path: Path, layers: int,
+                                                                      pattern: int) -> None:
+    """sliding_window_pattern is read in closed form (no per-layer list, any layer count); it must
+    mean exactly what the same layout spelled out layer by layer (layer_types) means."""
+    window = {"sliding_window": 512}
+    closed = hf.load_hf_config(_write(tmp_path, BASE | window | {"num_hidden_layers": layers,
+                                                                  "sliding_window_pattern": pattern}))
+    types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
+    (tmp_path / "explicit").mkdir(exist_ok=True)
+    explicit = hf.load_hf_config(_write(tmp_path / "explicit", BASE | window | {"num_hidden_layers": layers,
+                                                                                 "layer_types": types}))
+    assert (closed.sliding_window, closed.sliding_window_pattern) == (
+        explicit.sliding_window, explicit.sliding_window_pattern)
+
+
+def test_hf_huge_layer_count_with_a_pattern_is_refused_without_a_per_layer_list(tmp_path: Path) -> None:
+    import tracemalloc
+
+    tracemalloc.start()
+    with pytest.raises(ConfigError, match="over the supported 100,000"):
+        hf.load_hf_config(_write(tmp_path, BASE | {"num_hidden_layers": 10**12, "sliding_window": 4096,
+                                                   "sliding_window_pattern": 6}))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 10_000_000
+
+
 # --- the local HF cache ------------------------------------------------------------------------
 
 
