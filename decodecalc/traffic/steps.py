@@ -177,6 +177,10 @@ def _jsonl_records(path: Path) -> Iterable[tuple[dict[str, Any], str]]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise ConfigError(f"{where}: JSON nested too deeply") from None
+        except ValueError as e:  # an integer over Python's 4300-digit limit
+            raise ConfigError(f"{where}: unreadable JSON value ({str(e).split(';')[0][:80]})") from None
         if not isinstance(rec, dict):
             raise ConfigError(f"{where}: expected a JSON object per line, got {type(rec).__name__}")
         yield rec, where
