@@ -1,8 +1,9 @@
-"""The options every analysis command shares, and the one function that turns them into core inputs.
+"""The options every analysis command shares (typer declarations, enums, help panels) and the one place
+errors become ``Error: ...``.
 
-A command declares ``**`` the shared options by taking ``opts: WorkloadOptions = ...`` is not
-possible with typer, so commands list the Annotated aliases below and pass them to
-:func:`build_inputs`. Parsing only: every check and formula lives in the core.
+:func:`with_workload_options` adds the shared options to a command and hands it an
+:class:`~decodecalc.inputs.Inputs` built by :func:`decodecalc.inputs.build_inputs`, the pure function
+the Python API (decodecalc/api.py) uses too. Parsing only: every check and formula lives in the core.
 """
 
 from __future__ import annotations
