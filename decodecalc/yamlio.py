@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import ConfigError
-from decodecalc.limits import MAX_FILE_BYTES, MAX_FILE_DEPTH, MAX_FILE_NUMBER, MAX_FILE_VALUES
+from decodecalc.limits import MAX_FILE_BYTES, MAX_FILE_DEPTH, MAX_FILE_NUMBER, MAX_FILE_VALUES, MAX_YAML_BYTES
 
 
 def safe_load(text: str) -> Any:
@@ -26,8 +26,8 @@ def safe_load(text: str) -> Any:
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loader
 
 
-def read_text_capped(path: Path, label: str) -> str:
-    """The UTF-8 text of ``path``, refusing files over MAX_FILE_BYTES before reading them whole."""
+def read_text_capped(path: Path, label: str, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path``, refusing files over ``limit`` bytes before reading them whole."""
     import stat
 
     try:
@@ -37,13 +37,13 @@ def read_text_capped(path: Path, label: str) -> str:
         if not stat.S_ISREG(mode):  # a FIFO or device would block or never end
             raise ConfigError(f"cannot read {label}: not a regular file")
         with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+            raw = f.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read {label}: {exc.strerror or exc}") from None
     except ValueError:  # a NUL byte in the path
         raise ConfigError(f"cannot read {label!r}: invalid path") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"{label}: file is over the supported {MAX_FILE_BYTES:,} bytes")
+    if len(raw) > limit:
+        raise ConfigError(f"{label}: file is over the supported {limit:,} bytes")
     if b"\x00" in raw:
         raise ConfigError(f"{label}: binary file (NUL bytes), not YAML or JSON text")
     try:
@@ -58,7 +58,7 @@ def load_yaml_file(path: Path, what: str = "") -> Any:
     import yaml
 
     label = f"{what} {path}".strip()
-    text = read_text_capped(Path(path), label)
+    text = read_text_capped(Path(path), label, MAX_YAML_BYTES)
     try:
         data = safe_load(text)
     except yaml.YAMLError as exc:
@@ -69,7 +69,7 @@ def load_yaml_file(path: Path, what: str = "") -> Any:
         raise ConfigError(f"{label}: nested deeper than the supported {MAX_FILE_DEPTH}") from None
     except (ValueError, OverflowError) as exc:  # e.g. an integer over Python's 4300-digit limit
         raise ConfigError(f"{label}: unreadable value ({_short(exc)})") from None
-    check_tree(data, label)
+    check_tree(data, label, aliases=True)
     return data
 
 
@@ -98,7 +98,7 @@ def _short(exc: BaseException) -> str:
     return text[:120]
 
 
-def check_tree(data: Any, label: str) -> None:
+def check_tree(data: Any, label: str, *, aliases: bool = False) -> None:
     """Walk a parsed file once per distinct node (aliases share nodes) and enforce the limits.
 
     Counts values as if every alias were expanded (memoised per node, so the walk itself stays
@@ -126,7 +126,7 @@ def check_tree(data: Any, label: str) -> None:
                 sizes[key], depths[key] = size, depth
                 if size > MAX_FILE_VALUES:
                     raise ConfigError(f"{label}: {_field(where)}holds more than the supported {MAX_FILE_VALUES:,} "
-                                      "values (counting each use of a YAML alias)")
+                                      "values" + (" (counting each use of a YAML alias)" if aliases else ""))
                 if depth >= MAX_FILE_DEPTH:
                     raise ConfigError(f"{label}: {_field(where)}nested deeper than the supported {MAX_FILE_DEPTH}")
                 continue
