@@ -27,8 +27,24 @@ from decodecalc.errors import UnsupportedError
 from decodecalc.launchers import aiter
 from decodecalc.workload import make_workload
 
-triton = pytest.importorskip("triton")
 torch = pytest.importorskip("torch")
+
+
+def _next_power_of_2(n: int) -> int:
+    """triton.next_power_of_2, bit for bit (triton/__init__.py); triton itself is not imported here, since
+    importing it before the verify tests set TRITON_INTERPRET=1 would fix its mode for the session."""
+    n -= 1
+    n |= n >> 1
+    n |= n >> 2
+    n |= n >> 4
+    n |= n >> 8
+    n |= n >> 16
+    n |= n >> 32
+    n += 1
+    return n
+
+
+triton = types.SimpleNamespace(next_power_of_2=_next_power_of_2, cdiv=lambda a, b: (a + b - 1) // b)
 
 MI300 = dataclasses.replace(H200, name="mi300x", vendor="amd", num_sms=304, compute_capability=None, gfx_arch="gfx942")
 
@@ -70,6 +86,7 @@ def release():
     stubs = {name: types.ModuleType(name) for name in ("aiter", "aiter.ops", "aiter.ops.triton",
                                                          "aiter.ops.triton.utils", "aiter.ops.triton._triton_kernels")}
     stubs["aiter.ops.triton.utils.device_info"] = types.SimpleNamespace(get_num_sms=lambda: cus["n"])
+    stubs["triton"] = triton  # type: ignore[assignment]
     stubs["aiter.ops.triton._triton_kernels.unified_attention"] = kernels
     saved = {k: sys.modules.get(k) for k in stubs}
     sys.modules.update(stubs)  # type: ignore[arg-type]
