@@ -172,7 +172,14 @@ def print_result(result: Any) -> None:
 
 
 def plot_tune(result: Any, path: Path) -> Path:
-    """Per-step time over the workload (default and best of each engine) and its distribution."""
+    """Per-step time over the workload (default and best of each engine) and its distribution, written to ``path``."""
+    tune_png_writer(result)(Path(path))
+    return Path(path)
+
+
+def tune_png_writer(result: Any) -> Any:
+    """Draw the figure now (every problem raised before any file is touched); return the function that
+    saves it as PNG to the path it is given (the CLI passes it to output.write_files)."""
     from decodecalc.errors import DecodecalcError
 
     try:
@@ -202,15 +209,14 @@ def plot_tune(result: Any, path: Path) -> Path:
     ax2.set_title("distribution", fontsize=9)
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    if not path.parent.is_dir():
-        plt.close(fig)
-        raise DecodecalcError(f"cannot write {path}: folder {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+
+    def save(target: Path) -> None:
+        try:
+            fig.savefig(target, dpi=110, format="png")
+        finally:
+            plt.close(fig)
+
+    return save
 
 
 def run_tune(*, trace: Any, inputs: Any, objective: str, max_regression: str, heuristics: str | None,
@@ -276,9 +282,12 @@ def register(app: typer.Typer) -> None:
         """Best engine settings for a whole decode workload (vLLM segments x 2D/3D threshold, SGLang max KV
         splits x static switch), which steps gain and lose, how to apply it, and what-if split heuristics."""
         from decodecalc.commands.options import build_inputs
-        from decodecalc.commands.output import to_json, write_atomic
+        from decodecalc.commands.output import check_writable, to_json, write_files
 
+        if output is not None:  # checked before the work, like every other argument
+            check_writable(output, "--output")
         if plot is not None:
+            check_writable(plot, "--plot")
             from decodecalc.plot import plot_available
 
             if not plot_available():
@@ -299,10 +308,12 @@ def register(app: typer.Typer) -> None:
                           heuristics=heuristics, rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
         data = result.to_dict()
         text = to_json(data)
-        if plot is not None:
-            plot_tune(result, plot)
+        files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file
         if output is not None:
-            write_atomic(output, text + "\n")
+            files.append((output, text + "\n"))
+        if plot is not None:
+            files.append((plot, tune_png_writer(result)))
+        write_files(files)
         if json_out:
             typer.echo(text)
         else:
