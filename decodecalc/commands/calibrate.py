@@ -39,6 +39,11 @@ def register(app: typer.Typer) -> None:
 
         spec = resolve_gpu(gpu)
         dest = output or (user_profile_dir() / f"{spec.name}.yaml")
+        from decodecalc.commands.output import check_writable
+
+        for path, option in ((output, "--output"), (save_measurements, "--save-measurements")):
+            if path is not None:  # before minutes of timing
+                check_writable(path, option)
         cuda_or_error()  # a clear error before any progress bar
         # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
         base = packaged_profile(spec.name) or datasheet_profile(spec)

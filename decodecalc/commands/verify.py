@@ -124,6 +124,10 @@ def run_verify(
     mode = _mode(kernels)
     if replays <= 0:
         raise ConfigError(f"--replays must be positive, got {replays}")
+    if output is not None:  # before minutes of kernel runs
+        from decodecalc.commands.output import check_writable
+
+        check_writable(output, "--output")
     if systems[0] in PROFILED:
         return _run_profiled(systems[0], inputs, json_out=json_out, output=output, timing=timing, replays=replays)
     if inputs.layer != "global":
