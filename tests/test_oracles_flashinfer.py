@@ -152,3 +152,25 @@ def test_tensor_core_plan_matches_upstream():
             bad.append((c, o[:80], [k for k, v in checks.items() if not v]))
     assert checked >= 400
     assert not bad, f"{len(bad)} of {checked} disagree; first: {bad[:3]}"
+
+
+# ------------------------------------------------- the merge of partial states after a split (cascade.cuh)
+
+
+def test_merge_launch_matches_upstream():
+    exe = oracle("flashinfer_oracle")
+    from decodecalc.derived import Explain
+
+    rng = random.Random(19)
+    cases = [(rng.choice((64, 128, 256)), rng.choice((1, 4, 8, 16, 32, 64, 128)), rng.choice((1, 2, 3, 16, 64, 512)),
+              rng.choice((132, 108, 78, 16)), rng.choice((1, 2, 4, 8, 10, 12, 16))) for _ in range(300)]
+    out = run_lines(exe, [f"M {d} {h} {B} {sms} {occ} 2" for d, h, B, sms, occ in cases])
+    bad = []
+    for (d, h, B, sms, occ), o in zip(cases, out):
+        w = make_workload(model(h, 1, d=d), batch=B, seq_len=1000)
+        gpu = dataclasses.replace(H200, num_sms=sms)
+        k = fi._merge_kernel(w, gpu, occ, Explain())
+        grid, bx, by, smem = map(int, o.split())
+        if (grid,) != tuple(k.grid):
+            bad.append(((d, h, B, sms, occ), o, k.grid))
+    assert not bad, f"{len(bad)} of {len(cases)} disagree; first: {bad[:3]}"

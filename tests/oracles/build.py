@@ -221,7 +221,7 @@ def compile_cu(out: Path, driver: Path, includes: list[Path], wraps: tuple[str, 
 
 
 CUDA_QUERIES = ("cudaGetDevice", "cudaDeviceGetAttribute", "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags",
-                "cudaMemcpyAsync")
+                "cudaMemcpyAsync", "cudaLaunchKernel", "cudaFuncSetAttribute")
 
 
 def build(oracles: Path) -> list[str]:

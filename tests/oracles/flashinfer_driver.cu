@@ -14,6 +14,11 @@
 // stdout:
 //   split_kv max_grid_size kv_chunk_pages new_batch_size padded_batch_size gdy threads smem chunks_0 ... chunks_{b-1}
 //   or "error <message>"
+// or the merge of split-KV partial states the decode runs after a split (cascade.cuh
+// VariableLengthMergeStates, called by decode.cuh L830-832 with max_seq_len = batch size and the output
+// dtype for the partial states), its launch recorded through a wrapped cudaLaunchKernel:
+//   M head_dim num_heads batch num_sms occupancy out_bytes
+// stdout: grid.x block.x block.y smem
 // or the tensor-core decode plan (PrefillPlanImpl<MATERIALIZE=true> into host buffers):
 //   P head_dim_qk head_dim_vo num_qo_heads num_kv_heads kv_bytes page_size cuda_graph num_sms cc_major cc_minor
 //     smem_optin window_left fixed_split_size disable_split_kv uniform_q_len batch q_0 .. q_{b-1} pages_0 .. pages_{b-1}
@@ -27,6 +32,9 @@
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <flashinfer/attention/cascade.cuh>
 #include <flashinfer/attention/scheduler.cuh>
 
 namespace {
@@ -56,6 +64,15 @@ cudaError_t __wrap_cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n
   *num_blocks = g_occupancy;
   return cudaSuccess;
 }
+dim3 g_grid, g_block;
+size_t g_launch_smem = 0;
+cudaError_t __wrap_cudaLaunchKernel(const void *, dim3 grid, dim3 block, void **, size_t smem, cudaStream_t) {
+  g_grid = grid;
+  g_block = block;
+  g_launch_smem = smem;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaFuncSetAttribute(const void *, cudaFuncAttribute, int) { return cudaSuccess; }
 cudaError_t __wrap_cudaMemcpyAsync(void *, const void *, size_t, cudaMemcpyKind, cudaStream_t) {
   return cudaSuccess;  // the plan's upload of its host buffer: nothing to upload to
 }
@@ -118,6 +135,17 @@ int plan(uint32_t head_dim, uint32_t group_size, uint32_t num_qo_heads, uint32_t
   return 0;
 }
 
+template <typename T>
+void merge(uint32_t head_dim, uint32_t num_heads, uint32_t batch) {
+  T *v = nullptr;
+  float *s = nullptr;
+  int32_t *indptr = nullptr;
+  cudaError_t st = flashinfer::VariableLengthMergeStates<T, T, int32_t>(v, s, indptr, v, s, batch, nullptr, num_heads,
+                                                                        head_dim, false, nullptr);
+  if (st != cudaSuccess) throw std::runtime_error("merge launch failed");
+  std::printf("%u %u %u %zu\n", g_grid.x, g_block.x, g_block.y, g_launch_smem);
+}
+
 void prefill_plan(std::istringstream &in) {
   using namespace flashinfer;
   uint32_t d_qk, d_vo, hq, hkv, kv_bytes, page, graph, batch;
@@ -159,6 +187,17 @@ int main() {
     std::istringstream in(line);
     std::string mode;
     in >> mode;
+    if (mode == "M") {
+      uint32_t d, heads, batch, out_bytes;
+      in >> d >> heads >> batch >> g_num_sms >> g_occupancy >> out_bytes;
+      try {
+        if (out_bytes != 2) throw std::runtime_error("fp16/bf16 outputs only");
+        merge<nv_bfloat16>(d, heads, batch);
+      } catch (const std::exception &e) {
+        std::printf("error %s\n", e.what());
+      }
+      continue;
+    }
     if (mode == "P") {
       try {
         prefill_plan(in);
