@@ -3,6 +3,7 @@ workloads it can run.  Imports torch and triton inside functions only."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -41,20 +42,30 @@ def detect_environment() -> Environment:
             "(on a CPU-only machine install torch==2.13.0 first)")
     interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
     import torch
-    import triton
 
+    triton_version = _triton_version()
     if interpret:
-        return Environment(device="cpu", interpret=True, torch=torch.__version__, triton=triton.__version__)
+        return Environment(device="cpu", interpret=True, torch=torch.__version__, triton=triton_version)
     if not torch.cuda.is_available():
         raise DecodecalcError(
             "no CUDA GPU visible and TRITON_INTERPRET is not set: run on a GPU, or set TRITON_INTERPRET=1 "
             "to run tiny shapes on the CPU through Triton's interpreter")
     props = torch.cuda.get_device_properties(0)
     return Environment(
-        device="cuda", interpret=False, torch=torch.__version__, triton=triton.__version__, gpu_name=props.name,
+        device="cuda", interpret=False, torch=torch.__version__, triton=triton_version, gpu_name=props.name,
         sm_count=props.multi_processor_count, capability=(props.major, props.minor),
         total_mem_gib=round(props.total_memory / 2**30, 1),
     )
+
+
+def _triton_version() -> str:
+    """triton's version without importing it: the first import fixes the interpreter mode for the process."""
+    for dist in ("triton", "pytorch-triton", "pytorch-triton-rocm", "triton-rocm"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def run_dtype(name: str, env: Environment) -> tuple[Any, str]:
