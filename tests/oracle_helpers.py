@@ -16,11 +16,11 @@ ORACLES = ROOT / "oracles"
 BUILD = ORACLES / "build"
 
 
-def oracle(name: str) -> Path:
+def oracle(name: str, how: str = "run tools/fetch_oracles.sh (needs PyPI, g++, and nvcc for FlashInfer)") -> Path:
     """The executable ``oracles/build/<name>``, or skip the test saying how to build it."""
     exe = BUILD / name
     if not exe.is_file():
-        pytest.skip(f"oracle {name} not built: run tools/fetch_oracles.sh (needs PyPI and g++)")
+        pytest.skip(f"oracle {name} not built: {how}")
     return exe
 
 

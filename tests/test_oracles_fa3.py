@@ -43,7 +43,8 @@ def _line(c: dict) -> str:
 
 
 def test_split_decision_matches_upstream():
-    exe = oracle("fa3_oracle")
+    exe = oracle("fa3_oracle", "FA3's hopper/ sources are in no PyPI archive; copy them from a checkout "
+                               "(docs/oracles.md) and run python tests/oracles/build.py")
     cases = _cases()
     out = run_lines(exe, [_line(c) for c in cases])
     bad, checked = [], 0
