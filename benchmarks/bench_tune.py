@@ -29,6 +29,11 @@ from decodecalc.traffic import PRESETS, StepTrace, generate
 from decodecalc.workload import make_workload
 
 
+def distinct_workload(n: int) -> StepTrace:
+    """n steps of the chat preset's continuous batching: nearly every step a distinct shape."""
+    return generate(PRESETS["chat"], steps=n)
+
+
 def workload(n: int, seed: int = 1) -> StepTrace:
     library = [s for name in sorted(PRESETS) for s in generate(PRESETS[name]).steps]
     rng = random.Random(seed)
@@ -41,13 +46,15 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--loop-steps", type=int, default=200)
     ap.add_argument("--out")
+    ap.add_argument("--distinct", action="store_true", help="a continuous-batching trace (every step distinct): tune "
+                    "samples --max-shapes of them")
     args = ap.parse_args()
     model = resolve_model("llama3.1-8b")
     gpu = resolve_gpu("h200")
     profile = resolve_profile(gpu)
     work = make_workload(model)
     t0 = time.perf_counter()
-    trace = workload(args.steps)
+    trace = distinct_workload(args.steps) if args.distinct else workload(args.steps)
     t_build = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -77,7 +84,8 @@ def main() -> int:
     by = {tuple(c.setting.values()): c.stats.total_s for c in sres.candidates}
     worst = max(abs(by[(st.num_par_softmax_segments, st.min_launch_grid_size_2d)] / t - 1)
                 for st, t in zip(settings, loop_totals))
-    out = {"steps": args.steps, "distinct_shapes": ctx.shapes.distinct, "candidates": ncand,
+    out = {"steps": args.steps, "distinct_shapes": ctx.shapes.distinct, "evaluated_shapes": len(ctx.shapes.shapes),
+           "sampled": ctx.shapes.sampled, "workload": trace.source, "candidates": ncand,
            "build_workload_s": t_build, "tune_s": t_tune,
            "plain_loop_s_measured": t_loop_sub, "plain_loop_steps": len(sub.steps),
            "plain_loop_s_for_all_steps": t_loop, "speedup": t_loop / t_tune,

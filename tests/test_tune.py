@@ -212,3 +212,12 @@ def test_unknown_preset_and_conflicting_sources(tmp_path):
     assert r.exit_code == 1 and "exactly one workload" in r.stderr
     r = runner.invoke(app, ["tune"])
     assert r.exit_code == 1 and "exactly one workload" in r.stderr
+
+
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "t.png"
+    r = runner.invoke(app, ["tune", "--steps", EXAMPLE, "--heuristics", "none", "--plot", str(png), "--json"])
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*tmp*"))  # written through a temporary file, nothing left behind

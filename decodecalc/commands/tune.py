@@ -150,7 +150,8 @@ def print_result(result: Any) -> None:
     for bk in d["backends"]:
         if "total_s" in bk:
             console.print(f"backend {bk['engine']} -> {bk['backend']} ({bk['apply']}): total {bk['total_s'] * 1e3:,.2f} ms,"
-                          f" saving {bk.get('saving_vs_default', 0):.1%} vs the default Triton setting")
+                          f" saving {bk.get('saving_vs_default', 0):.1%} vs the default Triton setting, "
+                          f"{bk.get('saving_vs_tuned', 0):.1%} vs the tuned one")
         else:
             console.print(f"[dim]backend {bk['engine']} -> {bk['backend']} ({bk['apply']}): {bk['note']}[/]")
     if d["heuristics"]:

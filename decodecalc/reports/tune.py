@@ -54,8 +54,8 @@ def parse_regression(text: str | float | None) -> float | None:
             raise ConfigError(f"--max-regression {text!r}: give a percentage such as 5% (or none)") from None
         if not t.endswith("%") and value > 1:
             raise ConfigError(f"--max-regression {text!r}: as a fraction it must be <= 1; did you mean {t}%?")
-    if value < 0:
-        raise ConfigError(f"--max-regression must be >= 0, got {text!r}")
+    if not value >= 0 or value == float("inf"):  # also NaN
+        raise ConfigError(f"--max-regression must be a finite number >= 0, got {text!r}")
     return value
 
 
@@ -103,12 +103,14 @@ class BackendNote:
     stats: Stats | None
     note: str
 
-    def to_dict(self, default_total: float | None) -> dict[str, Any]:
+    def to_dict(self, default_total: float | None, tuned_total: float | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note}
         if self.stats is not None:
             d |= self.stats.to_dict()
             if default_total:
                 d["saving_vs_default"] = 1.0 - self.stats.total_s / default_total
+            if tuned_total:
+                d["saving_vs_tuned"] = 1.0 - self.stats.total_s / tuned_total
         return d
 
 
@@ -318,8 +320,8 @@ class TuneResult:
             "profile": {"gpu": prof.gpu, "path": prof.path or "built-in", "calibrated": prof.calibrated},
             "engines": {k: v.to_dict() for k, v in self.engines.items()},
             "skipped": dict(self.skipped),
-            "backends": [b.to_dict(self.engines[b.engine].default.stats.total_s if b.engine in self.engines else None)
-                         for b in self.backends],
+            "backends": [b.to_dict(self.engines[b.engine].default.stats.total_s, self.engines[b.engine].best.stats.total_s)
+                         if b.engine in self.engines else b.to_dict(None) for b in self.backends],
             "heuristics": [h.to_dict() for h in self.heuristics],
             "notes": list(self.notes),
         }
