@@ -113,7 +113,8 @@ def print_result(result: Any) -> None:
         dtot = e["default"]["total_s"]
         layers_per_tok = d["layers"] / wl["generated_tokens"] * 1000.0
         obj = "p99_step_s" if d["objective"] == "p99" else "mean_step_s"
-        rows, seen = [], set()
+        rows: list[dict[str, Any]] = []
+        seen: set[tuple[float, float, float]] = set()
         for c in sorted(e["candidates"], key=lambda c: (c[obj], c["total_s"])):
             key = (c["mean_step_s"], c["p99_step_s"], c["total_s"])  # settings that launch the same: show one
             if key not in seen and len(rows) < 5:
@@ -191,7 +192,9 @@ def tune_png_writer(result: Any) -> Any:
     except ImportError:
         raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)") from None
     sh = result.ctx.shapes
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.2))
+    heur = [h for h in result.heuristics if h.times]
+    fig, axes = plt.subplots(1, 3 if heur else 2, figsize=(19 if heur else 13, 4.2))
+    ax1, ax2 = axes[0], axes[1]
     for name, e in result.engines.items():
         for cand, style in ((e.default, "-"), (e.best, "--")):
             if cand is e.best and e.best is e.default:
@@ -209,6 +212,15 @@ def tune_png_writer(result: Any) -> Any:
     ax2.set_ylabel("fraction of steps")
     ax2.set_title("distribution", fontsize=9)
     ax2.legend(fontsize=7)
+    if heur:
+        ax3 = axes[2]
+        for h in heur:
+            ordered = sorted(h.times[i] * 1e6 for i in sh.step_shape)
+            style = ":" if h.kind == "bound" else "--" if h.kind == "proposal" else "-"
+            ax3.plot(ordered, [(k + 1) / len(ordered) for k in range(len(ordered))], style, lw=1.0, label=h.name)
+        ax3.set_xlabel("step time (us)")
+        ax3.set_title("what-if split heuristics", fontsize=9)
+        ax3.legend(fontsize=7)
     fig.tight_layout()
 
     def save(target: Path) -> None:

@@ -248,7 +248,7 @@ def step_changes(ctx: TuneContext, new: Sequence[float], old: Sequence[float]) -
             same += w
         b = len(sh.shapes[i])
         key = next(k for k in BATCH_BUCKETS if k[0] <= b <= k[1])
-        acc = buckets.setdefault(key, [0, 0.0, 0.0])
+        acc = buckets.setdefault(key, [0.0, 0.0, 0.0])
         acc[0] += w
         acc[1] += o * w
         acc[2] += n * w
@@ -267,9 +267,10 @@ def step_changes(ctx: TuneContext, new: Sequence[float], old: Sequence[float]) -
                 "example": origin}
 
     rows = []
-    for (lo, hi), (w, o, n) in sorted(buckets.items()):
-        rows.append({"batch": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"), "steps": w,
-                     "default_mean_step_s": o / w, "best_mean_step_s": n / w, "change": n / o - 1.0})
+    for (lo, hi), (count, old_s, new_s) in sorted(buckets.items()):
+        rows.append({"batch": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"),
+                     "steps": int(count), "default_mean_step_s": old_s / count, "best_mean_step_s": new_s / count,
+                     "change": new_s / old_s - 1.0})
     return {"gain": gain, "lose": lose, "same": same, "threshold": CHANGE_FRACTION, "by_batch": rows,
             "biggest_gain": describe(best), "biggest_loss": describe(worst)}
 

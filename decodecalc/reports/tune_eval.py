@@ -66,29 +66,30 @@ def shape_set(trace: StepTrace, max_shapes: int = DEFAULT_MAX_SHAPES) -> ShapeSe
     distinct = len(shapes)
     sampled = distinct > max_shapes
     if sampled:
-        order = sorted(range(distinct), key=lambda i: (len(shapes[i]), sum(L for L, _ in shapes[i]), shapes[i]))
-        stride = distinct / max_shapes
-        reps = sorted({order[min(distinct - 1, int(j * stride + stride / 2))] for j in range(max_shapes)})
-        rank = {s: r for r, s in enumerate(order)}
-        rep_ranks = sorted(rank[r] for r in reps)
-        new_index = {r: n for n, r in enumerate(sorted(reps, key=lambda r: rank[r]))}
-        owner = {}
-        j = 0
-        for pos, s in enumerate(order):  # each shape goes to the nearest representative in sorted order
-            while j + 1 < len(rep_ranks) and abs(rep_ranks[j + 1] - pos) <= abs(rep_ranks[j] - pos):
-                j += 1
-            owner[s] = new_index[order[rep_ranks[j]]]
-        new_w = [0] * len(new_index)
-        for s, w in enumerate(weights):
-            new_w[owner[s]] += w
-        rep_shapes = [None] * len(new_index)
-        for r, n in new_index.items():
-            rep_shapes[n] = shapes[r]
-        step_shape = [owner[i] for i in step_shape]
-        shapes, weights = rep_shapes, new_w  # type: ignore[assignment]
-    return ShapeSet(shapes=tuple(shapes), weights=tuple(weights), step_shape=tuple(step_shape),  # type: ignore[arg-type]
+        shapes, weights, step_shape = _sample(shapes, weights, step_shape, max_shapes)
+    return ShapeSet(shapes=tuple(shapes), weights=tuple(weights), step_shape=tuple(step_shape),
                     step_weight=tuple(s.weight for s in trace.steps), step_origin=tuple(s.origin for s in trace.steps),
                     distinct=distinct, sampled=sampled)
+
+
+def _sample(shapes: list[Shape], weights: list[int], step_shape: list[int],
+            k: int) -> tuple[list[Shape], list[int], list[int]]:
+    """``k`` representatives, every (n/k)-th shape in (batch, KV tokens) order; each shape's weight goes
+    to the nearest representative in that order."""
+    n = len(shapes)
+    order = sorted(range(n), key=lambda i: (len(shapes[i]), sum(L for L, _ in shapes[i]), shapes[i]))
+    stride = n / k
+    rep_pos = sorted({min(n - 1, int(j * stride + stride / 2)) for j in range(k)})  # positions in `order`
+    owner = [0] * n  # shape index -> representative number
+    j = 0
+    for pos, shape_index in enumerate(order):
+        while j + 1 < len(rep_pos) and abs(rep_pos[j + 1] - pos) <= abs(rep_pos[j] - pos):
+            j += 1
+        owner[shape_index] = j
+    rep_weights = [0] * len(rep_pos)
+    for shape_index, w in enumerate(weights):
+        rep_weights[owner[shape_index]] += w
+    return [shapes[order[p]] for p in rep_pos], rep_weights, [owner[i] for i in step_shape]
 
 
 class StepTimer:
