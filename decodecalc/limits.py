@@ -48,6 +48,8 @@ MAX_SPECULATIVE_TOKENS = 1024
 MAX_LIST_ITEMS = 256
 #: sequences over all of determinism's / cudagraphs' --batches (each size is one step per policy)
 MAX_BATCHES_TOTAL = 2 * MAX_BATCH
+#: tune --concurrency: sequences decoded together in a generated workload (1,024 takes ~14 s CPU)
+MAX_CONCURRENCY = 1024
 #: FlashInfer CTAs per SM
 MAX_OCCUPANCY = 64
 

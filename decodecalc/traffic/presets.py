@@ -82,8 +82,9 @@ def generate(preset: Preset, *, concurrency: int | None = None, steps: int = DEF
              max_num_batched_tokens: int = 8192) -> StepTrace:
     """About ``steps`` steady-state decode steps of ``preset`` at ``concurrency`` sequences."""
     c = preset.concurrency if concurrency is None else concurrency
-    if c <= 0:
-        raise ConfigError(f"--concurrency must be a positive integer, got {c}")
+    from decodecalc.limits import MAX_CONCURRENCY, check_int
+
+    check_int(c, "--concurrency", MAX_CONCURRENCY)  # tune's cost grows with it (docs/limits.md)
     if not 1 <= steps <= MAX_STEPS:
         raise ConfigError(f"steps must be between 1 and {MAX_STEPS:,}, got {steps}")
     mean_out = preset.output_median * math.exp(preset.sigma_output ** 2 / 2.0)
