@@ -365,3 +365,28 @@ def test_cli_verify_upstream_without_sources_names_what_to_install(tiny_model, t
     assert r.output.startswith("Error:") and r.output.count("\n") == 1, r.output
     assert r.output.count(str(tried)) == 1 and "pip install vllm==0.33.0" in r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("variant", ["sglang-static-S2", "vllm-3d-S4", "vllm-2d"])
+def test_calibration_steps_compute_attention(variant):
+    """calibrate's timed steps (verify/calibration.py) call the real kernels through verify/engine.py on
+    the KV cache of verify/kv_cache.py: here, under the interpreter, their output is attention."""
+    from decodecalc.verify.calibration import ShapeBench
+    from decodecalc.verify.locate import UpstreamVersionWarning
+    from decodecalc.verify.torch_ref import compare, reference_attention
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    system = variant.split("-")[0]
+    _sources_or_skip(system)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UpstreamVersionWarning)
+        kernels = load_vllm(interpret=True) if system == "vllm" else load_sglang(interpret=True)
+    lens = [40, 70]
+    bench = ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16)
+    assert bench.copies > 1
+    bench.out.fill_(float("nan"))
+    bench.step(variant)(1)  # the second KV-cache copy
+    ref = reference_attention(bench.q, bench.kv.k_cache, bench.kv.v_cache, bench.kv.block_tables[1], lens, [1, 1],
+                              bench.scale)
+    err = compare(bench.out, ref, [1, 1])
+    assert err["nan_count"] == 0 and err["max_err_vs_max"] < 5e-3, err

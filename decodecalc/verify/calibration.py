@@ -42,13 +42,14 @@ class ShapeBench:
     MAX_COPIES = 256
 
     def __init__(self, torch: Any, vk: Any, sk: Any, h: int, h_kv: int, d: int, lens: tuple[int, ...],
-                 sms: int, seed: int) -> None:
+                 sms: int, seed: int, *, device: str = "cuda", dtype: Any = None) -> None:
         from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes
         from decodecalc.verify.timing import copies_for
 
         self.torch, self.vk, self.sk = torch, vk, sk
         self.h, self.h_kv, self.d, self.lens, self.sms = h, h_kv, d, lens, sms
-        dev, dt = "cuda", torch.bfloat16
+        dev, dt = device, dtype or torch.bfloat16
+        self.device = dev
         B = len(lens)
         self.kv_bytes = kv_bytes(lens, h_kv, d, 2)
         self.copies = copies_for(self.kv_bytes, max_copies=self.MAX_COPIES)
@@ -68,13 +69,13 @@ class ShapeBench:
         self.scale = 1.0 / math.sqrt(d)
 
     def step(self, variant: str) -> Callable[[int], None]:
-        torch, B, h, d, kv = self.torch, len(self.lens), self.h, self.d, self.kv
+        torch, B, h, d, kv, dev = self.torch, len(self.lens), self.h, self.d, self.kv, self.device
         if variant.startswith("vllm-"):
             S = 16 if variant == "vllm-2d" else int(variant.removeprefix("vllm-3d-S"))
             thr = 0 if variant == "vllm-2d" else 1 << 20
-            so = torch.empty((B, h, S, self.d_pad), device="cuda", dtype=torch.float32)
-            sm_ = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
-            ss = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
+            so = torch.empty((B, h, S, self.d_pad), device=dev, dtype=torch.float32)
+            sm_ = torch.empty((B, h, S), device=dev, dtype=torch.float32)
+            ss = torch.empty((B, h, S), device=dev, dtype=torch.float32)
 
             def vstep(c: int) -> None:
                 engine.vllm_unified_attention(
@@ -84,15 +85,15 @@ class ShapeBench:
                     num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm_, softmax_segm_expsum=ss)
             return vstep
         S = int(variant.removeprefix("sglang-static-S"))
-        po = torch.empty((B, h, S, d), device="cuda", dtype=torch.float32)
-        pl = torch.empty((B, h, S), device="cuda", dtype=torch.float32)
-        ns = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        po = torch.empty((B, h, S, d), device=dev, dtype=torch.float32)
+        pl = torch.empty((B, h, S), device=dev, dtype=torch.float32)
+        ns = torch.full((B,), S, dtype=torch.int32, device=dev)
 
         def sstep(c: int) -> None:
             engine.sglang_decode_attention(
                 self.sk, q=self.q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=self.out, kv_indptr=self.indptr,
                 kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=S,
-                sm_scale=self.scale, use_pdl=True)
+                sm_scale=self.scale, use_pdl=dev == "cuda")
         return sstep
 
 
