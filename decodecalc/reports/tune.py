@@ -6,7 +6,8 @@ segment count and MIN_LAUNCH_GRID_SIZE_2D as settings, threshold snapping and CU
 the engine does them; SGLang: launchers/sglang_triton.py with max_kv_splits and the static switch)
 and the time model times it (:mod:`decodecalc.reports.tune_eval`). The best setting minimises the
 mean (or p99) step time among those that slow no step by more than ``max_regression`` relative to
-the engine's default. Step times are one attention layer's decode-attention time on one rank; the
+the engine's default, ranked as ``recommend`` ranks: by the predicted time averaged over the
+profile's occupancy and one program per SM either side (``timemodel.robust_time_s``). Step times are one attention layer's decode-attention time on one rank; the
 per-1,000-token figure covers every layer.
 """
 
@@ -68,10 +69,14 @@ class Candidate:
     stats: Stats
     worst_ratio: float = 1.0  # max over steps of time / default time
     allowed: bool = True
+    score: Stats | None = None  # the same statistics of the ranking score (tune_eval.StepTimer.scores)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
-                "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed}
+        d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
+             "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed}
+        if self.score is not None:
+            d["ranking_score"] = {"mean_step_s": self.score.mean_step_s, "p99_step_s": self.score.p99_step_s}
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,15 +155,16 @@ def objective_value(st: Stats, objective: str) -> float:
     return st.p99_step_s if objective == "p99" else st.mean_step_s
 
 
-def _candidate(ctx: TuneContext, engine: str, setting: Mapping[str, Any], label: str, times: Sequence[float],
+def _candidate(ctx: TuneContext, engine: str, setting: Mapping[str, Any], label: str, works: Sequence[Any],
                default_times: Sequence[float] | None, max_regression: float | None) -> Candidate:
+    times = [ctx.timer.time_of(lw, engine) for lw in works]
     st = stats(times, ctx.shapes)
     worst = 1.0
     if default_times is not None:
         worst = max(t / d for t, d in zip(times, default_times))
     allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
     return Candidate(engine=engine, setting=setting, label=label, times=tuple(times), stats=st, worst_ratio=worst,
-                     allowed=allowed)
+                     allowed=allowed, score=stats(ctx.timer.scores(works), ctx.shapes))
 
 
 def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
@@ -168,15 +174,17 @@ def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
 def _search(ctx: TuneContext, engine: str, grid: Sequence[tuple[dict[str, Any], str, Callable[[], tuple[float, ...]]]],
             objective: str, max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
     default_setting, default_label, default_fn = grid[0]
-    dtimes = default_fn()
-    default = _candidate(ctx, engine, default_setting, default_label, dtimes, dtimes, max_regression)
+    dworks = default_fn()
+    dtimes = [ctx.timer.time_of(lw, engine) for lw in dworks]
+    default = _candidate(ctx, engine, default_setting, default_label, dworks, dtimes, max_regression)
     cands = [default]
     for setting, label, fn in grid[1:]:
         cands.append(_candidate(ctx, engine, setting, label, fn(), dtimes, max_regression))
     ok = [c for c in cands if c.allowed]
-    # exact ties (the same launches, e.g. every threshold above the largest batch) go to the default, then to
-    # the smallest knob values (less split-K scratch)
-    best = min(ok, key=lambda c: (objective_value(c.stats, objective), c.stats.total_s, c is not default,
+    # ranked by the robust score, as recommend ranks (occupancy, the least certain input, +-1); exact ties (the
+    # same launches, e.g. every threshold above the largest batch) go to the default, then to the smallest knob
+    # values (less split-K scratch)
+    best = min(ok, key=lambda c: (objective_value(c.score or c.stats, objective), c.stats.total_s, c is not default,
                                   tuple(int(v) for v in c.setting.values())))
     return default, best, tuple(cands)
 
@@ -190,7 +198,7 @@ def _vllm_grid(ctx: TuneContext):
     for s, m in combos:
         st = dataclasses.replace(base, num_par_softmax_segments=s, min_launch_grid_size_2d=m)
         label = f"S={s} grid={m}" + (" (default)" if (s, m) == (d_seg, d_grid) else "")
-        out.append((vllm_setting(s, m), label, (lambda st=st: ctx.timer.vllm(st))))
+        out.append((vllm_setting(s, m), label, (lambda st=st: ctx.timer.vllm_works(st))))
     return out
 
 
@@ -208,7 +216,7 @@ def _sglang_grid(ctx: TuneContext):
     for m, st in combos:
         s = dataclasses.replace(base, max_kv_splits=m, static_kv_splits=st)
         label = f"{'static' if st else 'adaptive'} {m}" + (" (default)" if (m, st) == (d_max, d_static) else "")
-        out.append((sglang_setting(m, st), label, (lambda s=s: ctx.timer.sglang(s))))
+        out.append((sglang_setting(m, st), label, (lambda s=s: ctx.timer.sglang_works(s))))
     return out
 
 

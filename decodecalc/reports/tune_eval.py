@@ -23,7 +23,15 @@ from decodecalc.errors import ConfigError
 from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
 from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
 from decodecalc.specs.gpus import GPUSpec
-from decodecalc.timemodel import LaunchWork, TimeProfile, launch_time_s, sglang_work, vllm_work, work_for_plan
+from decodecalc.timemodel import (
+    LaunchWork,
+    TimeProfile,
+    launch_time_s,
+    robust_time_s,
+    sglang_work,
+    vllm_work,
+    work_for_plan,
+)
 from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
 
@@ -99,6 +107,7 @@ class StepTimer:
         self.base, self.gpu, self.profile, self.shapes = base, gpu, profile, shapes
         self._works: list[Workload | None] = [None] * len(shapes.shapes)
         self._time_cache: dict[LaunchWork, float] = {}
+        self._score_cache: dict[LaunchWork, float] = {}
         self._plan_cache: dict[tuple, tuple] = {}  # (batch, query lens, settings) -> (plan signature, plan)
         self._work_cache: dict[tuple, LaunchWork] = {}  # (shape, plan signature) -> work
         self.families: dict[str, set[str]] = {}  # engine -> kernel families its launches used
@@ -111,7 +120,7 @@ class StepTimer:
             self._works[i] = w
         return w
 
-    def _time(self, lw: LaunchWork, engine: str) -> float:
+    def time_of(self, lw: LaunchWork, engine: str) -> float:
         t = self._time_cache.get(lw)
         if t is None:
             t = self._time_cache[lw] = launch_time_s(lw, self.profile)
@@ -137,30 +146,47 @@ class StepTimer:
             lw = self._work_cache[(i, sig)] = work_for_plan(plan, self.work(i), engine)
         return lw
 
-    def vllm(self, settings: VllmSettings) -> tuple[float, ...]:
+    def vllm_works(self, settings: VllmSettings) -> tuple[LaunchWork, ...]:
         out = []
         for i in range(len(self.shapes.shapes)):
             sig, plan = self.vllm_running_plan(i, settings)
-            out.append(self._time(self._work(i, sig, plan, "vllm"), "vllm"))
+            out.append(self._work(i, sig, plan, "vllm"))
+        return tuple(out)
+
+    def vllm(self, settings: VllmSettings) -> tuple[float, ...]:
+        return tuple(self.time_of(lw, "vllm") for lw in self.vllm_works(settings))
+
+    def scores(self, works: Sequence[LaunchWork]) -> tuple[float, ...]:
+        """What candidates are ranked by, as ``recommend`` ranks them: the predicted time averaged over the
+        profile's occupancy and one program per SM either side (:func:`decodecalc.timemodel.robust_time_s`)."""
+        out = []
+        for lw in works:
+            t = self._score_cache.get(lw)
+            if t is None:
+                t = self._score_cache[lw] = robust_time_s(lw, self.profile)
+            out.append(t)
         return tuple(out)
 
     def vllm_forced(self, i: int, segments: int) -> float:
         """Shape i on the 2D kernel (segments 1) or the 3D kernel with ``segments``, whatever the gate says."""
-        return self._time(vllm_work(self.work(i), splits=segments, use_3d=segments > 1), "vllm")
+        return self.time_of(vllm_work(self.work(i), splits=segments, use_3d=segments > 1), "vllm")
 
     # SGLang ----------------------------------------------------------------------------------
 
-    def sglang(self, settings: SglangSettings) -> tuple[float, ...]:
+    def sglang_works(self, settings: SglangSettings) -> tuple[LaunchWork, ...]:
         out = []
         for i in range(len(self.shapes.shapes)):
             plan = plan_sglang(self.work(i), self.gpu, settings).plan
-            out.append(self._time(self._work(i, plan_signature(plan), plan, "sglang"), "sglang"))
+            out.append(self._work(i, plan_signature(plan), plan, "sglang"))
         return tuple(out)
+
+    def sglang(self, settings: SglangSettings) -> tuple[float, ...]:
+        return tuple(self.time_of(lw, "sglang") for lw in self.sglang_works(settings))
 
     def sglang_splits(self, i: int, splits: Sequence[int], max_kv_splits: int, *, adaptive: bool = True) -> float:
         """Shape i with these per-sequence split counts (SGLang's kernel takes them as a tensor); the grid's
         split dimension is ``max_kv_splits``; ``adaptive`` counts the split-count kernel's launch."""
-        return self._time(sglang_work(self.work(i), splits=tuple(splits), max_kv_splits=max_kv_splits,
+        return self.time_of(sglang_work(self.work(i), splits=tuple(splits), max_kv_splits=max_kv_splits,
                                       adaptive=adaptive), "sglang")
 
     def per_shape(self, fn: Callable[[int], float]) -> tuple[float, ...]:
