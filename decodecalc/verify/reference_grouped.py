@@ -8,6 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
+from decodecalc.launchers.sglang_triton import head_tiles
 from decodecalc.verify.capture import RecordedLaunch
 from decodecalc.verify.engine import sglang_max_num_seq
 from decodecalc.verify.reference_common import cdiv_jit as _cdiv
@@ -166,11 +167,6 @@ def ref_stage2(
              mask=d_mask)
 
 
-def sglang_head_tiles(num_heads: int, num_kv_heads: int) -> int:
-    g = num_heads // num_kv_heads
-    return triton.cdiv(num_heads, min(GROUPED_BLOCK_H, g))
-
-
 def run_grouped(
     *,
     q: torch.Tensor,  # [B, h, d]
@@ -206,7 +202,7 @@ def run_grouped(
         ref_num_kv_splits[(1,)](num_kv_splits, seq_lens, B, h, h_kv, max_kv_splits, sm_count,
                                 MAX_NUM_SEQ=max_num_seq)
         launches.append(RecordedLaunch("ref_num_kv_splits", (1,), {"MAX_NUM_SEQ": max_num_seq}, executed=True))
-    grid1 = (B, sglang_head_tiles(h, h_kv), max_kv_splits)
+    grid1 = (B, head_tiles(h, h_kv), max_kv_splits)  # SGLang's stage-1 head tiling (the core's rule)
     c1 = dict(G=g, NUM_HEADS=h, HEAD_SIZE=d, BLOCK_D=block_d, BLOCK_N=32, BLOCK_H=GROUPED_BLOCK_H, MIN_KV=MIN_BLOCK_KV)
     ref_grouped_stage1[grid1](
         q, k_buffer, v_buffer, kv_indptr, kv_indices, part_out, part_lse, num_kv_splits, scale,

@@ -10,7 +10,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.derived import next_power_of_2
+from decodecalc.launchers.sglang_triton import head_tiles, heads_per_program
 from decodecalc.verify import engine
 from decodecalc.verify.calls import EngineCall, reference_use_3d
 from decodecalc.verify.environment import Environment
@@ -197,13 +198,11 @@ def count_sglang(r: KernelStep, launches: list[Any]) -> tuple[list[int], list[in
     B = r.inp.b_sg
     real = r.inp.b_real
     h, h_kv = work.num_heads, work.num_kv_heads
-    g = h // h_kv
-    valid_h = min(16, g) if g > 1 else 1
+    valid_h = heads_per_program(h, h_kv)  # a stage-1 program's query heads (SGLang's rule, the core's copy)
     S = r.call.max_kv_splits
     w = (~torch.isnan(r.part_lse)).cpu()  # [B, h, S]
     b, head, s = w.nonzero(as_tuple=True)
-    tiles = cdiv(h, valid_h)
-    ids = (b * tiles + head // valid_h) * S + s
+    ids = (b * head_tiles(h, h_kv) + head // valid_h) * S + s
     working = [int(torch.unique(ids).numel())]
     working.append(int((~torch.isnan(r.out[:B].float())).any(-1).sum()))
     allocated = [int(x) for x in r.num_kv_splits.cpu().tolist()][:real]
