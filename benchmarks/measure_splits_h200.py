@@ -265,6 +265,7 @@ def main() -> int:
 
     import torch
 
+    from decodecalc.launchers.vllm_triton_backend import MIN_LAUNCH_GRID_SIZE_2D
     from decodecalc.verify import engine
     from decodecalc.verify.capture import LaunchRecorder
     from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes as kv_bytes_of
@@ -339,7 +340,7 @@ def main() -> int:
         part_out = torch.empty((B, h, gmax, d), device=dev, dtype=torch.float32)
         part_lse = torch.empty((B, h, gmax), device=dev, dtype=torch.float32)
         nsplit = torch.empty((B,), device=dev, dtype=torch.int32)
-        default_thr = 128 // hkv  # vLLM's seq_threshold_3D with 16 segments (triton_attn.py)
+        default_thr = MIN_LAUNCH_GRID_SIZE_2D // hkv  # vLLM's raw seq_threshold_3D (triton_attn.py), unsnapped
         seg_cache: dict[int, tuple] = {}
 
         def _segm(S: int):  # type: ignore[no-untyped-def]
