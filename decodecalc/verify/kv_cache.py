@@ -45,6 +45,10 @@ class PagedKV:
         return self.v_cache.view(-1, *self.v_cache.shape[2:])
 
 
+#: the largest KV cache verify builds on the CPU (the Triton interpreter runs tiny shapes only)
+CPU_KV_BYTES = 1 << 30
+
+
 def copies_that_fit(seq_lens: tuple[int, ...] | list[int], num_kv_heads: int, head_size: int, block_size: int,
                     element_bytes: int, copies: int) -> int:
     """On a GPU: at most ``copies``, as many as fit in 80% of free memory less 1 GiB (at least one, or a
@@ -75,6 +79,11 @@ def build_paged_kv(
     per_copy = sum(nb)
     num_blocks = copies * per_copy + 1
     shape = (num_blocks, bs, num_kv_heads, head_size)
+    if device == "cpu":  # the Triton interpreter: refuse before allocating, not with a MemoryError
+        need = 2 * num_blocks * bs * num_kv_heads * head_size * torch.empty((), dtype=dtype).element_size()
+        if need > CPU_KV_BYTES:
+            raise DecodecalcError(f"the KV cache of this workload needs {need / 2**30:,.1f} GiB; on the CPU (Triton "
+                                  f"interpreter) verify takes at most {CPU_KV_BYTES / 2**30:.0f} GiB: use tiny shapes")
     k_cache = torch.randn(shape, generator=generator, device=device, dtype=dtype)
     v_cache = torch.randn(shape, generator=generator, device=device, dtype=dtype)
     perm = torch.randperm(num_blocks - 1, generator=generator, device=device).to(torch.int32) + 1
