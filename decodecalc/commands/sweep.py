@@ -107,8 +107,9 @@ def sweep(
     spec = build_spec(models=model, tps=tp, gpus=gpu, policies=policies, batch=batch, seq_len=seq_len,
                       dtype=plain(dtype), kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, sms=sms)
     spec.validate()
-    if max_kv_splits is not None and max_kv_splits <= 0:
-        raise ConfigError(f"--max-kv-splits must be a positive integer, got {max_kv_splits}")
+    from decodecalc.limits import MAX_KV_SPLITS, check_int
+
+    check_int(max_kv_splits, "--max-kv-splits", MAX_KV_SPLITS)
     opts = pol.PolicyOptions(
         vllm=VllmSettings(cudagraph_mode="FULL_AND_PIECEWISE" if cuda_graph else "NONE",
                           batch_invariant=batch_invariant),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError, UnknownNameError
+from decodecalc.limits import MAX_SMS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +186,8 @@ def resolve_gpu(
     if sms is not None:
         if sms <= 0:
             raise ConfigError(f"--sms must be a positive SM count, got {sms}")
+        if sms > MAX_SMS:
+            raise ConfigError(f"--sms {sms} is over the supported {MAX_SMS:,}")
         changes["num_sms"] = sms
     if bandwidth_bytes_per_s is not None:
         if not math.isfinite(bandwidth_bytes_per_s) or bandwidth_bytes_per_s <= 0:
