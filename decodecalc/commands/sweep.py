@@ -130,7 +130,14 @@ def sweep(
             result = run_sweep(spec, opts, progress)
     files: list = []  # written together: a failed plot leaves no CSV, and no temp file either
     if output is not None:
-        files.append((output, result.to_csv() if kind == "csv" else to_json(result.to_json()) + "\n"))
+        if kind == "csv":  # streamed: a million-point CSV is never one string in memory
+            def write_csv(target: Path, chunks=result.iter_csv()) -> None:
+                with open(target, "w") as f:
+                    f.writelines(chunks)
+
+            files.append((output, write_csv))
+        else:
+            files.append((output, to_json(result.to_json()) + "\n"))
     if plot is not None:
         files.append((plot, sweep_png_writer(result)))
     write_files(files)
