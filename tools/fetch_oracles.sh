@@ -22,14 +22,21 @@ DEST="${DEST:-$ROOT/oracles}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$SDIST_DIR" "$DEST"
 
-# pip cannot download these sdists (building their metadata imports torch/CUDA), so read the index's
-# simple page (PEP 503) for the file and its sha256 and download that file.
+# pip cannot download these sdists (building their metadata imports torch/CUDA), so read the simple page
+# (PEP 503) of the index pip uses for the file and its sha256, and download that file.
 fetch() {  # project file
   [ -s "$SDIST_DIR/$2" ] && return 0
   "$PYTHON" - "$1" "$2" "$SDIST_DIR" <<'EOF'
 import hashlib, re, sys, urllib.request
 project, fname, dest = sys.argv[1:]
-index = "https://pypi.org/simple/%s/" % project
+# the index pip itself uses: $PIP_INDEX_URL, else pip's configured or built-in default
+import os, subprocess
+base = os.environ.get("PIP_INDEX_URL") or subprocess.run(
+    [sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True).stdout.strip()
+if not base:
+    from pip._internal.models.index import PyPI
+    base = PyPI.simple_url
+index = "%s/%s/" % (base.rstrip("/"), project)
 html = urllib.request.urlopen(index, timeout=120).read().decode()
 for m in re.finditer(r'href="([^"#]+)#sha256=([0-9a-f]{64})"[^>]*>([^<]+)</a>', html):
     if m.group(3) == fname:
