@@ -212,7 +212,7 @@ LIMIT_CASES = [
     (["grid", "--bandwidth", "nan"], "--bandwidth nan"),
     (["grid", "--num-speculative-tokens", "100000"], "over the supported 1,024"),
     (["grid", "--seq-lens", "5,0,5"], "must be a positive integer"),
-    (["tune", "-w", "chat", "--concurrency", "1000000000"], "over the supported 1,024"),
+    (["tune", "-w", "chat", "--concurrency", "1000000000"], "over the supported 256"),
     (["tune", "-w", "chat", "--max-regression", "nan"], "--max-regression must be a finite number"),
 ]
 
