@@ -20,7 +20,8 @@ from typing import Any
 #: the one place the version is written (pyproject.toml reads it: [tool.setuptools.dynamic])
 __version__ = "0.1.0"
 
-_API = ("grid", "compare", "recommend", "GridResult", "CompareResult", "RecommendResult", "WorkloadParams")
+_API = ("grid", "compare", "recommend", "tune", "GridResult", "CompareResult", "RecommendResult", "TuneResult",
+        "WorkloadParams", "TuneParams")
 
 __all__ = ["__version__", *_API]
 

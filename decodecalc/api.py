@@ -1,4 +1,4 @@
-"""The public Python API: ``decodecalc.grid``, ``decodecalc.compare``, ``decodecalc.recommend``.
+"""The public Python API: ``decodecalc.grid``, ``compare``, ``recommend`` and ``tune``.
 
 Each takes the CLI's options as keyword arguments (``model``, ``tp``, ``batch``, ``seq_len``,
 ``seq_lens`` as a list or a comma string, ``gpu``, ...; see :class:`WorkloadParams`) and returns a
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, Union
 
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.inputs import Inputs, build_inputs
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from decodecalc.reports.compare import PolicyResult
     from decodecalc.reports.grid import GridReport, SystemResult
     from decodecalc.reports.recommend import Recommendation
+    from decodecalc.reports.tune import TuneResult
+    from decodecalc.traffic import StepTrace
 
 
 class WorkloadParams(TypedDict, total=False):
@@ -224,5 +226,130 @@ def recommend(model: str = "llama3-8b", *, kernel: str | None = None,
     return recommend_for(build_inputs(model=model, **workload), kernel, candidates, profile)
 
 
+# --------------------------------------------------------------------------------------------
+# tune
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TuneResult":  # the core's result type, re-exported (loaded on first use)
+        from decodecalc.reports.tune import TuneResult
+
+        return TuneResult
+    raise AttributeError(f"module 'decodecalc.api' has no attribute {name!r}")
+
+
+class TuneParams(TypedDict, total=False):
+    """The engine and GPU options of `tune` (its workload comes from ``steps``, ``requests`` or ``workload``)."""
+
+    tp: int
+    gpu: str
+    sms: int | None
+    bandwidth: float | None  # GB/s
+    dtype: str | None
+    kv_cache_dtype: str
+    block_size: int
+    batch_invariant: bool
+    cuda_graph: bool
+    cudagraph_mode: str | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    num_speculative_tokens: int
+    model_runner: str
+    max_kv_splits: int | None
+    static_kv_splits: bool
+
+
+StepsArg = Union[str, Path, Sequence[Any], None]
+
+
+def tune_inputs(model: str = "llama3-8b", **options: Unpack[TuneParams]) -> Inputs:
+    """The model, GPU and engine settings `tune` runs under (one decode token per sequence as the base shape)."""
+    k = int(options.get("num_speculative_tokens", 0) or 0)
+    return build_inputs(model=model, batch=1, seq_len=1 + max(k, 0), **options)
+
+
+def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload: str | None = None,
+                  concurrency: int | None = None, max_num_seqs: int = 1024,
+                  max_num_batched_tokens: int = 8192) -> StepTrace:
+    """The decode steps of exactly one of ``steps`` (a step-trace file, or a list of steps: lists of KV lengths,
+    ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request-trace
+    file, or a list of ``{"prompt_tokens", "output_tokens", "arrival_s"}`` mappings or Requests) and ``workload``
+    (a preset name or ``mix:...``)."""
+    from decodecalc.traffic import (
+        BatchingLimits,
+        load_steps,
+        requests_from_items,
+        steps_from_items,
+        steps_from_requests,
+    )
+    from decodecalc.traffic import workload as preset_workload
+
+    given = [n for n, v in (("--steps", steps), ("--requests", requests), ("--workload", workload)) if v is not None]
+    if len(given) != 1:
+        raise ConfigError("give exactly one workload: --steps FILE, --requests FILE or --workload NAME"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    if concurrency is not None and workload is None:
+        raise ConfigError("--concurrency applies to --workload only (a trace has its own batches)")
+    limits = BatchingLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    if steps is not None:
+        return load_steps(Path(steps)) if isinstance(steps, (str, Path)) else steps_from_items(steps)
+    if requests is not None:
+        if isinstance(requests, (str, Path)):
+            return steps_from_requests(Path(requests), limits)
+        return requests_from_items(requests, limits)
+    assert workload is not None
+    return preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens)
+
+
+def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_regression: str | float | None = "5%",
+             heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None,
+             engine: str | None = None, profile: str | Path | None = None, max_shapes: int = 4000) -> TuneResult:
+    """`tune` from already-built inputs and a loaded workload (the CLI's path)."""
+    import dataclasses
+
+    from decodecalc.reports.heuristics import score_heuristics, select_heuristics
+    from decodecalc.reports.tune import ENGINES, OBJECTIVES, make_context, parse_regression
+    from decodecalc.reports.tune import tune as _tune
+    from decodecalc.timemodel import resolve_profile
+
+    objective = str(getattr(objective, "value", objective)).lower()
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    engine = getattr(engine, "value", engine)
+    engines = ENGINES if engine is None else (str(engine).lower(),)
+    if engines[0] not in ENGINES:
+        raise ConfigError(f"--engine {engine!r}; valid: {', '.join(ENGINES)}")
+    guard = parse_regression(max_regression)
+    names = heuristics if heuristics is None or isinstance(heuristics, str) else ",".join(heuristics)
+    if names is not None and not isinstance(heuristics, str) and not names:
+        names = "none"  # heuristics=[]
+    chosen = select_heuristics(names, Path(rule) if rule is not None else None)
+    prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None)
+    ctx = make_context(trace, inputs.work, inputs.gpu, prof, vllm=inputs.vllm, sglang=inputs.sglang,
+                       max_shapes=max_shapes)
+    result = _tune(ctx, objective=objective, max_regression=guard, engines=engines)
+    return dataclasses.replace(result, heuristics=score_heuristics(ctx, result, chosen))
+
+
+def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg = None, workload: str | None = None,
+         concurrency: int | None = None, objective: str = "mean", max_regression: str | float | None = "5%",
+         heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None, engine: str | None = None,
+         profile: str | Path | None = None, max_shapes: int = 4000, **options: Unpack[TuneParams]) -> TuneResult:
+    """`decodecalc tune`: the best global engine setting for a whole decode workload, and what-if heuristics.
+
+    Give exactly one workload: ``steps`` (a file, or a list of steps), ``requests`` (a file, or a list of requests)
+    or ``workload`` (a preset name or ``mix:prompt=N,output=N``, with ``concurrency``). ``heuristics``: names
+    (a list or a comma string; default all, ``[]`` or ``"none"`` for none); ``rule``: a Python file defining
+    ``splits(step)`` and/or ``segments(step)``; ``max_regression``: ``"5%"``, ``0.05`` or ``None`` (no guard).
+    """
+    inputs = tune_inputs(model, **options)
+    trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
+                          max_num_seqs=options.get("max_num_seqs", 1024),
+                          max_num_batched_tokens=options.get("max_num_batched_tokens", 8192))
+    return tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
+                    rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
+
+
 __all__ = ["CompareResult", "GridResult", "RecommendResult", "WorkloadParams", "compare", "compare_for", "grid",
-           "grid_for", "recommend", "recommend_for"]
+           "grid_for", "recommend", "recommend_for", "TuneParams",
+           "TuneResult", "load_workload", "tune", "tune_for", "tune_inputs"]

@@ -64,27 +64,6 @@ MaxShapesOpt = Annotated[int, typer.Option("--max-shapes", help="Evaluate at mos
                                            "(more: a sample in (batch, KV tokens) order, said in the output).")]
 
 
-def load_trace(*, steps: Path | None, requests: Path | None, workload: str | None, concurrency: int | None,
-               max_num_seqs: int, max_num_batched_tokens: int) -> Any:
-    from decodecalc.errors import ConfigError
-    from decodecalc.traffic import BatchingLimits, load_steps, steps_from_requests
-    from decodecalc.traffic import workload as preset_workload
-
-    given = [n for n, v in (("--steps", steps), ("--requests", requests), ("--workload", workload)) if v is not None]
-    if len(given) != 1:
-        raise ConfigError("give exactly one workload: --steps FILE, --requests FILE or --workload NAME"
-                          + (f" (got {', '.join(given)})" if given else ""))
-    if concurrency is not None and workload is None:
-        raise ConfigError("--concurrency applies to --workload only (a trace has its own batches)")
-    if steps is not None:
-        return load_steps(steps)
-    if requests is not None:
-        return steps_from_requests(requests, BatchingLimits(max_num_seqs=max_num_seqs,
-                                                            max_num_batched_tokens=max_num_batched_tokens))
-    assert workload is not None
-    return preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens)
-
-
 def _us(t: float) -> str:
     us = t * 1e6
     return f"{us:,.0f}" if us >= 100 else f"{us:.1f}"
@@ -232,30 +211,6 @@ def tune_png_writer(result: Any) -> Any:
     return save
 
 
-def run_tune(*, trace: Any, inputs: Any, objective: str, max_regression: str, heuristics: str | None,
-             rule: Path | None, engine: str | None, profile: Path | None, max_shapes: int) -> Any:
-    import dataclasses
-
-    from decodecalc.errors import ConfigError
-    from decodecalc.reports.heuristics import score_heuristics, select_heuristics
-    from decodecalc.reports.tune import ENGINES, OBJECTIVES, make_context, parse_regression, tune
-    from decodecalc.timemodel import resolve_profile
-
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
-    engines = ENGINES if engine is None else (engine.lower(),)
-    if engines[0] not in ENGINES:
-        raise ConfigError(f"--engine {engine!r}; valid: {', '.join(ENGINES)}")
-    guard = parse_regression(max_regression)
-    chosen = select_heuristics(heuristics, rule)
-    prof = resolve_profile(inputs.gpu, profile_path=profile)
-    ctx = make_context(trace, inputs.work, inputs.gpu, prof, vllm=inputs.vllm, sglang=inputs.sglang,
-                       max_shapes=max_shapes)
-    result = tune(ctx, objective=objective, max_regression=guard, engines=engines)
-    scores = score_heuristics(ctx, result, chosen)
-    return dataclasses.replace(result, heuristics=scores)
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     @handle_errors
@@ -294,7 +249,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Best engine settings for a whole decode workload (vLLM segments x 2D/3D threshold, SGLang max KV
         splits x static switch), which steps gain and lose, how to apply it, and what-if split heuristics."""
-        from decodecalc.commands.options import build_inputs
+        from decodecalc.api import load_workload, tune_for, tune_inputs
         from decodecalc.commands.output import check_writable, to_json, write_files
 
         if output is not None:  # checked before the work, like every other argument
@@ -307,18 +262,17 @@ def register(app: typer.Typer) -> None:
                 from decodecalc.errors import DecodecalcError
 
                 raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)")
-        inputs = build_inputs(
-            model=model, tp=tp, batch=1, gpu=gpu, sms=sms, bandwidth=bandwidth, dtype=plain(dtype),
+        inputs = tune_inputs(
+            model, tp=tp, gpu=gpu, sms=sms, bandwidth=bandwidth, dtype=plain(dtype),
             kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, batch_invariant=batch_invariant,
             cuda_graph=cuda_graph, cudagraph_mode=plain(cudagraph_mode), max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
             model_runner=plain(model_runner), max_kv_splits=max_kv_splits, static_kv_splits=static_kv_splits,
-            seq_len=1 + num_speculative_tokens,
         )
-        trace = load_trace(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
-                           max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
-        result = run_tune(trace=trace, inputs=inputs, objective=objective.lower(), max_regression=max_regression,
-                          heuristics=heuristics, rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
+        trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
+                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        result = tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
+                          rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
         data = result.to_dict()
         text = to_json(data)
         files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file

@@ -15,6 +15,7 @@ from decodecalc.traffic.requests import (
     Request,
     batch_requests,
     load_requests,
+    requests_from_items,
     steps_from_requests,
 )
 from decodecalc.traffic.steps import (
@@ -23,11 +24,12 @@ from decodecalc.traffic.steps import (
     dump_steps_jsonl,
     load_steps,
     percentiles,
+    steps_from_items,
     weighted_percentile,
 )
 
 __all__ = [
     "PRESETS", "BatchingLimits", "BatchingResult", "DecodeStep", "Preset", "Request", "StepTrace",
     "batch_requests", "dump_steps_jsonl", "generate", "load_requests", "load_steps", "parse_mix", "percentiles",
-    "steps_from_requests", "weighted_percentile", "workload",
+    "requests_from_items", "steps_from_items", "steps_from_requests", "weighted_percentile", "workload",
 ]

@@ -176,3 +176,23 @@ def batch_requests(requests: Sequence[Request], limits: BatchingLimits = Batchin
 def steps_from_requests(path: Path, limits: BatchingLimits = BatchingLimits()) -> StepTrace:
     result = batch_requests(load_requests(path), limits, source=str(path))
     return nonempty(result.trace, f"{path} (every request has output_tokens 1, so no decode step)")
+
+
+def requests_from_items(items: Sequence[Any], limits: BatchingLimits = BatchingLimits(),
+                        source: str = "requests") -> StepTrace:
+    """Decode steps of requests given as Python objects (the API's ``requests=[...]``): each item a
+    :class:`Request` or a mapping with the file's fields. Errors name ``source[i]`` and the field."""
+    if isinstance(items, (str, bytes)):
+        raise ConfigError(f"{source}: expected a list of requests or a file path, got a string")
+    reqs = []
+    for i, item in enumerate(items):
+        where = f"{source}[{i}]"
+        if isinstance(item, Request):
+            item = {"prompt_tokens": item.prompt_tokens, "output_tokens": item.output_tokens,
+                    "arrival_s": item.arrival_s}
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected a mapping with prompt_tokens and output_tokens, got "
+                              f"{type(item).__name__}")
+        reqs.append(make_request(dict(item), where))
+    result = batch_requests(reqs, limits, source=source)
+    return nonempty(result.trace, f"{source} (every request has output_tokens 1, so no decode step)")

@@ -251,6 +251,25 @@ def load_steps(path: Path) -> StepTrace:
     return nonempty(StepTrace(steps=steps, source=str(path)), str(path))
 
 
+def steps_from_items(items: Iterable[Any], source: str = "steps") -> StepTrace:
+    """A StepTrace from Python objects (the API's ``steps=[...]``): each item a :class:`DecodeStep`, a
+    mapping with the file's fields (``{"seq_lens": [...], "query_lens": [...], "weight": n}``) or a
+    list of KV lengths. Errors name ``source[i]`` (0-based) and the field."""
+    if isinstance(items, (str, bytes)):
+        raise ConfigError(f"{source}: expected a list of steps or a file path, got a string")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{source}[{i}]"
+        if isinstance(item, DecodeStep):
+            out.append(make_step({"seq_lens": list(item.seq_lens), "query_lens": list(item.query_lens),
+                                  "weight": item.weight}, item.origin or where))
+        elif isinstance(item, dict):
+            out.append(make_step(dict(item), where))
+        else:
+            out.append(make_step({"seq_lens": list(item) if isinstance(item, (list, tuple)) else item}, where))
+    return nonempty(StepTrace(steps=tuple(out), source=source), source)
+
+
 def dump_steps_jsonl(trace: StepTrace) -> str:
     """The trace as JSON Lines (query_lens and weight only where they are not the defaults)."""
     lines = []
