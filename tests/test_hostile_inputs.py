@@ -231,6 +231,14 @@ def test_limits_are_quick_at_the_limit() -> None:
         assert r.exit_code == 0, r.stderr
 
 
+@pytest.mark.parametrize("sms", ["1", "4"])
+def test_time_model_cost_does_not_grow_with_programs_per_sm(sms: str) -> None:
+    """Few SMs and many programs (the batch limit): the time model's scheduling must not walk the programs
+    slot by slot (found by this file's fuzzing: minutes at --sms 1)."""
+    r = run(["recommend", "--sms", sms, "--batch", str(limits.MAX_BATCH), "-m", "gemma-3-27b", "--batch-invariant"])
+    assert r.exit_code == 0, r.stderr
+
+
 def test_an_option_given_twice_is_a_usage_error() -> None:
     r = run(["sweep", "--format", "xml", "-b", "1", "-s", "128", "--format", "csv"])
     assert r.exit_code == 2 and "given more than once" in r.stderr and "--format xml" in r.stderr
