@@ -269,13 +269,16 @@ def tune_inputs(model: str = "llama3-8b", **options: Unpack[TuneParams]) -> Inpu
 
 
 def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload: str | None = None,
-                  concurrency: int | None = None, max_num_seqs: int = 1024,
-                  max_num_batched_tokens: int = 8192) -> StepTrace:
+                  concurrency: int | None = None, max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192,
+                  num_speculative_tokens: int = 0, draft_acceptance_rate: float | None = None) -> StepTrace:
     """The decode steps of exactly one of ``steps`` (a step-trace file, or a list of steps: lists of KV lengths,
     ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request-trace
     file, or a list of ``{"prompt_tokens", "output_tokens", "arrival_s"}`` mappings or Requests) and ``workload``
-    (a preset name or ``mix:...``)."""
+    (a preset name or ``mix:...``). With ``num_speculative_tokens`` k > 0, requests and presets decode k draft
+    tokens per step, accepted at ``draft_acceptance_rate`` (default 0.7; decodecalc/traffic/requests.py); a step
+    trace carries its own ``query_lens``."""
     from decodecalc.traffic import (
+        DEFAULT_ACCEPTANCE_RATE,
         BatchingLimits,
         load_steps,
         requests_from_items,
@@ -290,7 +293,14 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
                           + (f" (got {', '.join(given)})" if given else ""))
     if concurrency is not None and workload is None:
         raise ConfigError("--concurrency applies to --workload only (a trace has its own batches)")
-    limits = BatchingLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    if draft_acceptance_rate is not None and steps is not None:
+        raise ConfigError("--draft-acceptance-rate applies to --requests and --workload (a step trace has its own "
+                          "query_lens)")
+    if draft_acceptance_rate is not None and not num_speculative_tokens:
+        raise ConfigError("--draft-acceptance-rate needs --num-speculative-tokens k > 0")
+    rate = DEFAULT_ACCEPTANCE_RATE if draft_acceptance_rate is None else draft_acceptance_rate
+    limits = BatchingLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
     if steps is not None:
         return load_steps(Path(steps)) if isinstance(steps, (str, Path)) else steps_from_items(steps)
     if requests is not None:
@@ -298,7 +308,8 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
             return steps_from_requests(Path(requests), limits)
         return requests_from_items(requests, limits)
     assert workload is not None
-    return preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens)
+    return preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens,
+                           num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
 
 
 def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_regression: str | float | None = "5%",
@@ -332,20 +343,25 @@ def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_r
 
 
 def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg = None, workload: str | None = None,
-         concurrency: int | None = None, objective: str = "mean", max_regression: str | float | None = "5%",
+         concurrency: int | None = None, draft_acceptance_rate: float | None = None, objective: str = "mean",
+         max_regression: str | float | None = "5%",
          heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None, engine: str | None = None,
          profile: str | Path | None = None, max_shapes: int = 4000, **options: Unpack[TuneParams]) -> TuneResult:
     """`decodecalc tune`: the best global engine setting for a whole decode workload, and what-if heuristics.
 
     Give exactly one workload: ``steps`` (a file, or a list of steps), ``requests`` (a file, or a list of requests)
-    or ``workload`` (a preset name or ``mix:prompt=N,output=N``, with ``concurrency``). ``heuristics``: names
+    or ``workload`` (a preset name or ``mix:prompt=N,output=N``, with ``concurrency``). ``num_speculative_tokens``
+    k > 0 with ``requests`` or ``workload``: k draft tokens per decode step, ``draft_acceptance_rate`` of them
+    accepted (deterministic model, decodecalc/traffic/requests.py). ``heuristics``: names
     (a list or a comma string; default all, ``[]`` or ``"none"`` for none); ``rule``: a Python file defining
     ``splits(step)`` and/or ``segments(step)``; ``max_regression``: ``"5%"``, ``0.05`` or ``None`` (no guard).
     """
     inputs = tune_inputs(model, **options)
     trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
                           max_num_seqs=options.get("max_num_seqs", 1024),
-                          max_num_batched_tokens=options.get("max_num_batched_tokens", 8192))
+                          max_num_batched_tokens=options.get("max_num_batched_tokens", 8192),
+                          num_speculative_tokens=options.get("num_speculative_tokens", 0),
+                          draft_acceptance_rate=draft_acceptance_rate)
     return tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
                     rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
 

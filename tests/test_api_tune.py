@@ -37,6 +37,10 @@ TUNE = [
      dict(requests=REQUESTS, max_num_seqs=8, max_num_batched_tokens=4096, engine="vllm", max_regression=0.10)),
     (["--steps", SPEC, "--num-speculative-tokens", "3", "--heuristics", "none", "--no-cuda-graph"],
      dict(steps=SPEC, num_speculative_tokens=3, heuristics=[], cuda_graph=False)),
+    (["--requests", REQUESTS, "--num-speculative-tokens", "3", "--draft-acceptance-rate", "0.6", "--engine", "vllm"],
+     dict(requests=REQUESTS, num_speculative_tokens=3, draft_acceptance_rate=0.6, engine="vllm")),
+    (["--workload", "long-doc-qa", "--num-speculative-tokens", "2", "--heuristics", "vllm-bound"],
+     dict(workload="long-doc-qa", num_speculative_tokens=2, heuristics="vllm-bound")),
 ]
 
 

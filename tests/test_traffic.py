@@ -173,3 +173,60 @@ def test_step_trace_is_immutable_value():
     with pytest.raises(AttributeError):
         tr.source = "y"  # type: ignore[misc]
     assert json.dumps(tr.source) == '"x"'
+
+
+# ---------------------------------------------------------------------------------------------- speculative decoding
+
+
+def spec(k, alpha, **kw):
+    return BatchingLimits(num_speculative_tokens=k, acceptance_rate=alpha, **kw)
+
+
+def test_speculative_worked_example_from_the_docstring():
+    # k = 2, alpha = 0.25 (alpha k = 1/2: the steps accept 0, 1, 0, 1 drafts); budget 16; A: P=10, O=6; B: P=4,
+    # O=3 (traffic/requests.py docstring, by hand): step 0 prefills both (g = 1); step 1: A at 10+1+2 = 13,
+    # B at 4+1+2 = 7, nothing accepted (g = 2, 2); step 2: A at 14, B at 8, one accepted (A g = 4; B done at 3);
+    # step 3: A at 16 (g = 5); step 4: A at 17, one token left, done.
+    r = batch_requests([Request(10, 6), Request(4, 3)], spec(2, 0.25, max_num_seqs=2, max_num_batched_tokens=16))
+    assert lens(r) == [[13, 7], [14, 8], [16], [17]]
+    assert all(s.query_lens == (3,) * s.batch for s in r.trace.steps)
+    assert [s.generated_tokens for s in r.trace.steps] == [2, 3, 1, 1]
+    assert sum(s.generated_tokens for s in r.trace.steps) == (6 - 1) + (3 - 1)
+    plain = batch_requests([Request(10, 6), Request(4, 3)], BatchingLimits(max_num_seqs=2, max_num_batched_tokens=16))
+    assert lens(plain) == [[11, 5], [12, 6], [13], [14], [15]]
+    assert any("draft acceptance rate 0.25" in n for n in r.trace.notes)
+
+
+@pytest.mark.parametrize("k, alpha", [(1, 0.5), (3, 0.7), (4, 0.3), (5, 1.0), (2, 0.0), (7, 0.123)])
+def test_acceptance_is_deterministic_and_exact_on_average(k, alpha):
+    lim = spec(k, alpha)
+    got = [lim.accepted(n) for n in range(1000)]
+    assert all(0 <= a <= k for a in got)
+    from fractions import Fraction
+    for n in (1, 7, 100, 1000):  # after n steps: floor(n alpha k) accepted, no float drift
+        assert sum(got[:n]) == int(n * Fraction(str(alpha)) * k)
+    # a request of O tokens takes about (O - 1) / (1 + alpha k) decode steps
+    r = batch_requests([Request(100, 2001)], lim)
+    assert len(r.trace.steps) == pytest.approx(2000 / (1 + alpha * k), abs=1.0)
+    assert sum(s.generated_tokens for s in r.trace.steps) == 2000
+    assert [s.seq_lens[0] for s in r.trace.steps] == sorted(s.seq_lens[0] for s in r.trace.steps)
+
+
+def test_speculative_steps_take_their_query_tokens_from_the_budget():
+    # k = 3 (4 tokens per decode) and a budget of 9: three requests decode-ready, only two fit (8 tokens); the
+    # third waits a step. P=1 prompts all fit in step 0 (3 tokens).
+    r = batch_requests([Request(1, 3)] * 3, spec(3, 0.0, max_num_seqs=3, max_num_batched_tokens=9))
+    assert [s.batch for s in r.trace.steps] == [2, 2, 1, 1]
+    with pytest.raises(ConfigError, match="below one speculative decode step"):
+        spec(3, 0.5, max_num_batched_tokens=3)
+    with pytest.raises(ConfigError, match="--draft-acceptance-rate"):
+        spec(3, 1.5)
+    with pytest.raises(ConfigError, match="--num-speculative-tokens"):
+        spec(-1, 0.5)
+
+
+def test_presets_with_speculative_decoding():
+    t = workload("long-doc-qa", num_speculative_tokens=3, acceptance_rate=0.5)
+    assert t.num_steps == 300 and all(q == 4 for s in t.steps for q in s.query_lens)
+    assert t.summary()["speculative"] and t.summary()["generated_tokens"] > sum(s.batch for s in t.steps)
+    assert workload("chat").summary()["speculative"] is False

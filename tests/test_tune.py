@@ -223,3 +223,149 @@ def test_plot_is_written(tmp_path):
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*tmp*"))  # written through a temporary file, nothing left behind
+
+
+@pytest.mark.parametrize("content, args, needle", [
+    ('{"seq_lens": [10, 20]\n', [], "line 1: not valid JSON"),
+    ('{"seq_lens": [10, 20]}\n[1, 2]\n', [], "line 2: expected a JSON object"),
+    ('{"seq_lens": [10, 20], "query_lens": [1]}\n', [], "line 1, field 'query_lens': 1 values for 2 sequences"),
+    ('{"seq_lens": [10], "query_lens": [11]}\n', [], "line 1, field 'query_lens'"),
+    ('{"seq_lens": [10], "weight": 0}\n', [], "line 1, field 'weight'"),
+    ('{"seq_lens": [10], "batch": 1}\n', [], "line 1, field 'batch': unknown field"),
+    ('\n\n', [], "empty"),
+    ('{"seq_lens": [10]}\n', ["--draft-acceptance-rate", "0.5", "--num-speculative-tokens", "2"],
+     "--draft-acceptance-rate applies to --requests and --workload"),
+])
+def test_more_bad_step_files(tmp_path, content, args, needle):
+    f = tmp_path / "w.jsonl"
+    f.write_text(content)
+    out = tmp_path / "o.json"
+    r = runner.invoke(app, ["tune", "--steps", str(f), "-o", str(out), *args])
+    assert r.exit_code == 1 and r.stdout == "" and not out.exists()
+    assert r.stderr.startswith("Error: ") and needle in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 or "Error:" in r.stderr.splitlines()[0]
+
+
+@pytest.mark.parametrize("name, content, args, needle", [
+    ("r.jsonl", '{"prompt_tokens": 100, "output_tokens": 5}\n{"prompt_tokens": 100}\n', [],
+     "r.jsonl, line 2, field 'output_tokens': missing"),
+    ("r.jsonl", '{"prompt_tokens": 0, "output_tokens": 5}\n', [], "r.jsonl, line 1, field 'prompt_tokens': must be >= 1"),
+    ("r.csv", "prompt_tokens,output_tokens\n100,5\n100,x\n", [], "r.csv, line 3, field 'output_tokens'"),
+    ("r.csv", "prompt_tokens,outputs\n100,5\n", [], "r.csv, line 1, field 'outputs': unknown column"),
+    ("r.jsonl", '{"prompt_tokens": 100, "output_tokens": 1}\n', [], "no decode step"),
+    ("r.jsonl", '{"prompt_tokens": 100, "output_tokens": 9}\n', ["--num-speculative-tokens", "2",
+                                                                 "--draft-acceptance-rate", "1.5"],
+     "--draft-acceptance-rate must be a number between 0 and 1"),
+    ("r.jsonl", '{"prompt_tokens": 100, "output_tokens": 9}\n', ["--draft-acceptance-rate", "0.5"],
+     "needs --num-speculative-tokens"),
+])
+def test_bad_request_files(tmp_path, name, content, args, needle):
+    f = tmp_path / name
+    f.write_text(content)
+    out = tmp_path / "o.json"
+    r = runner.invoke(app, ["tune", "--requests", str(f), "--json", "-o", str(out), *args])
+    assert r.exit_code == 1 and r.stdout == "" and not out.exists()
+    assert r.stderr.startswith("Error: ") and needle in r.stderr, r.stderr
+
+
+def test_bad_rule_on_the_command_line_leaves_no_output(tmp_path):
+    rule = tmp_path / "rule.py"
+    rule.write_text("def splits(step):\n    return [1]\n")
+    out = tmp_path / "o.json"
+    r = runner.invoke(app, ["tune", "--steps", EXAMPLE, "--rule", str(rule), "-o", str(out)])
+    assert r.exit_code == 1 and r.stdout == "" and not out.exists()
+    assert f"--rule {rule}: splits(step) returned 1 values for the step at {EXAMPLE}, line" in r.stderr
+
+
+def test_unknown_preset_leaves_no_output(tmp_path):
+    out = tmp_path / "o.json"
+    r = runner.invoke(app, ["tune", "--workload", "chatty", "--json", "-o", str(out)])
+    assert r.exit_code == 1 and r.stdout == "" and not out.exists()
+    assert r.stderr.startswith("Error: ") and "chat" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- speculative decoding
+
+
+def test_speculative_requests_on_the_command_line(tmp_path):
+    """--num-speculative-tokens with --requests: steps of query length 1 + k, KV lengths that include the drafts,
+    the generated tokens of the acceptance model, SGLang skipped (extend kernel), vLLM's 2D steps counted."""
+    f = tmp_path / "r.jsonl"  # the docstring's worked example: [13, 7], [14, 8], [16], [17], 7 tokens
+    f.write_text('{"prompt_tokens": 10, "output_tokens": 6}\n{"prompt_tokens": 4, "output_tokens": 3}\n')
+    args = ["tune", "--requests", str(f), "--num-speculative-tokens", "2", "--draft-acceptance-rate", "0.25",
+            "--max-num-batched-tokens", "16", "--heuristics", "none"]
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    wl = d["workload"]
+    assert wl["speculative"] and wl["steps"] == 4 and wl["generated_tokens"] == 7 and wl["query_tokens"] == 3 * 6
+    assert wl["seq_len"]["max"] == 17 and wl["seq_len"]["min"] == 7
+    assert "sglang" in d["skipped"] and "extend" in d["skipped"]["sglang"]
+    e = d["engines"]["vllm"]
+    assert all(0 <= c["steps_2d"] <= 4 for c in e["candidates"])
+    want = e["default"]["total_s"] * d["layers"] / 7 * 1000  # per 1,000 generated (accepted) tokens
+    assert e["attention_s_per_1k_tokens"]["default"] == pytest.approx(want)
+    text = " ".join(runner.invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1"}).output.split())  # unwrapped
+    assert "draft acceptance rate 0.25" in text and "2D path (no KV split)" in text
+
+
+def test_speculative_decoding_falls_to_2d_on_vllm():
+    """vLLM issue #52049: k = 4 draft tokens (query length 5 > BLOCK_Q 4: two q-blocks per sequence in the 3D gate,
+    num_seqs * cdiv(max_seqlen_q, BLOCK_Q) > seq_threshold_3D = 128 // 8) sends a batch of 12 at 50K to 2D under the
+    default; without speculation, or with k = 3 (one q-block), the same batch runs 3D. tune says so (steps_2d)."""
+    import decodecalc
+
+    def default(k, weight=3):
+        step = {"seq_lens": [50_000] * 12, "query_lens": [1 + k] * 12, "weight": weight}
+        return decodecalc.tune(steps=[step], num_speculative_tokens=k, heuristics="none", engine="vllm",
+                               max_regression=None).engines["vllm"]
+
+    assert default(0).default.steps_2d == 0 and default(3).default.steps_2d == 0
+    e = default(4)
+    assert e.default.steps_2d == 3
+    assert e.best.steps_2d == 0  # a higher 2D threshold keeps it on the split (3D) path
+    assert e.best.setting["MIN_LAUNCH_GRID_SIZE_2D"] > 128 and e.best.stats.total_s < e.default.stats.total_s
+
+
+def test_apply_commands_edit_the_upstream_file(tmp_path):
+    """The vLLM apply lines, run in a shell on a copy of vLLM 0.33.0's triton_attn.py, set the two constants."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    src = Path("upstream/vllm-0.33.0/vllm/v1/attention/backends/triton_attn.py")
+    if not src.is_file() or shutil.which("sed") is None:
+        pytest.skip("upstream vLLM 0.33.0 source not unpacked (tools/fetch_upstream)")
+    import decodecalc
+
+    r = decodecalc.tune(workload="agentic", heuristics="none", engine="vllm")
+    e = r.engines["vllm"]
+    if e.best is e.default:
+        pytest.skip("the default wins here; nothing to apply")
+    copy = tmp_path / "triton_attn.py"
+    shutil.copy(src, copy)
+    cmds = [c for c in e.apply_commands if not c.startswith(("M=", "F="))]
+    assert len(cmds) == 2 and all(len(c) + 4 <= 80 for c in e.apply_commands)
+    subprocess.run(["bash", "-c", f'F="{copy}"\n' + "\n".join(cmds)], check=True)
+    text = copy.read_text()
+    s, m = e.best.setting["NUM_PAR_SOFTMAX_SEGMENTS"], e.best.setting["MIN_LAUNCH_GRID_SIZE_2D"]
+    assert f"\nNUM_PAR_SOFTMAX_SEGMENTS = {s}  #" in text and f"\nMIN_LAUNCH_GRID_SIZE_2D = {m}  #" in text
+    assert text.count("\n") == src.read_text().count("\n")
+
+
+def test_help_lists_choices_in_panels():
+    from decodecalc.commands.tune import HEURISTIC_NAMES
+    from decodecalc.reports.heuristics import HEURISTICS
+
+    assert tuple(HEURISTICS) == HEURISTIC_NAMES  # the help's list is the registry's
+    r = runner.invoke(app, ["tune", "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert r.exit_code == 0
+    text = " ".join(r.output.replace("│", " ").split())
+    for panel in ("Workload (one of --steps, --requests, --workload)", "Search", "What-if split heuristics", "Output",
+                  "GPU", "vLLM settings", "SGLang settings"):
+        assert f"─ {panel} ─" in r.output, panel
+    for choice in ("mean, p99", "vllm, sglang", "chat, long-doc-qa, agentic, code-completion", "sglang-pr35801"):
+        assert choice in text, choice
+    own = [line for line in r.output.splitlines() if "…" in line and "max-num-batched" not in line
+           and "STATIC_KV_SPLIT" not in line]  # the two shared options' long names are options.py's
+    assert not own, own

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from decodecalc.commands.options import (
+    OUTPUT,
     BandwidthOpt,
     BatchInvOpt,
     BlockSizeOpt,
@@ -43,30 +44,95 @@ RequestsOpt = Annotated[Optional[Path], typer.Option("--requests", help="Request
                                                      "(--max-num-seqs, --max-num-batched-tokens).",
                                                      rich_help_panel=TRAFFIC)]
 WorkloadOpt = Annotated[Optional[str], typer.Option("--workload", "-w", help="A named mix: chat, long-doc-qa, agentic, "
-                                                    "code-completion, or mix:prompt=N,output=N[,sigma=X][,steps=N].",
+                                                    "code-completion; or a parametric mix such as "
+                                                    "mix:prompt=2048,output=256 (also sigma=X, steps=N).",
                                                     rich_help_panel=TRAFFIC)]
 ConcurrencyOpt = Annotated[Optional[int], typer.Option("--concurrency", "-c", help="Sequences decoding at once for "
                                                        "--workload (default: the preset's).", rich_help_panel=TRAFFIC)]
-ObjectiveOpt = Annotated[str, typer.Option("--objective", help="What to minimise: mean or p99 step time.")]
+AcceptanceOpt = Annotated[Optional[float], typer.Option("--draft-acceptance-rate",
+                                                        help="With --num-speculative-tokens k and --requests or "
+                                                        "--workload: the fraction of draft tokens accepted, 0 to 1; "
+                                                        "each decode step advances a request by 1 + rate x k tokens "
+                                                        "on average (deterministic; default 0.7).",
+                                                        rich_help_panel=TRAFFIC)]
+SEARCH = "Search"
+ObjectiveOpt = Annotated[str, typer.Option("--objective", help="What to minimise. One of: mean, p99 (step time).",
+                                           rich_help_panel=SEARCH)]
 RegressionOpt = Annotated[str, typer.Option("--max-regression", help="Guard: no step may be slower than under the "
-                                            "default by more than this (e.g. 5%; 'none' turns it off).")]
-HeuristicsOpt = Annotated[Optional[str], typer.Option("--heuristics", help="Comma list of what-if split heuristics "
-                                                      "(default: all; 'none' for none). See docs/tune.md.")]
-RuleOpt = Annotated[Optional[Path], typer.Option("--rule", help="Python file defining splits(step) -> split count per "
-                                                 "sequence (SGLang's kernel) and optionally segments(step) -> one "
-                                                 "segment count (vLLM's).")]
-EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Only one engine: vllm or sglang (default both).")]
-PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of per-step time and its distribution "
-                                                 "(needs the 'plot' extra: matplotlib).")]
+                                            "default by more than this (e.g. 5%; 'none' turns it off).",
+                                            rich_help_panel=SEARCH)]
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Only one engine. One of: vllm, sglang (default "
+                                                  "both).", rich_help_panel=SEARCH)]
 ProfileOpt = Annotated[Optional[Path], typer.Option("--profile", help="Time-model profile YAML (default: the user's "
-                                                    "calibrated one, then the packaged one).")]
+                                                    "calibrated one, then the packaged one).", rich_help_panel=SEARCH)]
 MaxShapesOpt = Annotated[int, typer.Option("--max-shapes", help="Evaluate at most this many distinct step shapes "
-                                           "(more: a sample in (batch, KV tokens) order, said in the output).")]
+                                           "(more: a sample in (batch, KV tokens) order, said in the output).",
+                                           rich_help_panel=SEARCH)]
+WHATIF = "What-if split heuristics"
+#: the built-in heuristics' names, for --help without importing the core (tests/test_tune.py checks the list)
+HEURISTIC_NAMES = ("vllm-default", "vllm-tuned", "vllm-pr47520", "vllm-bound", "sglang-default", "sglang-tuned",
+                   "sglang-pr21775", "sglang-pr27786", "sglang-pr35801", "sglang-bound")
+HeuristicsOpt = Annotated[Optional[str], typer.Option("--heuristics", help="Comma list (default: all; 'none' for "
+                                                      "none). Names: " + ", ".join(HEURISTIC_NAMES) + ".",
+                                                      rich_help_panel=WHATIF)]
+RuleOpt = Annotated[Optional[Path], typer.Option("--rule", help="Python file defining splits(step) -> split count per "
+                                                 "sequence (SGLang's kernel) and/or segments(step) -> one segment "
+                                                 "count (vLLM's); see docs/tune.md.", rich_help_panel=WHATIF)]
+PlotOpt = Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of per-step time and its distribution "
+                                                 "(needs the 'plot' extra: matplotlib).", rich_help_panel=OUTPUT)]
 
 
 def _us(t: float) -> str:
     us = t * 1e6
     return f"{us:,.0f}" if us >= 100 else f"{us:.1f}"
+
+
+def _say(console: Any, text: str, indent: str = "", style: str = "", more: str = "  ") -> None:
+    """Print ``text`` word-wrapped to the console's width, continuation lines indented under it (plain text:
+    rich markup in the input is not interpreted, so paths and flags print as they are)."""
+    from rich.text import Text
+
+    from decodecalc.formatting import wrap_words
+
+    for line in wrap_words(indent + text, max(40, console.width), indent + more):
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
+def _less(saving: float) -> str:
+    return f"{saving:.1%} less than" if saving >= 0 else f"{-saving:.1%} more than"
+
+
+def _candidate_table(name: str, e: dict[str, Any], d: dict[str, Any], guard: str) -> tuple[Any, bool]:
+    from rich import box
+    from rich.table import Table
+
+    wl = d["workload"]
+    t = Table(title=f"{name}: decode attention of one layer per step (objective {d['objective']}, guard {guard})",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
+    for col in ("setting", "mean µs", "p99 µs", "total ms", "ms/1k tok", "vs default", "worst step"):
+        t.add_column(col, justify="left" if col == "setting" else "right", no_wrap=col != "setting")
+    dtot = e["default"]["total_s"]
+    layers_per_tok = d["layers"] / wl["generated_tokens"] * 1000.0
+    obj = "p99_step_s" if d["objective"] == "p99" else "mean_step_s"
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[float, float, float]] = set()
+    for c in sorted(e["candidates"], key=lambda c: (c[obj], c["total_s"])):
+        key = (c["mean_step_s"], c["p99_step_s"], c["total_s"])  # settings that launch the same: show one
+        if key not in seen and len(rows) < 5:
+            seen.add(key)
+            rows.append(c)
+    default = e["candidates"][0]
+    if default["label"] not in {c["label"] for c in rows}:
+        rows.append(default)
+    for c in rows:
+        is_default = c["label"] == default["label"]
+        mark = "* " if c["label"] == e["best"]["label"] else "  "
+        label = c["label"].replace(" (default)", "")
+        worst = f"{c['worst_step_vs_default']:.2f}x" + ("" if c["within_guard"] else " over")
+        t.add_row(mark + label, _us(c["mean_step_s"]), _us(c["p99_step_s"]), f"{c['total_s'] * 1e3:,.2f}",
+                  f"{c['total_s'] * layers_per_tok * 1e3:,.1f}",
+                  "default" if is_default else f"{c['total_s'] / dtot - 1:+.1%}", worst)
+    return t, any(not c["within_guard"] for c in rows)
 
 
 def print_result(result: Any) -> None:
@@ -78,78 +144,79 @@ def print_result(result: Any) -> None:
     wl = d["workload"]
     b, s = wl["batch"], wl["seq_len"]
     console.print(f"[bold]{d['model']}[/] TP={d['tp']} on {d['gpu']}  (h={d['num_heads']} h_kv={d['num_kv_heads']} "
-                  f"d={d['head_size']}, {d['layers']} layers)")
-    console.print(f"workload {wl['source']}: {wl['steps']:,} steps ({wl['distinct_shapes']:,} distinct), "
-                  f"{wl['generated_tokens']:,} generated tokens; batch p50 {b['p50']:.0f} p99 {b['p99']:.0f} "
-                  f"max {b['max']:.0f}; KV length p50 {s['p50']:,.0f} p99 {s['p99']:,.0f} max {s['max']:,.0f}")
+                  f"d={d['head_size']}, {d['layers']} layers)", highlight=False)
+    _say(console, f"workload {wl['source']}: {wl['steps']:,} steps ({wl['distinct_shapes']:,} distinct shapes), "
+         f"{wl['generated_tokens']:,} generated tokens; batch p50 {b['p50']:.0f}, p99 {b['p99']:.0f}, max "
+         f"{b['max']:.0f} sequences; KV length p50 {s['p50']:,.0f}, p99 {s['p99']:,.0f}, max {s['max']:,.0f} tokens")
     for note in wl["notes"]:
-        console.print(f"[dim]{note}[/]")
+        _say(console, note, style="dim")
     guard = "off" if d["max_regression"] is None else f"{d['max_regression']:.0%}"
     for name, e in d["engines"].items():
-        t = Table(title=f"{name}: step time of one layer (objective {d['objective']}, guard {guard})")
-        for col in ("setting", "mean us", "p99 us", "total ms", "ms/1k tok", "vs dflt", "worst"):
-            t.add_column(col, justify="left" if col == "setting" else "right")
-        dtot = e["default"]["total_s"]
-        layers_per_tok = d["layers"] / wl["generated_tokens"] * 1000.0
-        obj = "p99_step_s" if d["objective"] == "p99" else "mean_step_s"
-        rows: list[dict[str, Any]] = []
-        seen: set[tuple[float, float, float]] = set()
-        for c in sorted(e["candidates"], key=lambda c: (c[obj], c["total_s"])):
-            key = (c["mean_step_s"], c["p99_step_s"], c["total_s"])  # settings that launch the same: show one
-            if key not in seen and len(rows) < 5:
-                seen.add(key)
-                rows.append(c)
-        shown = {c["label"] for c in rows}
-        for extra in (e["candidates"][0],):
-            if extra["label"] not in shown:
-                rows.append(extra)
-        for c in rows:
-            mark = "[bold green]*[/] " if c["label"] == e["best"]["label"] else ""
-            guard_txt = f"{c['worst_step_vs_default']:.2f}x" + ("" if c["within_guard"] else " [red](guard)[/]")
-            t.add_row(mark + c["label"], _us(c["mean_step_s"]), _us(c["p99_step_s"]), f"{c['total_s'] * 1e3:,.2f}",
-                      f"{c['total_s'] * layers_per_tok * 1e3:,.3f}", f"{c['total_s'] / dtot - 1:+.1%}", guard_txt)
-        console.print(t)
+        console.print()
+        table, over = _candidate_table(name, e, d, guard)
+        console.print(table)
+        if over:
+            _say(console, f"worst step: the candidate's slowest step against the default; over: slows a step by more "
+                 f"than the guard ({guard}), so not eligible", style="dim")
         st = e["steps"]
-        console.print(f"  best vs default: {st['gain']:,} steps faster, {st['lose']:,} slower, {st['same']:,} within "
-                      f"{st['threshold']:.0%}; saving {e['saving_vs_default']:.1%} of decode-attention time "
-                      f"({e['attention_s_per_1k_tokens']['default'] * 1e3:.3f} -> "
-                      f"{e['attention_s_per_1k_tokens']['best'] * 1e3:.3f} ms per 1,000 generated tokens, all layers)")
+        per1k = e["attention_s_per_1k_tokens"]
+        _say(console, f"best vs default: {st['gain']:,} steps faster, {st['lose']:,} slower, {st['same']:,} within "
+             f"{st['threshold']:.0%}; {e['saving_vs_default']:.1%} less decode-attention time "
+             f"({per1k['default'] * 1e3:,.1f} -> {per1k['best'] * 1e3:,.1f} ms per 1,000 generated tokens, all "
+             "layers)", indent="  ")
         for row in st["by_batch"]:
             if abs(row["change"]) >= st["threshold"]:
-                console.print(f"    batch {row['batch']}: {row['steps']:,} steps, {_us(row['default_mean_step_s'])} -> "
-                              f"{_us(row['best_mean_step_s'])} us ({row['change']:+.1%})")
+                _say(console, f"batch {row['batch']}: {row['steps']:,} step{'s' * (row['steps'] != 1)}, {_us(row['default_mean_step_s'])} -> "
+                     f"{_us(row['best_mean_step_s'])} µs ({row['change']:+.1%})", indent="    ")
         loss = st["biggest_loss"]
         if loss and loss["ratio"] > 1 + st["threshold"]:
-            console.print(f"    most slowed step: batch {loss['batch']}, KV {loss['min_seq_len']:,}..{loss['max_seq_len']:,}"
-                          f" ({loss['ratio']:.2f}x; {loss['example']})")
-        console.print(f"  [bold]apply[/]: " + "\n         ".join(e["apply"]))
+            _say(console, f"most slowed step: batch {loss['batch']}, KV {loss['min_seq_len']:,}.."
+                 f"{loss['max_seq_len']:,} tokens ({loss['ratio']:.2f}x; {loss['example']})", indent="    ")
+        by_label = {c["label"]: c for c in e["candidates"]}
+        d2, b2 = by_label[e["default"]["label"]].get("steps_2d"), by_label[e["best"]["label"]].get("steps_2d")
+        if d2 or b2 or (d2 is not None and wl["speculative"]):
+            _say(console, f"2D path (no KV split): {d2:,} of {wl['steps']:,} steps under the default, {b2:,} under "
+                 "the best" + ("; multi-token (speculative) steps fall to 2D when num_seqs x cdiv(query length, "
+                               "BLOCK_Q) passes the 3D threshold" if wl["speculative"] else ""), indent="  ")
+        _say(console, "apply: " + e["apply"][0], indent="  ")
+        for cmd in e["apply_commands"]:
+            console.print("    " + cmd, highlight=False, markup=False, soft_wrap=True)
+        for extra in e["apply"][1:]:
+            _say(console, extra, indent="  ", style="dim")
         if not e["calibrated"]:
-            console.print(f"  [yellow]the time profile does not calibrate every kernel family {name} uses[/]")
+            _say(console, f"the time profile does not calibrate every kernel family {name} uses", indent="  ",
+                 style="yellow")
+    if d["skipped"] or d["backends"]:
+        console.print()
     for name, why in d["skipped"].items():
-        console.print(f"[dim]{name}: not tuned: {why}[/]")
+        _say(console, f"{name}: not tuned: {why}", style="dim")
     for bk in d["backends"]:
         if "total_s" in bk:
-            console.print(f"backend {bk['engine']} -> {bk['backend']} ({bk['apply']}): total {bk['total_s'] * 1e3:,.2f} ms,"
-                          f" saving {bk.get('saving_vs_default', 0):.1%} vs the default Triton setting, "
-                          f"{bk.get('saving_vs_tuned', 0):.1%} vs the tuned one")
+            _say(console, f"backend {bk['engine']} -> {bk['backend']} ({bk['apply']}): total "
+                 f"{bk['total_s'] * 1e3:,.2f} ms, {_less(bk.get('saving_vs_default', 0))} the default Triton "
+                 f"setting, {_less(bk.get('saving_vs_tuned', 0))} the tuned one")
         else:
-            console.print(f"[dim]backend {bk['engine']} -> {bk['backend']} ({bk['apply']}): {bk['note']}[/]")
+            _say(console, f"backend {bk['engine']} -> {bk['backend']} ({bk['apply']}): {bk['note']}", style="dim")
     if d["heuristics"]:
-        h = Table(title="What-if split heuristics (one layer; vs the engine default and the per-step bound)")
-        for col in ("heuristic", "engine", "mean us", "p99 us", "vs dflt", "vs bound"):
-            h.add_column(col, justify="left" if col in ("heuristic", "engine") else "right")
+        from rich import box
+
+        console.print()
+        h = Table(title="What-if split heuristics (one layer, vs default and per-step bound)",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
+        for col in ("heuristic", "engine", "mean µs", "p99 µs", "vs default", "vs bound"):
+            h.add_column(col, justify="left" if col in ("heuristic", "engine") else "right", no_wrap=True)
         for row in d["heuristics"]:
             h.add_row(row["name"], row["engine"], _us(row["mean_step_s"]), _us(row["p99_step_s"]),
                       f"{row['vs_default']:+.1%}", f"{row['vs_bound']:+.1%}")
         console.print(h)
         for row in d["heuristics"]:
             if row.get("source"):
-                console.print(f"[dim]  {row['name']}: {row['source']}[/]")
+                _say(console, f"{row['name']}: {row['source']}", indent="  ", style="dim")
     for note in d["notes"]:
-        console.print(f"[dim]note: {note}[/]")
+        _say(console, f"note: {note}", style="dim")
     state = "calibrated" if d["profile"]["calibrated"] else "UNCALIBRATED"
-    console.print(f"[dim]time model: {state} profile {d['profile']['path']}; step time = decode attention of one "
-                  "layer on one rank[/]")
+    _say(console, f"time model: {state} profile {d['profile']['path']}; step time = decode attention of one layer on "
+         "one rank", style="dim")
 
 
 def plot_tune(result: Any, path: Path) -> Path:
@@ -219,6 +286,7 @@ def register(app: typer.Typer) -> None:
         requests: RequestsOpt = None,
         workload: WorkloadOpt = None,
         concurrency: ConcurrencyOpt = None,
+        draft_acceptance_rate: AcceptanceOpt = None,
         objective: ObjectiveOpt = "mean",
         max_regression: RegressionOpt = "5%",
         heuristics: HeuristicsOpt = None,
@@ -270,7 +338,8 @@ def register(app: typer.Typer) -> None:
             model_runner=plain(model_runner), max_kv_splits=max_kv_splits, static_kv_splits=static_kv_splits,
         )
         trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
-                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              num_speculative_tokens=num_speculative_tokens, draft_acceptance_rate=draft_acceptance_rate)
         result = tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
                           rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
         data = result.to_dict()

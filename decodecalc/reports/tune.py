@@ -70,10 +70,13 @@ class Candidate:
     worst_ratio: float = 1.0  # max over steps of time / default time
     allowed: bool = True
     score: Stats | None = None  # the same statistics of the ranking score (tune_eval.StepTimer.scores)
+    steps_2d: int | None = None  # vLLM: steps (weighted) whose launch runs the 2D kernel (no KV split)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
              "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed}
+        if self.steps_2d is not None:
+            d["steps_2d"] = self.steps_2d
         if self.score is not None:
             d["ranking_score"] = {"mean_step_s": self.score.mean_step_s, "p99_step_s": self.score.p99_step_s}
         return d
@@ -89,12 +92,14 @@ class EngineTune:
     calibrated: bool
     attention_s_per_1k_tokens: dict[str, float]
     changes: dict[str, Any]
+    apply_commands: tuple[str, ...] = ()  # shell lines / flags to copy (empty: keep the default)
 
     def to_dict(self) -> dict[str, Any]:
         short = ("setting", "mean_step_s", "p99_step_s", "total_s")
         pick = (lambda c: {k: v for k, v in c.to_dict().items() if k in short} | {"label": c.label})
         return {"default": pick(self.default), "best": pick(self.best),
                 "candidates": [c.to_dict() for c in self.candidates], "apply": list(self.apply),
+                "apply_commands": list(self.apply_commands),
                 "calibrated": self.calibrated, "attention_s_per_1k_tokens": dict(self.attention_s_per_1k_tokens),
                 "saving_vs_default": 1.0 - self.best.stats.total_s / self.default.stats.total_s,
                 "steps": self.changes}
@@ -163,8 +168,9 @@ def _candidate(ctx: TuneContext, engine: str, setting: Mapping[str, Any], label:
     if default_times is not None:
         worst = max(t / d for t, d in zip(times, default_times))
     allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
+    steps_2d = sum(w for lw, w in zip(works, ctx.shapes.weights) if lw.splits == 1) if engine == "vllm" else None
     return Candidate(engine=engine, setting=setting, label=label, times=tuple(times), stats=st, worst_ratio=worst,
-                     allowed=allowed, score=stats(ctx.timer.scores(works), ctx.shapes))
+                     allowed=allowed, score=stats(ctx.timer.scores(works), ctx.shapes), steps_2d=steps_2d)
 
 
 def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
@@ -220,23 +226,37 @@ def _sglang_grid(ctx: TuneContext):
     return out
 
 
-def _apply(engine: str, best: Candidate, default: Candidate, ctx: TuneContext) -> tuple[str, ...]:
+TRITON_ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"  # vLLM 0.33.0: the two constants at L58-59
+
+
+def _apply(engine: str, best: Candidate, default: Candidate, ctx: TuneContext) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(how to apply the best setting, in words; the shell lines or flags to copy, each under 80 columns)."""
     if best is default:
-        return ("keep the default: no candidate beats it on this workload within the guard",)
+        return ("keep the default: no candidate beats it on this workload within the guard",), ()
     if engine == "vllm":
         s, m = best.setting["NUM_PAR_SOFTMAX_SEGMENTS"], best.setting["MIN_LAUNCH_GRID_SIZE_2D"]
+        d_s, d_m = default.setting["NUM_PAR_SOFTMAX_SEGMENTS"], default.setting["MIN_LAUNCH_GRID_SIZE_2D"]
         t = max(0, m // ctx.work.num_kv_heads)
-        return (f"edit vllm/v1/attention/backends/triton_attn.py (vLLM 0.33.0, L58-59) in the installed package: "
-                f"NUM_PAR_SOFTMAX_SEGMENTS = {s} (default 16), MIN_LAUNCH_GRID_SIZE_2D = {m} (default 128)",
-                f"the 3D (split) path then runs batches up to seq_threshold_3D = {m} // {ctx.work.num_kv_heads} KV heads "
-                f"= {t} sequences, snapped to the nearest CUDA-graph capture size; both constants apply to every batch "
-                "and the split-K scratch grows with the threshold and the segment count")
+        words = (f"edit the two constants of vllm/v1/attention/backends/triton_attn.py (vLLM 0.33.0, L58-59) in the "
+                 f"installed package: NUM_PAR_SOFTMAX_SEGMENTS {d_s} -> {s}, MIN_LAUNCH_GRID_SIZE_2D {d_m} -> {m}",
+                 f"the 3D (split) path then runs the steps with num_seqs x cdiv(query length, BLOCK_Q) up to "
+                 f"seq_threshold_3D = {m} // {ctx.work.num_kv_heads} KV heads = {t} ({t} sequences of one query "
+                 "token), snapped to the nearest CUDA-graph capture size; both constants apply to every batch and "
+                 "the split-K scratch grows with the threshold and the segment count")
+        cmds = (f"M={TRITON_ATTN_MODULE}",
+                'F=$(python -c "import $M as m; print(m.__file__)")',
+                f"sed -i 's/^\\(NUM_PAR_SOFTMAX_SEGMENTS =\\) [0-9]*/\\1 {s}/' \"$F\"",
+                f"sed -i 's/^\\(MIN_LAUNCH_GRID_SIZE_2D =\\) [0-9]*/\\1 {m}/' \"$F\"")
+        return words, cmds
     m, static = best.setting["triton_attention_num_kv_splits"], best.setting["static_kv_splits"]
     if static:
-        return (f"launch the server with --triton-attention-num-kv-splits {m} and the environment variable "
-                f"SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1 (every sequence then gets {m} split{'s' * (m > 1)})",)
-    return (f"launch the server with --triton-attention-num-kv-splits {m} (the adaptive rule's maximum; leave "
-            "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS unset)",)
+        return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} and "
+                 f"the environment variable SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1 (every sequence then gets "
+                 f"{m} split{'s' * (m > 1)})",),
+                ("export SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1", f"--triton-attention-num-kv-splits {m}"))
+    return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} (the "
+             "adaptive rule's maximum; leave SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS unset)",),
+            ("unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", f"--triton-attention-num-kv-splits {m}"))
 
 
 def step_changes(ctx: TuneContext, new: Sequence[float], old: Sequence[float]) -> dict[str, Any]:
@@ -284,7 +304,9 @@ def step_changes(ctx: TuneContext, new: Sequence[float], old: Sequence[float]) -
 
 
 def per_1k_tokens(ctx: TuneContext, st: Stats) -> float:
-    tokens = sum(len(sh) * w for sh, w in zip(ctx.shapes.shapes, ctx.shapes.weights))
+    """Decode-attention time over all layers per 1,000 generated tokens (a speculative step generates its
+    accepted tokens plus one per sequence: DecodeStep.generated_tokens)."""
+    tokens = sum(s.generated_tokens * s.weight for s in ctx.trace.steps)
     return st.total_s * ctx.num_layers / tokens * 1000.0
 
 
@@ -295,8 +317,9 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     grid = _vllm_grid(ctx) if engine == "vllm" else _sglang_grid(ctx)
     default, best, cands = _search(ctx, engine, grid, objective, max_regression)
+    words, cmds = _apply(engine, best, default, ctx)
     return EngineTune(
-        engine=engine, default=default, best=best, candidates=cands, apply=_apply(engine, best, default, ctx),
+        engine=engine, default=default, best=best, candidates=cands, apply=words, apply_commands=cmds,
         calibrated=ctx.timer.calibrated(engine),
         attention_s_per_1k_tokens={"default": per_1k_tokens(ctx, default.stats), "best": per_1k_tokens(ctx, best.stats)},
         changes=step_changes(ctx, best.times, default.times),

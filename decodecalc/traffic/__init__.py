@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from decodecalc.traffic.presets import PRESETS, Preset, generate, parse_mix, workload
 from decodecalc.traffic.requests import (
+    DEFAULT_ACCEPTANCE_RATE,
     BatchingLimits,
     BatchingResult,
     Request,
@@ -29,7 +30,7 @@ from decodecalc.traffic.steps import (
 )
 
 __all__ = [
-    "PRESETS", "BatchingLimits", "BatchingResult", "DecodeStep", "Preset", "Request", "StepTrace",
+    "DEFAULT_ACCEPTANCE_RATE", "PRESETS", "BatchingLimits", "BatchingResult", "DecodeStep", "Preset", "Request", "StepTrace",
     "batch_requests", "dump_steps_jsonl", "generate", "load_requests", "load_steps", "parse_mix", "percentiles",
     "requests_from_items", "steps_from_items", "steps_from_requests", "weighted_percentile", "workload",
 ]

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass
 
 from decodecalc.errors import ConfigError, UnknownNameError
-from decodecalc.traffic.requests import BatchingLimits, Request, batch_requests
+from decodecalc.traffic.requests import DEFAULT_ACCEPTANCE_RATE, BatchingLimits, Request, batch_requests
 from decodecalc.traffic.steps import StepTrace, nonempty
 
 DEFAULT_STEPS = 300
@@ -79,23 +79,27 @@ def _draw(rng: random.Random, median: float, sigma: float, hi: int) -> int:
 
 
 def generate(preset: Preset, *, concurrency: int | None = None, steps: int = DEFAULT_STEPS, seed: int = SEED,
-             max_num_batched_tokens: int = 8192) -> StepTrace:
-    """About ``steps`` steady-state decode steps of ``preset`` at ``concurrency`` sequences."""
+             max_num_batched_tokens: int = 8192, num_speculative_tokens: int = 0,
+             acceptance_rate: float = DEFAULT_ACCEPTANCE_RATE) -> StepTrace:
+    """About ``steps`` steady-state decode steps of ``preset`` at ``concurrency`` sequences (with
+    ``num_speculative_tokens`` > 0, under the speculative model of :mod:`decodecalc.traffic.requests`)."""
     c = preset.concurrency if concurrency is None else concurrency
     from decodecalc.limits import MAX_CONCURRENCY, check_int
 
     check_int(c, "--concurrency", MAX_CONCURRENCY)  # tune's cost grows with it (docs/limits.md)
     if not 1 <= steps <= MAX_STEPS:
         raise ConfigError(f"steps must be between 1 and {MAX_STEPS:,}, got {steps}")
+    limits = BatchingLimits(max_num_seqs=c, max_num_batched_tokens=max_num_batched_tokens,
+                            num_speculative_tokens=num_speculative_tokens, acceptance_rate=acceptance_rate)
     mean_out = preset.output_median * math.exp(preset.sigma_output ** 2 / 2.0)
-    n = max(c + 1, math.ceil(1.3 * (steps + 2 * c) * c / max(mean_out - 1.0, 1.0)) + c)
+    per_step = 1.0 + acceptance_rate * num_speculative_tokens  # tokens a request advances per decode step
+    n = max(c + 1, math.ceil(1.3 * (steps + 2 * c) * c * per_step / max(mean_out - 1.0, 1.0)) + c)
     for _ in range(8):  # long prompts spend steps in prefill: draw more requests until the steady part is long enough
         rng = random.Random(seed)
         reqs = [Request(prompt_tokens=_draw(rng, preset.prompt_median, preset.sigma_prompt, preset.max_prompt),
                         output_tokens=_draw(rng, preset.output_median, preset.sigma_output, preset.max_output))
                 for _ in range(n)]
-        result = batch_requests(reqs, BatchingLimits(max_num_seqs=c, max_num_batched_tokens=max_num_batched_tokens),
-                                source=f"preset {preset.name}")
+        result = batch_requests(reqs, limits, source=f"preset {preset.name}")
         if result.queue_empty_step >= steps:
             break
         n *= 2
@@ -103,7 +107,8 @@ def generate(preset: Preset, *, concurrency: int | None = None, steps: int = DEF
     note = (f"{preset.description}: {len(kept)} steady-state decode steps at concurrency {c} from {n} requests "
             f"(prompt median {preset.prompt_median:,.0f}, output median {preset.output_median:,.0f} tokens, "
             f"seed {seed}); source: {preset.source}")
-    trace = StepTrace(steps=kept, source=f"preset {preset.name}", notes=(note,))
+    spec = (limits.describe_speculation(),) if num_speculative_tokens else ()
+    trace = StepTrace(steps=kept, source=f"preset {preset.name}", notes=(note, *spec))
     return nonempty(trace, f"--workload {preset.name}")
 
 
@@ -137,12 +142,16 @@ def parse_mix(spec: str) -> tuple[Preset, int]:
     return preset, int(steps)
 
 
-def workload(name: str, *, concurrency: int | None = None, max_num_batched_tokens: int = 8192) -> StepTrace:
+def workload(name: str, *, concurrency: int | None = None, max_num_batched_tokens: int = 8192,
+             num_speculative_tokens: int = 0, acceptance_rate: float = DEFAULT_ACCEPTANCE_RATE) -> StepTrace:
     """``--workload NAME``: a preset, or ``mix:...``."""
     key = name.strip().lower()
+    steps = DEFAULT_STEPS
     if key.startswith("mix"):
         preset, steps = parse_mix(name)
-        return generate(preset, concurrency=concurrency, steps=steps, max_num_batched_tokens=max_num_batched_tokens)
-    if key not in PRESETS:
+    elif key in PRESETS:
+        preset = PRESETS[key]
+    else:
         raise UnknownNameError("workload preset", name, list(PRESETS) + ["mix:prompt=N,output=N"])
-    return generate(PRESETS[key], concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens)
+    return generate(preset, concurrency=concurrency, steps=steps, max_num_batched_tokens=max_num_batched_tokens,
+                    num_speculative_tokens=num_speculative_tokens, acceptance_rate=acceptance_rate)

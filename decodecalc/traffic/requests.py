@@ -19,18 +19,40 @@ for decode batches). Time advances in steps of ``step_interval_s``; each step:
    step after its prefill to its last token (``O - 1`` decode steps) and then leaves.
 
 Prefill chunks that share a step with decodes are not part of the recorded decode step (vLLM runs
-them in the same launch, on the 2D path; SGLang runs them in a separate extend launch). Speculative
-decoding is not modeled here; give a step trace with ``query_lens`` for it.
+them in the same launch, on the 2D path; SGLang runs them in a separate extend launch).
 
 Worked example (``max_num_seqs`` 2, budget 8; A: P=3, O=3; B: P=4, O=2; C: P=2, O=2, all at t=0):
 step 0 prefills A (3) and B (4), C waits (two running); step 1 decodes A at 4 and B at 5, B is done;
 step 2 decodes A at 5 and prefills C, A is done; step 3 decodes C at 3. Recorded: [4, 5], [5], [3].
+
+Speculative decoding (``num_speculative_tokens`` k > 0; vLLM's ``--speculative-config``
+``num_speculative_tokens``): every decode step of a request verifies its last token and k draft
+tokens, so its query length is ``1 + k``, its KV length ``P + g + k`` (the drafts are written to
+the KV cache before attention), and it takes ``1 + k`` tokens of the budget (a request that does
+not fit waits for the next step). The step then advances the request by ``1 + a`` tokens, ``a``
+the accepted drafts, capped at the tokens it has left. Acceptance model (decodecalc's, deterministic):
+a fixed draft acceptance rate ``alpha`` (accepted / drafted tokens, what vLLM's spec-decode metrics
+log as the draft acceptance rate), spread evenly over a request's steps: its n-th decode step
+(n = 0, 1, ...) accepts ``a_n = floor((n+1) alpha k) - floor(n alpha k)`` drafts, so after N steps
+it has accepted ``floor(N alpha k)``, the mean acceptance length is ``1 + alpha k``, and every
+sequence of a step advances by the same rule (no randomness; the same input gives the same steps).
+
+Worked example (k = 2, alpha = 0.25, so alpha k = 1/2: the steps accept 0, 1, 0, 1, ... drafts;
+budget 16; A: P=10, O=6; B: P=4, O=3): step 0 prefills A and B (14 tokens; each has its first
+token, g = 1); step 1 decodes A at KV 10+1+2 = 13 and B at 4+1+2 = 7, 3 query tokens each, no
+draft accepted: g = 2 and 2; step 2 decodes A at 14 and B at 8, one draft accepted: A has g = 4,
+B reaches its 3 tokens and is done; step 3 decodes A at 16 (g = 5); step 4 decodes A at 17 and
+A is done (one token left, one generated). Recorded: [13, 7], [14, 8], [16], [17], each sequence
+with query length 3; 2 + 3 + 1 + 1 = 7 tokens generated (O - 1 per request). Without speculation
+the same requests take five decode steps: [11, 5], [12, 6], [13], [14], [15].
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
+from fractions import Fraction
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +62,9 @@ from decodecalc.errors import ConfigError
 from decodecalc.traffic.steps import DecodeStep, StepTrace, nonempty, records
 
 REQUEST_FIELDS = ("prompt_tokens", "output_tokens", "arrival_s")
+#: draft acceptance rate when none is given: decodecalc's choice (a mid value of what EAGLE-style drafters
+#: report); pass the rate your engine logs (--draft-acceptance-rate)
+DEFAULT_ACCEPTANCE_RATE = 0.7
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +75,13 @@ class Request:
     origin: str = ""
 
 
+@functools.lru_cache(maxsize=64)
+def _rate(alpha: float, k: int) -> tuple[int, int]:
+    """alpha * k as an exact fraction (numerator, denominator): integer arithmetic, no float drift."""
+    r = Fraction(alpha).limit_denominator(1_000_000) * k
+    return r.numerator, r.denominator
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchingLimits:
     """The engine limits the batching model obeys (vLLM's EngineArgs names and 0.33.0 defaults on a
@@ -58,8 +90,37 @@ class BatchingLimits:
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
     step_interval_s: float = 0.025  # wall time of one engine step, to place arrivals on steps
+    num_speculative_tokens: int = 0  # k draft tokens verified per decode step
+    acceptance_rate: float = DEFAULT_ACCEPTANCE_RATE  # accepted / drafted tokens (used when k > 0)
+
+    @property
+    def query_len(self) -> int:
+        return 1 + self.num_speculative_tokens
+
+    def accepted(self, n: int) -> int:
+        """Drafts accepted at a request's n-th decode step (0-based): floor((n+1) alpha k) - floor(n alpha k)."""
+        num, den = _rate(self.acceptance_rate, self.num_speculative_tokens)
+        return ((n + 1) * num) // den - (n * num) // den
+
+    def describe_speculation(self) -> str:
+        k, a = self.num_speculative_tokens, self.acceptance_rate
+        return (f"speculative decoding: {k} draft token{'s' * (k != 1)} per step (query length {1 + k}), draft "
+                f"acceptance rate {a:g}: a mean acceptance length of {1 + a * k:g} tokens per step "
+                "(deterministic model, decodecalc/traffic/requests.py)")
 
     def __post_init__(self) -> None:
+        from decodecalc.limits import MAX_SPECULATIVE_TOKENS
+
+        k = self.num_speculative_tokens
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SPECULATIVE_TOKENS:
+            raise ConfigError(f"--num-speculative-tokens must be an integer between 0 and {MAX_SPECULATIVE_TOKENS}, "
+                              f"got {k!r}")
+        a = self.acceptance_rate
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+            raise ConfigError(f"--draft-acceptance-rate must be a number between 0 and 1, got {a!r}")
+        if self.max_num_batched_tokens < 1 + k:
+            raise ConfigError(f"--max-num-batched-tokens {self.max_num_batched_tokens} is below one speculative "
+                              f"decode step (1 + {k} tokens)")
         if self.max_num_seqs <= 0:
             raise ConfigError(f"max_num_seqs must be positive, got {self.max_num_seqs}")
         if self.max_num_batched_tokens <= 0:
@@ -103,6 +164,7 @@ class _Running:
     prefilled: int = 0
     generated: int = 0
     order: int = 0
+    decode_steps: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +195,9 @@ def batch_requests(requests: Sequence[Request], limits: BatchingLimits = Batchin
         while pending and pending[0][1].arrival_s <= now + 1e-12:
             waiting.append(pending.popleft()[1])
         budget = limits.max_num_batched_tokens
-        decoding = [r for r in running if r.prefilled == r.req.prompt_tokens][:budget]
-        budget -= len(decoding)
+        q = limits.query_len
+        decoding = [r for r in running if r.prefilled == r.req.prompt_tokens][:budget // q]
+        budget -= q * len(decoding)
         chunks: list[tuple[_Running, int]] = []
         for r in running:
             if r.prefilled < r.req.prompt_tokens and budget > 0:
@@ -151,12 +214,17 @@ def batch_requests(requests: Sequence[Request], limits: BatchingLimits = Batchin
             budget -= c
         if not waiting and not pending and admitted_all_at < 0:
             admitted_all_at = len(steps)
-        if decoding:
-            steps.append(DecodeStep(seq_lens=tuple(r.req.prompt_tokens + r.generated for r in decoding),
-                                    query_lens=(1,) * len(decoding), origin=f"{source}, engine step {k}"))
         done = set()
-        for r in decoding:
-            r.generated += 1
+        # tokens each decoding request generates this step: its last token's successor plus accepted drafts
+        advance = [min(1 + (limits.accepted(r.decode_steps) if q > 1 else 0), r.req.output_tokens - r.generated)
+                   for r in decoding]
+        if decoding:
+            steps.append(DecodeStep(seq_lens=tuple(r.req.prompt_tokens + r.generated + q - 1 for r in decoding),
+                                    query_lens=(q,) * len(decoding), origin=f"{source}, engine step {k}",
+                                    tokens=None if q == 1 else sum(advance)))
+        for r, n in zip(decoding, advance):
+            r.generated += n
+            r.decode_steps += 1
             if r.generated >= r.req.output_tokens:
                 done.add(id(r))
         for r, c in chunks:
@@ -169,7 +237,8 @@ def batch_requests(requests: Sequence[Request], limits: BatchingLimits = Batchin
         k += 1
     trace = StepTrace(steps=tuple(steps), source=source,
                       notes=(f"continuous batching: max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens "
-                             f"{limits.max_num_batched_tokens}, {len(requests)} requests",))
+                             f"{limits.max_num_batched_tokens}, {len(requests)} requests",)
+                      + ((limits.describe_speculation(),) if limits.num_speculative_tokens else ()))
     return BatchingResult(trace=trace, engine_steps=k, queue_empty_step=max(admitted_all_at, 0))
 
 

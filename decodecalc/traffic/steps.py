@@ -38,6 +38,11 @@ class DecodeStep:
     query_lens: tuple[int, ...]
     weight: int = 1  # how many times this step occurs
     origin: str = ""  # "file, line n" (for error messages)
+    tokens: int | None = None  # output tokens the step generates (None: one per sequence); spec decode: more
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.batch if self.tokens is None else self.tokens
 
     @property
     def batch(self) -> int:
@@ -49,9 +54,10 @@ class DecodeStep:
 
     @property
     def shape(self) -> tuple[tuple[int, int], ...]:
-        """Canonical shape: (KV length, query length) pairs, longest first. Two steps with the same shape
-        launch the same work (order within a batch does not change any modeled launch)."""
-        return tuple(sorted(zip(self.seq_lens, self.query_lens), reverse=True))
+        """Shape: the (KV length, query length) pairs in batch order. Two steps with the same shape launch
+        the same work; the order matters because the GPU dispatches a grid's programs in grid order
+        (sequences along x), which the time model follows (decodecalc/timemodel/predict.py)."""
+        return tuple(zip(self.seq_lens, self.query_lens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +84,7 @@ class StepTrace:
             "source": self.source,
             "steps": self.num_steps,
             "distinct_shapes": len({s.shape for s in self.steps}),
-            "generated_tokens": sum(s.batch * s.weight for s in self.steps),
+            "generated_tokens": sum(s.generated_tokens * s.weight for s in self.steps),
             "query_tokens": sum(s.query_tokens * s.weight for s in self.steps),
             "batch": percentiles(batches),
             "seq_len": percentiles(list(lens.items())),
