@@ -308,8 +308,14 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
             return steps_from_requests(Path(requests), limits)
         return requests_from_items(requests, limits)
     assert workload is not None
-    return preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens,
-                           num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
+    trace = preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens,
+                            num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
+    widest = max(s.batch for s in trace.steps)
+    if widest > max_num_seqs:
+        raise ConfigError(f"--workload {workload} runs up to {widest} sequences at once "
+                          f"({'--concurrency' if concurrency is not None else 'its concurrency'}), more than "
+                          f"--max-num-seqs {max_num_seqs}: pass --concurrency {max_num_seqs} or raise --max-num-seqs")
+    return trace
 
 
 def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_regression: str | float | None = "5%",

@@ -369,3 +369,34 @@ def test_help_lists_choices_in_panels():
     own = [line for line in r.output.splitlines() if "…" in line and "max-num-batched" not in line
            and "STATIC_KV_SPLIT" not in line]  # the two shared options' long names are options.py's
     assert not own, own
+
+
+@pytest.mark.parametrize("args", [
+    ["--steps", EXAMPLE],
+    ["--steps", EXAMPLE, "--engine", "sglang", "--objective", "p99"],
+    ["--requests", "examples/workloads/requests.csv", "--num-speculative-tokens", "3"],
+    ["--steps", "examples/workloads/spec-decode-steps.csv", "--num-speculative-tokens", "3"],
+    ["--workload", "agentic", "--model", "llama3-70b", "--tp", "8", "--max-regression", "none"],
+    ["--workload", "mix:prompt=50000,output=1000,sigma=0.2", "-c", "16", "--max-num-batched-tokens", "65536",
+     "--num-speculative-tokens", "4", "--engine", "vllm", "--heuristics", "none"],
+], ids=lambda a: " ".join(a)[:40])
+def test_text_output_fits_80_columns_without_ellipsis(args):
+    r = runner.invoke(app, ["tune", *args], env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert not [x for x in lines if len(x.rstrip()) > 80], [x for x in lines if len(x.rstrip()) > 80][:3]
+    assert "…" not in r.output
+    assert "mean µs" in r.output and "total ms" in r.output and "ms per 1,000 generated tokens" in r.output
+    for line in lines:  # the apply lines to copy are whole lines, never wrapped
+        if line.startswith("    sed -i") or line.startswith("    export ") or line.startswith("    --triton"):
+            assert line.count("'") % 2 == 0 and len(line) <= 80
+
+
+def test_preset_concurrency_over_max_num_seqs_is_an_error(tmp_path):
+    out = tmp_path / "o.json"
+    r = runner.invoke(app, ["tune", "-w", "chat", "--max-num-seqs", "32", "-o", str(out)])
+    assert r.exit_code == 1 and r.stdout == "" and not out.exists()
+    assert "Error: --workload chat runs up to 64 sequences at once (its concurrency), more than --max-num-seqs 32" \
+        in r.stderr
+    r = runner.invoke(app, ["tune", "-w", "chat", "-c", "32", "--max-num-seqs", "32", "--json", "--heuristics", "none"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["workload"]["batch"]["max"] == 32

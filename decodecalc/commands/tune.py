@@ -201,8 +201,9 @@ def print_result(result: Any) -> None:
         from rich import box
 
         console.print()
-        h = Table(title="What-if split heuristics (one layer, vs default and per-step bound)",
-                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
+        _say(console, "What-if split heuristics: decode attention of one layer per step, against the engine's "
+             "default and the per-step bound")
+        h = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1))
         for col in ("heuristic", "engine", "mean µs", "p99 µs", "vs default", "vs bound"):
             h.add_column(col, justify="left" if col in ("heuristic", "engine") else "right", no_wrap=True)
         for row in d["heuristics"]:
