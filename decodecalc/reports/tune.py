@@ -177,7 +177,7 @@ def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
     return {"NUM_PAR_SOFTMAX_SEGMENTS": segments, "MIN_LAUNCH_GRID_SIZE_2D": min_grid}
 
 
-def _search(ctx: TuneContext, engine: str, grid: Sequence[tuple[dict[str, Any], str, Callable[[], tuple[float, ...]]]],
+def _search(ctx: TuneContext, engine: str, grid: Sequence[tuple[dict[str, Any], str, Callable[[], tuple[Any, ...]]]],
             objective: str, max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
     default_setting, default_label, default_fn = grid[0]
     dworks = default_fn()
