@@ -320,7 +320,7 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
         preset, _ = parse_mix("mix:prompt=40,output=6,sigma=0.3")
         trace = generate(dataclasses.replace(preset, concurrency=3), steps=steps)
     else:
-        trace = generate(PRESETS[wl], steps=steps)
+        trace = workload_trace(wl, steps)
     ctx = make_context(trace, work, gpu, profile)
     result = tune(ctx, objective="mean", max_regression=0.05)
     scores = {s.name: s for s in score_heuristics(ctx, result, select_heuristics(None, None))}
@@ -382,11 +382,20 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
             "summary": summary, "workload_summary": trace.summary()}
 
 
+def workload_trace(wl: str, steps: int) -> Any:
+    """A preset by name, or a parametric ``mix:...`` workload (both seeded)."""
+    if wl.startswith("mix:"):
+        from decodecalc.traffic import parse_mix
+        preset, _ = parse_mix(wl)
+        return generate(preset, steps=steps)
+    return generate(PRESETS[wl], steps=steps)
+
+
 def case_trace(case: dict[str, Any]) -> Any:
     """The workload a case replayed (presets are seeded: the first ``steps`` steps of the preset)."""
     from decodecalc.traffic import StepTrace
 
-    tr = generate(PRESETS[case["workload"]], steps=max(case["steps"], 200))
+    tr = workload_trace(case["workload"], max(case["steps"], 200))
     return StepTrace(steps=tr.steps[:case["steps"]], source=tr.source, notes=tr.notes)
 
 
@@ -446,7 +455,8 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=420.0, help="stop starting new cases after this many seconds")
     ap.add_argument("--models", default=",".join(f"{m}:{tp}" for m, tp in MODELS))
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="presets or mix:... specs, separated by ',' "
+                    "(by ';' when a mix: spec is among them)")
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter check: tiny sizes, fp16")
     ap.add_argument("--repredict", metavar="JSON", help="no GPU: compare a measured JSON with the current time model "
                     "and write the comparison to --out")
@@ -487,7 +497,7 @@ def main() -> int:
     out = Path(args.out)
     for spec in args.models.split(","):
         name, _, tp = spec.partition(":")
-        for wl in args.workloads.split(","):
+        for wl in args.workloads.split(";" if ";" in args.workloads else ","):
             if time.perf_counter() - start > args.budget_s:
                 info.setdefault("skipped", []).append(f"{name} {wl}: time budget")
                 continue

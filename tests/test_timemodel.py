@@ -256,6 +256,109 @@ def test_kernel_time_waves_and_latency():
     assert kernel_time_s(ragged, fam, 132) >= 400 * 1e-6
 
 
+# -- grid order ----------------------------------------------------------------------------------
+
+
+def test_vllm_3d_order_follows_the_grid():
+    """Grid (total_num_q_blocks, num_kv_heads, segments), x fastest: the sequences along x, then the KV heads,
+    then the segments. 8:1 heads, B 2. L 2560: 160 tiles of 16, S 4 -> 40 tiles in each of 4 segments; L 40:
+    3 tiles, 1 per segment -> segments 0-2 work, segment 3 exits at once (left out of the order)."""
+    main = vllm_work(Shape(num_heads=8, num_kv_heads=1, seq_lens=(2560, 40)), splits=4).kernels[0]
+    assert main.order == ((((40, 1), (1, 1)), 3), (((40, 1),), 1))
+    assert main.programs == 7 and main.runs == 7
+    # batch order is kept: the short sequence first puts its programs first in every x line
+    assert vllm_work(Shape(num_heads=8, num_kv_heads=1, seq_lens=(40, 2560)), splits=4).kernels[0].order == \
+        ((((1, 1), (40, 1)), 3), (((40, 1),), 1))
+
+
+def test_sglang_order_puts_each_split_in_its_plane():
+    # grid (B, head tiles, max_kv_splits): 32:8 heads -> 8 head tiles. L 930 with 8 splits: 128 keys per split
+    # (4 iterations of 32), 8 splits, the last 34 keys (2); L 100: 32 keys per split (1 iteration), 4 splits
+    st1, st2 = sglang_work(Shape(num_heads=32, num_kv_heads=8, seq_lens=(930, 100)), splits=8).kernels
+    assert st1.order == ((((4, 1), (1, 1)), 8 * 4), (((4, 8 * 3),), 1), (((2, 8),), 1))
+    assert st2.order == ((((8, 1), (4, 1)), 32),)  # grid (B, h): each merges its sequence's splits
+
+
+def _grid_oracle(programs, slots):
+    """One program at a time in grid order on the slot that frees first: (last start, remaining per slot)."""
+    import heapq
+
+    heap = [0.0] * slots
+    start = 0.0
+    for dur in programs:
+        start = heapq.heappop(heap)
+        heapq.heappush(heap, start + dur)
+    return start, sorted(f - start for f in heap if f > start)
+
+
+def test_grid_order_schedule_equals_one_program_at_a_time():
+    import random
+
+    from decodecalc.timemodel.predict import _grid_order_schedule
+
+    rng = random.Random(5)
+    for _ in range(200):
+        slots = rng.randint(1, 12)
+        order = tuple((tuple((rng.randint(1, 9), rng.randint(1, 5)) for _ in range(rng.randint(1, 4))), rng.randint(1, 3))
+                      for _ in range(rng.randint(1, 4)))
+        progs = [float(i) for row, rep in order for _ in range(rep) for i, k in row for _ in range(k)]
+        start, running = _grid_order_schedule(order, 0.0, 1.0, slots, 0)
+        o_start, o_rem = _grid_oracle(progs, slots)
+        assert start == o_start
+        assert sorted(r for r, k in running for _ in range(int(k))) == o_rem
+
+
+def test_grid_order_not_longest_first():
+    """The block scheduler dispatches in grid order: a long program at the end of the grid starts only when a
+    slot frees, so the kernel takes longer than the same programs longest first (LPT) or with the long one first."""
+    fam = FamilyParams(latency_s=1e-6, program_bandwidth_bytes_per_s=1e12, sm_bandwidth_bytes_per_s=1e12,
+                       program_overhead_s=0.0, max_programs_per_sm=2)
+    short, long_ = (2, 264 * 3), (40, 1)  # three waves of short programs and one long one, on 132 SMs x 2
+    hist = ((2, 264 * 3), (40, 1))
+    last = KernelWork(family="x", iters=hist, bytes_per_iter=64, order=(((short, long_), 1),))
+    first = KernelWork(family="x", iters=hist, bytes_per_iter=64, order=(((long_, short), 1),))
+    lpt = KernelWork(family="x", iters=hist, bytes_per_iter=64)  # no order recorded: longest first
+    t_last, t_first, t_lpt = (kernel_time_s(w, fam, 132) for w in (last, first, lpt))
+    it = 1e-6 + 64 / 1e12 + 2 * 64 / 1e12
+    assert t_lpt == pytest.approx(40 * it)
+    # the long program starts after the three waves of short ones (6 iterations) and then runs alone on its SM
+    assert t_last == pytest.approx(6 * it + 40 * (1e-6 + 64 / 1e12 + 64 / 1e12))
+    assert t_last > 1.1 * t_lpt and t_first < t_last
+
+
+def test_one_wave_programs_speed_up_as_their_sm_empties():
+    """One wave of ragged programs: the longest one shares its SM with the others only while they run."""
+    fam = FamilyParams(latency_s=1e-6, program_bandwidth_bytes_per_s=1e12, sm_bandwidth_bytes_per_s=4096 / 1e-6,
+                       program_overhead_s=0.0, max_programs_per_sm=4)
+    w = KernelWork(family="x", iters=((10, 132 * 3), (30, 132)), bytes_per_iter=4096,
+                   order=((((10, 3), (30, 1)), 132),))
+    # 4 per SM for 10 iterations (latency + 4 x 1 us each), then 1 per SM for 20 (latency + 1 us each)
+    lat = 1e-6 + 4096 / 1e12
+    assert kernel_time_s(w, fam, 132) == pytest.approx(10 * (lat + 4e-6) + 20 * (lat + 1e-6))
+    # the former model: the longest program at the full wave's concurrency throughout
+    assert kernel_time_s(w, fam, 132) < 0.8 * 30 * (lat + 4e-6)
+
+
+def test_coarse_grid_order_close_to_exact(monkeypatch):
+    """Above MAX_EXACT_RUNS runs the dispatch is followed row by row; on ragged batches it stays close to the
+    run-by-run schedule."""
+    import random
+
+    from decodecalc.timemodel import predict
+
+    prof = packaged_profile("h200")
+    rng = random.Random(2)
+    for b, s in ((64, 16), (16, 16), (48, 8)):
+        shape = Shape(num_heads=32, num_kv_heads=8, seq_lens=tuple(rng.randint(100, 30000) for _ in range(b)))
+        for lw in (vllm_work(shape, splits=s), sglang_work(shape, splits=s)):
+            assert lw.kernels[0].runs > predict.MAX_EXACT_RUNS
+            coarse = launch_time_s(lw, prof)
+            monkeypatch.setattr(predict, "MAX_EXACT_RUNS", 10**9)
+            exact = launch_time_s(lw, prof)
+            monkeypatch.undo()
+            assert coarse == pytest.approx(exact, rel=0.05)
+
+
 # -- prediction and fit on measured H200 rows -----------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """Time every step of a decode workload under an engine setting, evaluating each distinct shape once.
 
-A step's launch depends on its batch only through the multiset of (KV length, query length) pairs,
-so steps are grouped by that canonical shape (:attr:`decodecalc.traffic.DecodeStep.shape`) and each
+A step's launch and time depend on its batch only through its (KV length, query length) pairs in batch
+order, so steps are grouped by that shape (:attr:`decodecalc.traffic.DecodeStep.shape`) and each
 shape is planned by the launcher module and timed by the time model once per setting. The launch
 plan itself is asked once per (batch size, query lengths, setting): vLLM's 2D/3D gate, its CUDA-graph
 padding and its tile and segment counts depend on those only (launchers/vllm_unified.py), and

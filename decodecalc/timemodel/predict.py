@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from decodecalc.derived import cdiv
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
-from decodecalc.timemodel.work import KernelWork, LaunchWork, work_for_plan
+from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, work_for_plan
 from decodecalc.workload import Workload
 
 
@@ -24,11 +25,15 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
                   hbm_bandwidth_bytes_per_s: float = 4.0e12, occupancy_delta: int = 0) -> float:
     """Time of one kernel's programs (no launch overhead): waves of resident programs, each iteration
     ``max(latency + c * bytes / sm_bandwidth, resident programs * bytes / hbm_bandwidth)``, the last
-    wave at its own (lower) concurrency."""
+    wave at its own (lower) concurrency.
+
+    With the grid order recorded (``work.order``) and ragged programs, they start in that order, each on
+    the first slot that frees (the block scheduler's dispatch: blockIdx.x fastest, then y, then z), and
+    once the last one has started the ones still running speed up as their SMs empty
+    (:func:`_shared_tail_s`); in one wave that is all. Without it (the backends) the programs are
+    scheduled longest first. A program that exits at once costs ``idle_program_s`` of SM time.
+    """
     n = work.programs
-    idle_cost = work.idle_programs * idle_program_s / num_sms
-    if n == 0:
-        return idle_cost
     occ = max(1, (work.occupancy or fam.occupancy_for(work.head_dim)) + occupancy_delta)
     slots = occ * num_sms
     b = work.bytes_per_iter
@@ -43,6 +48,9 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
         return max(lat + c * b / bw, conc * b / hbm)
 
     t0 = fam.program_overhead_s
+    idle_cost = work.idle_programs * idle_program_s / num_sms
+    if n == 0:
+        return idle_cost
     if len(work.iters) == 1:
         iters = work.iters[0][0]
         full, rest = divmod(n, slots)
@@ -50,16 +58,122 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
         if rest:
             t += t0 + iters * t_it(min(occ, cdiv(rest, num_sms)), rest)
         return t + idle_cost
-    # ragged: list scheduling (longest first) over the slots at the busiest SM's concurrency
-    c = min(occ, cdiv(n, num_sms))
-    ti = t_it(c, min(n, slots))
-    durations = sorted(((t0 + i * ti, k) for i, k in work.iters), reverse=True)
-    if n <= slots:
-        return durations[0][0] + idle_cost
-    if n > 50_000:  # bound: mean load per slot, at least the longest program
-        total = sum(dur * k for dur, k in durations)
-        return max(durations[0][0], total / slots) + idle_cost
-    return _list_schedule_s(durations, slots) + idle_cost
+    if not work.order:
+        # the order was not recorded: list scheduling longest first over the slots at the busiest SM's concurrency
+        c = min(occ, cdiv(n, num_sms))
+        ti = t_it(c, min(n, slots))
+        durations = sorted(((t0 + i * ti, k) for i, k in work.iters), reverse=True)
+        if n <= slots:
+            return durations[0][0] + idle_cost
+        if n > 50_000:  # bound: mean load per slot, at least the longest program
+            total = sum(dur * k for dur, k in durations)
+            return max(durations[0][0], total / slots) + idle_cost
+        return _list_schedule_s(durations, slots) + idle_cost
+    # ragged, in grid order: every program starts on the first slot that frees (the block scheduler's dispatch);
+    # once the last one has started, the programs still running share their SMs with fewer and fewer others
+    if n <= slots:  # one wave: everything starts at once
+        return t0 + _shared_tail_s([(float(i), k) for i, k in work.iters], t_it, num_sms, occ) + idle_cost
+    ti = t_it(occ, slots)
+    t_start, running = _grid_order_schedule(work.order, t0, ti, slots, work.runs)
+    return t_start + t0 + _shared_tail_s(running, t_it, num_sms, occ) + idle_cost
+
+
+#: above this many runs (rows written out) a grid's dispatch is followed run by run only over its last
+#: TAIL_WAVES waves of programs
+MAX_EXACT_RUNS = 64
+TAIL_WAVES = 2
+#: a group of programs this many times the slots is placed in whole rounds (decodecalc.limits: no input may
+#: cost more than a few seconds; a walk of programs / slots steps did at --sms 1)
+FAST_ROUNDS = 16
+
+
+def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: int
+                         ) -> tuple[float, list[tuple[float, int]]]:
+    """List scheduling in grid order: each program, in the order the grid dispatches them, on the slot that
+    frees first (a program takes ``t0 + iterations x ti``). Returns the time the last program starts and,
+    for the programs running then, their remaining loop iterations (at the iteration time ``ti``) with
+    their counts.
+
+    Slots with equal loads form one group (their last program's iterations kept), so the cost grows with
+    the runs and the distinct loads, not the programs. A grid with more than MAX_EXACT_RUNS runs is
+    followed a row at a time, which keeps the order of the rows (the z planes and the y repeats): the
+    rows that end more than TAIL_WAVES waves before the last program are spread as runs of their mean,
+    the others in their order."""
+    loads: dict[float, list[float]] = {0.0: [slots, 0.0]}  # load -> [slots, iterations of their last program]
+    heap = [0.0]
+    start = 0.0
+
+    def place(i: float, k: int) -> None:
+        nonlocal start
+        dur = t0 + i * ti
+        while k:
+            if k >= FAST_ROUNDS * slots and max(loads) - heap[0] < dur:
+                # every slot takes one program per round, in load order, and the loads keep their spread:
+                # whole rounds at once (few SMs, many programs: otherwise a walk of k / slots steps; the
+                # same schedule up to the rounding of the loads)
+                rounds = k // slots
+                shift, top = rounds * dur, max(loads)
+                moved = {load + shift: [g[0], i] for load, g in loads.items()}
+                loads.clear()
+                loads.update(moved)
+                heap[:] = sorted(loads)
+                low = top + shift - dur  # where the last program of the last round started
+                k -= rounds * slots
+                continue
+            low = heap[0]
+            grp = loads[low]
+            take = min(grp[0], k)
+            if take == grp[0]:
+                heapq.heappop(heap)
+                del loads[low]
+            else:
+                grp[0] -= take
+            new = low + dur
+            g = loads.get(new)
+            if g is None:
+                loads[new] = [take, i]
+                heapq.heappush(heap, new)
+            else:
+                g[0] += take
+                g[1] = max(g[1], i)
+            k -= take
+        start = low
+
+    if runs <= MAX_EXACT_RUNS:
+        for row, rep in order:
+            for _ in range(rep):
+                for i, k in row:
+                    place(i, k)
+    else:
+        # the programs that start in the last TAIL_WAVES waves decide the end: those in grid order; the rows before
+        # them as runs of their mean
+        left = sum(sum(k for _, k in row) * rep for row, rep in order) - TAIL_WAVES * slots
+        for row, rep in order:
+            progs = sum(k for _, k in row)
+            early = min(rep, max(0, left // progs)) if len(row) > 1 else rep
+            left -= progs * rep
+            if early:
+                place(sum(i * k for i, k in row) / progs, progs * early)
+            for _ in range(rep - early):
+                for i, k in row:
+                    place(i, k)
+    running = [(min(g[1], (load - start) / ti), g[0]) for load, g in loads.items() if load > start]
+    return start, running
+
+
+def _shared_tail_s(running: list[tuple[float, int]], t_it: Callable[[int, int], float], num_sms: int,
+                   occ: int) -> float:
+    """Time for programs with these remaining iterations (and counts), all running now, to finish: an
+    iteration costs ``t_it`` at the resident programs per SM left (the running ones spread over the SMs),
+    so a long program that outlives its neighbours speeds up (processor sharing on the SM's load path)."""
+    m = sum(k for _, k in running)
+    t, done = 0.0, 0.0
+    for i, k in sorted(running):
+        if i > done:
+            t += (i - done) * t_it(min(occ, cdiv(m, num_sms)), m)
+            done = i
+        m -= k
+    return t
 
 
 def _list_schedule_s(durations: list[tuple[float, int]], slots: int) -> float:

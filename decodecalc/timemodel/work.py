@@ -23,6 +23,65 @@ from decodecalc.launchers.base import KernelKind, LaunchPlan
 from decodecalc.timemodel.profile import KERNEL_FAMILIES
 
 
+#: one x-line of a grid: runs (loop iterations, programs) in grid order
+Row = tuple[tuple[int, int], ...]
+#: a grid's working programs in dispatch order: rows, each repeated (see :class:`KernelWork`)
+Order = tuple[tuple[Row, int], ...]
+
+
+def row_runs(entries: Iterable[tuple[int, int]]) -> Row:
+    """Compress (iterations, programs) entries given in grid order into runs (equal neighbours merged)."""
+    out: list[list[int]] = []
+    for i, k in entries:
+        if k <= 0:
+            continue
+        if out and out[-1][0] == i:
+            out[-1][1] += k
+        else:
+            out.append([i, k])
+    return tuple((i, k) for i, k in out)
+
+
+def add_block(blocks: list[tuple[Row, int]], row: Row, repeats: int) -> None:
+    """Append ``row`` repeated ``repeats`` times; a one-run row merges into a one-run block of the same
+    iterations before it, an equal row adds repeats."""
+    if not row or repeats <= 0:
+        return
+    if len(row) == 1 and repeats > 1:
+        row, repeats = ((row[0][0], row[0][1] * repeats),), 1
+    if blocks:
+        prow, prep = blocks[-1]
+        if prow == row:
+            blocks[-1] = (row, prep + repeats)
+            return
+        if len(row) == 1 and len(prow) == 1 and prep == 1 and prow[0][0] == row[0][0]:
+            blocks[-1] = (((row[0][0], prow[0][1] + row[0][1]),), 1)
+            return
+    blocks.append((row, repeats))
+
+
+def planes_order(per_seq: Sequence[tuple[int, int, int, int]], planes: int, repeats: int) -> Order:
+    """Grid order of the working programs of a (x, ``repeats``, ``planes``) grid whose x line holds each
+    sequence's ``q`` programs in batch order: sequence i's programs run ``full`` loop iterations in the
+    planes z < a - 1, ``last`` in plane a - 1, and exit at once past it (left out). ``per_seq``: (a, full,
+    last, q) per sequence. Planes with the same rows are built once (rows change only where some
+    sequence's a - 1 or a falls); programs that exit at once between the working ones (vLLM's spare q
+    blocks) are left out too."""
+    cells: list[list] = []  # neighbours with equal cells merged: [(a, full, last, q), sequences]
+    for c in per_seq:
+        if cells and cells[-1][0] == c:
+            cells[-1][1] += 1
+        else:
+            cells.append([c, 1])
+    actives = {c[0][0] for c in cells}
+    cuts = sorted({0, planes} | {z for a in actives for z in (a - 1, a) if 0 < z < planes})
+    blocks: list[tuple[Row, int]] = []
+    for z0, z1 in zip(cuts, cuts[1:]):
+        row = row_runs((full if z0 < a - 1 else last, q * n if z0 < a else 0) for (a, full, last, q), n in cells)
+        add_block(blocks, row, repeats * (z1 - z0))  # plane z's rows then z + 1's: one row repeated
+    return tuple(blocks)
+
+
 class WorkShape(Protocol):
     """The per-rank shape the work functions read: a :class:`~decodecalc.workload.Workload`, or the
     calibration :class:`~decodecalc.timemodel.fit.Shape`."""
@@ -47,7 +106,15 @@ class WorkShape(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelWork:
-    """What one kernel's programs do: a histogram of loop trip counts of the working programs."""
+    """What one kernel's programs do: a histogram of loop trip counts of the working programs and, for the
+    kernels whose launcher fixes the grid, the same programs in grid order (``order``).
+
+    ``order`` is the order the GPU's block scheduler dispatches the working programs in (blockIdx.x
+    fastest, then y, then z), compressed: blocks ``(row, repeats)``, each a row of runs ``(iterations,
+    programs)`` in grid order, repeated ``repeats`` times (a row is one x-line of the grid: the batch's
+    sequences; the repeats are the y dimension, and equal z planes). Programs that exit at once are left
+    out (``idle_programs`` counts them). Empty: the order was not recorded, and the scheduler takes the
+    programs longest first (the backends of :mod:`decodecalc.timemodel.backends`)."""
 
     family: str
     iters: tuple[tuple[int, int], ...]  # (iterations per program, number of such programs)
@@ -57,6 +124,12 @@ class KernelWork:
     #: resident programs per SM known from the launch itself (a measured occupancy the plan used, a persistent
     #: grid of one CTA per SM); None: the family's occupancy for ``head_dim``
     occupancy: int | None = None
+    order: Order = ()
+
+    @property
+    def runs(self) -> int:
+        """Runs of equal programs in ``order`` once its rows are written out."""
+        return sum(len(row) * rep for row, rep in self.order)
 
     @property
     def programs(self) -> int:
@@ -119,24 +192,31 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
         tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=True)
         groups = Counter(zip(seq_lens, working_q_blocks))
         iters = _hist_weighted((cdiv(L, tile), nq * c) for (L, nq), c in groups.items())
+        # grid (total_num_q_blocks, num_kv_heads): each sequence's q blocks along x, the KV heads along y
+        its = {L: cdiv(L, tile) for L in set(seq_lens)}
+        order = planes_order([(1, 0, its[L], nq) for L, nq in zip(seq_lens, working_q_blocks)], 1, h_kv)
         main = KernelWork(family=f"{prefix}_2d", iters=_scaled(iters, h_kv), bytes_per_iter=tile * (d + dv) * kvb,
-                          idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d))
+                          idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d), order=order)
         return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D")
     tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=False)
     s = splits
     per: list[tuple[int, int]] = []  # (trip count, programs)
     idle = idle_q * s
+    seg: dict[int, tuple[int, int, int]] = {}  # L -> (active segments, tiles per segment, tiles of the last)
     for (L, nq), c in Counter(zip(seq_lens, working_q_blocks)).items():
         tps = vu.tiles_per_segment(L, s, tile)
         active = vu.active_segments(L, s, tile)
         last = cdiv(L - (active - 1) * tps * tile, tile)
+        seg[L] = (active, tps, last)
         per += [(tps, (active - 1) * nq * c), (last, nq * c)]
         idle += (s - active) * nq * c
+    # grid (total_num_q_blocks, num_kv_heads, segments): x the sequences' q blocks, y the KV heads, z the segment
+    order = planes_order([(*seg[L], nq) for L, nq in zip(seq_lens, working_q_blocks)], s, h_kv)
     main = KernelWork(family=f"{prefix}_3d", iters=_scaled(_hist_weighted(per), h_kv), bytes_per_iter=tile * (d + dv) * kvb,
-                      idle_programs=idle * h_kv, head_dim=next_power_of_2(d))
+                      idle_programs=idle * h_kv, head_dim=next_power_of_2(d), order=order)
     d_pad = next_power_of_2(dv)
     reduce = KernelWork(family=f"{prefix}_reduce", iters=((1, sum(q_lens) * h),), bytes_per_iter=s * (4 * d_pad + 8),
-                        head_dim=d_pad)
+                        head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),))
     return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}")
 
 
@@ -165,18 +245,24 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     per: list[tuple[int, int]] = []  # (trip count, programs)
     idle = 0
     nonempty_per_seq: list[tuple[int, int]] = []
+    cell: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # (L, n) -> (nonempty splits, full, last, 1)
     for (L, n), c in Counter(zip(seq_lens, n_i)).items():
         kvps = sg.kv_len_per_split(L, n)
         ne = cdiv(L, kvps)
         nonempty_per_seq.append((ne, c))
         # every non-empty split but the last reads kvps keys; the last reads the rest
-        per += [(cdiv(kvps, block_n), (ne - 1) * c), (cdiv(L - (ne - 1) * kvps, block_n), c)]
+        full, last = cdiv(kvps, block_n), cdiv(L - (ne - 1) * kvps, block_n)
+        cell[(L, n)] = (ne, full, last, 1)
+        per += [(full, (ne - 1) * c), (last, c)]
         idle += (max_s - ne) * c
+    cells = [cell[k] for k in zip(seq_lens, n_i)]
+    # stage 1 grid (B, head tiles, max_kv_splits); stage 2 grid (B, h), each program merging its sequence's splits
     stage1 = KernelWork(family=stage1_family, iters=_scaled(_hist_weighted(per), head_progs),
                         bytes_per_iter=block_n * (d + dv) * kvb, idle_programs=idle * head_progs,
-                        head_dim=next_power_of_2(d))
+                        head_dim=next_power_of_2(d), order=planes_order(cells, max_s, head_progs))
     stage2 = KernelWork(family=f"{prefix}_stage2", iters=_scaled(_hist_weighted(nonempty_per_seq), h),
-                        bytes_per_iter=4 * dv + 4, head_dim=next_power_of_2(dv))
+                        bytes_per_iter=4 * dv + 4, head_dim=next_power_of_2(dv),
+                        order=planes_order([(1, 0, ne, 1) for ne, *_ in cells], 1, h))
     label = f"adaptive (max {max_s})" if adaptive else f"static S={max_s}"
     return LaunchWork(kernel="sglang" if prefix == "sglang" else "reference-sglang", splits=max(n_i),
                       kernels=(stage1, stage2), extra_launches=1 if adaptive else 0, label=label)
