@@ -13,7 +13,9 @@ Where the backends come from:
   it JIT-compiles its decode kernels with nvcc on first use);
 * ``fa3``: vLLM's build of FlashAttention-3, ``vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so``
   (``pip install vllm``), or any file named by ``DECODECALC_FA3_LIB``;
-* ``flashmla``: vLLM's build of FlashMLA, ``vllm/_flashmla_C.abi3.so``, or ``DECODECALC_FLASHMLA_LIB``.
+* ``flashmla``: vLLM's build of FlashMLA, ``vllm/_flashmla_C.abi3.so``, or ``DECODECALC_FLASHMLA_LIB``;
+* ``fa2``: flash-attn's ``flash_attn_2_cuda`` extension (``pip install flash-attn``), or the file named by
+  ``DECODECALC_FA2_LIB`` (``benchmarks/build_fa2_h200.py`` builds a restricted one: bf16, head dim 128).
 
 The libraries are loaded with ``torch.ops.load_library`` (their ops register themselves), so
 importing the whole ``vllm`` package is not needed.
@@ -40,7 +42,8 @@ BACKENDS: dict[str, tuple[str, str]] = {
     "flashinfer-tc": ("flashinfer-tc", "flashinfer-python (pip install flashinfer-python)"),
     "fa3": ("fa3", "vllm (its vllm_flash_attn/_vllm_fa3_C.abi3.so), or set DECODECALC_FA3_LIB to a build of it"),
     "flashmla": ("flashmla", "vllm (its _flashmla_C.abi3.so), or set DECODECALC_FLASHMLA_LIB to a build of it"),
-    "fa2": ("fa2", "flash-attn (pip install flash-attn)"),
+    "fa2": ("fa2", "flash-attn (pip install flash-attn), or set DECODECALC_FA2_LIB to a build of its "
+                   "flash_attn_2_cuda extension"),
 }
 _LIB_FILES = {"fa3": ("DECODECALC_FA3_LIB", "vllm_flash_attn/_vllm_fa3_C.abi3.so", "_vllm_fa3_C"),
               "flashmla": ("DECODECALC_FLASHMLA_LIB", "_flashmla_C.abi3.so", "_flashmla_C")}
@@ -50,7 +53,7 @@ ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "flashinfer-tc": {"main": ("BatchPrefillWithPagedKVCacheKernel",), "merge": ("MergeStates",)},
     "fa3": {"main": ("FlashAttnFwdSm90",), "merge": ("FlashAttnFwdCombine",)},
     "flashmla": {"main": ("flash_fwd_splitkv_mla", "splitkv_mla"), "merge": ("mla_combine",)},
-    "fa2": {"main": ("flash_fwd",), "merge": ("combine",)},
+    "fa2": {"main": ("flash_fwd_splitkv_kernel", "flash_fwd_kernel"), "merge": ("splitkv_combine",)},
 }
 
 
@@ -79,7 +82,9 @@ def missing_backend(backend: str) -> str | None:
     if backend.startswith("flashinfer"):
         return None if importlib.util.find_spec("flashinfer") is not None else f"--system {backend} needs {need}"
     if backend == "fa2":
-        return None if importlib.util.find_spec("flash_attn") is not None else f"--system {backend} needs {need}"
+        lib = os.environ.get("DECODECALC_FA2_LIB")
+        ok = Path(lib).is_file() if lib else importlib.util.find_spec("flash_attn_2_cuda") is not None
+        return None if ok else f"--system {backend} needs {need}"
     return None if _lib_path(backend) is not None else f"--system {backend} needs {need}"
 
 
@@ -94,6 +99,32 @@ def load_ops(backend: str) -> Any:
     if not hasattr(torch.ops, ns) or not list(getattr(torch.ops, ns)):
         torch.ops.load_library(str(path))
     return getattr(torch.ops, ns)
+
+
+def load_fa2() -> Any:
+    """flash-attn's ``flash_attn_2_cuda`` module: the file ``DECODECALC_FA2_LIB`` names (loaded with
+    RTLD_LAZY, so a restricted build's missing head dims fail only when called), else the installed one."""
+    import sys
+
+    import torch  # noqa: F401  (the extension links against torch's libraries)
+
+    if "flash_attn_2_cuda" in sys.modules:
+        return sys.modules["flash_attn_2_cuda"]
+    lib = os.environ.get("DECODECALC_FA2_LIB")
+    if not lib:
+        return importlib.import_module("flash_attn_2_cuda")
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(os.RTLD_LAZY | os.RTLD_GLOBAL)
+    try:
+        spec = importlib.util.spec_from_file_location("flash_attn_2_cuda", lib)
+        if spec is None or spec.loader is None:
+            raise UnsupportedError(f"DECODECALC_FA2_LIB={lib} is not a Python extension module")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.setdlopenflags(flags)
+    sys.modules["flash_attn_2_cuda"] = mod
+    return mod
 
 
 # ------------------------------------------------------------------------------------------
@@ -331,6 +362,33 @@ def flashmla_step(w: Workload, *, copies: int | None = None, seed: int = 0) -> S
     return Step(run=run, copies=c, kv_bytes=_kv_bytes(w), readback=readback)
 
 
+def fa2_step(w: Workload, *, num_splits: int = 0, copies: int | None = None, seed: int = 0) -> Step:
+    """flash-attn's ``flash_attn_with_kvcache`` decode call (``fwd_kvcache`` with the arguments
+    flash_attn_interface.py passes, causal as decode does): a paged cache when the block size is a
+    multiple of 256 (FA2's rule, flash_api.cpp L1264), else a contiguous one with ``cache_seqlens``."""
+    import torch
+
+    if len(set(w.query_lens)) != 1:
+        raise UnsupportedError("fa2: flash_attn_with_kvcache takes one query length for the whole batch")
+    mod, dev, dt = load_fa2(), "cuda", torch.float16 if w.dtype == "float16" else torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(seed)
+    page, paged = w.block_size, w.block_size % 256 == 0
+    bt, n_pages = _block_table(w, page, dev, g) if paged else (None, w.batch)
+    shape = (n_pages, page if paged else w.max_seqlen_k, w.num_kv_heads, w.head_size)
+    c = _copies(w, copies)
+    ks = [torch.randn(*shape, device=dev, dtype=dt, generator=g) for _ in range(c)]
+    vs = [torch.randn(*shape, device=dev, dtype=dt, generator=g) for _ in range(c)]
+    q = torch.randn(w.batch, w.max_seqlen_q, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
+    seqlens, scale = torch.tensor(w.seq_lens, dtype=torch.int32, device=dev), w.head_size ** -0.5
+
+    def run(i: int) -> None:
+        mod.fwd_kvcache(q, ks[i % c], vs[i % c], None, None, seqlens, None, None, None, None, bt, None, None,
+                        scale, True, -1, -1, 0.0, False, num_splits)
+
+    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w),
+                info={"paged_kv": paged, "page_block_size": page if paged else None, "num_splits_arg": num_splits})
+
+
 def build_step(backend: str, w: Workload, *, cuda_graph: bool = False, copies: int | None = None,
                seed: int = 0, knobs: dict[str, Any] | None = None) -> Step:
     """One decode step of ``backend``; ``knobs``: fixed_split_size / disable_split_kv (flashinfer-tc),
@@ -347,7 +405,9 @@ def build_step(backend: str, w: Workload, *, cuda_graph: bool = False, copies: i
         return fa3_step(w, num_splits=int(kn.get("num_splits", 32 if cuda_graph else 0)), copies=copies, seed=seed)
     if backend == "flashmla":
         return flashmla_step(w, copies=copies, seed=seed)
-    raise UnsupportedError(f"--system {backend}: no runner in this build of decodecalc (FA2 was not built)")
+    if backend == "fa2":
+        return fa2_step(w, num_splits=int(kn.get("num_splits", 0)), copies=copies, seed=seed)
+    raise UnsupportedError(f"--system {backend}: no runner in this build of decodecalc")
 
 
 # ------------------------------------------------------------------------------------------
@@ -405,14 +465,16 @@ def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, t
 
 def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any:
     """The launcher's plan for an explicit split setting (eager plan): FlashInfer tensor cores'
-    fixed_split_size / disable_split_kv, FA3's num_splits."""
-    from decodecalc.launchers import flash_attn3, flashinfer
+    fixed_split_size / disable_split_kv, FA3's and FA2's num_splits."""
+    from decodecalc.launchers import flash_attn2, flash_attn3, flashinfer
 
     if backend == "flashinfer-tc":
         return flashinfer.plan_flashinfer_tc(w, gpu, fixed_split_size=knobs.get("fixed_split_size"),
                                              disable_split_kv=bool(knobs.get("disable_split_kv", False)))
     if backend == "fa3":
         return flash_attn3.plan_flash_attn3(w, gpu, num_splits=int(knobs.get("num_splits", 0)))
+    if backend == "fa2":
+        return flash_attn2.plan_flash_attn2(w, gpu, num_splits=int(knobs.get("num_splits", 0)))
     raise UnsupportedError(f"{backend}: no split setting to sweep")
 
 

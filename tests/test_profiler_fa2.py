@@ -1,0 +1,86 @@
+"""FlashAttention-2 through the CUDA profiler: the launches captured on the H200 from a restricted build
+of flash-attn 2.8.3.post2 (benchmarks/results/capture-fa2-h200.jsonl, benchmarks/capture_fa2_h200.py)
+must still be what decodecalc's fa2 launcher predicts; the runner's plumbing (roles, the missing-library
+message, the stubs of the restricted build) is checked without a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.build_fa2_h200 import compiled_specialisations, stub_source
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.verify import profiler as P
+from decodecalc.workload import make_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+CAPTURE = ROOT / "benchmarks" / "results" / "capture-fa2-h200.jsonl"
+H200 = resolve_gpu("h200")
+
+
+def _workload(r: dict):
+    s = r["shape"]
+    model = resolve_model(s["model"])
+    if s.get("heads"):
+        h, h_kv = s["heads"]
+        model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
+                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
+    return make_workload(model, tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=r["block_size"])
+
+
+def _launches(r: dict) -> list[P.ProfiledLaunch]:
+    return [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
+                                if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
+
+
+@pytest.mark.skipif(not CAPTURE.is_file(), reason="no FA2 capture committed")
+def test_captured_fa2_launches_match_the_model() -> None:
+    with CAPTURE.open(encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh]
+    recs = [r for r in recs if "error" not in r]
+    assert len(recs) >= 100
+    bad = []
+    for r in recs:
+        w = _workload(r)
+        res = P.predict_and_compare("fa2", w, H200, _launches(r), cuda_graph=False)
+        if res["match"] is not True:
+            bad.append((r["shape"]["tag"], w.batch, w.max_seqlen_k, res.get("kernels")))
+    assert not bad, bad[:5]
+
+
+def test_fa2_roles_come_from_the_kernel_names() -> None:
+    assert P.role_of("fa2", "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, "
+                            "false, false, cutlass::bfloat16_t>, false, false>(flash::Flash_fwd_params)") == "main"
+    assert P.role_of("fa2", "void flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4>, "
+                            "4, 7, true>(flash::Flash_fwd_params)") == "merge"
+    assert P.role_of("fa2", "void at::native::vectorized_elementwise_kernel<4>") == "other"
+
+
+def test_fa2_library_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "flash_attn_2_cuda" else (object() if n == "torch" else real(n, *a)))
+    monkeypatch.delenv("DECODECALC_FA2_LIB", raising=False)
+    assert "flash-attn" in (P.missing_backend("fa2") or "")
+    monkeypatch.setenv("DECODECALC_FA2_LIB", str(tmp_path / "absent.so"))
+    assert "DECODECALC_FA2_LIB" in (P.missing_backend("fa2") or "")
+    lib = tmp_path / "flash_attn_2_cuda.so"
+    lib.write_bytes(b"")
+    monkeypatch.setenv("DECODECALC_FA2_LIB", str(lib))
+    assert P.missing_backend("fa2") is None
+
+
+def test_restricted_build_stubs_every_specialisation_but_the_compiled_one() -> None:
+    files = ("flash_fwd_split_hdim128_bf16_sm80.cu",)
+    assert compiled_specialisations(files) == {("run_mha_fwd_splitkv_dispatch", "bf16", 128, False)}
+    src = stub_source(files)
+    # 3 functions x 2 types x 6 head dims x causal or not, less the one compiled
+    assert src.count("template<> void") == 3 * 2 * 6 * 2 - 1
+    assert "run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 128, false>" not in src
+    assert "run_mha_fwd_splitkv_dispatch<cutlass::bfloat16_t, 128, true>" in src
