@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL_FILES = ("flash_fwd_split_hdim128_bf16_sm80.cu",)
+KERNEL_FILES = ("flash_fwd_split_hdim128_bf16_sm80.cu", "flash_fwd_hdim128_bf16_sm80.cu")
 NVCC_FLAGS = ["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
               "-U__CUDA_NO_HALF2_OPERATORS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "--expt-relaxed-constexpr",
               "--expt-extended-lambda", "--use_fast_math", "--threads", "4"]

@@ -12,7 +12,9 @@ One device call: ``PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/capture_fa
 beforehand (``build_fa2_h200.py --objects-into DIR``), compiling only flash_api.cpp there; if that
 library does not build or load, the whole build runs there. ``--dry`` prints the build and the shapes.
 Writes capture-fa2-h200.jsonl and capture-fa2-h200-summary.json under --out; a failed build writes
-the summary with the error. A time guard stops starting new cases past --budget-s (build included).
+the summary with the error. ``--page 16`` runs the same shapes on a contiguous cache (FA2 takes no
+page under 256; ``cache_seqlens`` only; file suffix ``-contiguous``); ``--sweep`` sets ``num_splits``
+1-128 on 29 shapes, every run timed (``sweep-fa2-h200.jsonl``). A time guard stops starting new cases past --budget-s (build included).
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ BATCHES = [1, 4, 16, 64, 256]
 LENGTHS = [512, 2560, 8192, 32768, 131072]
 MAX_TOKENS = 2_200_000
 TIME_EVERY = 4  # time one grid shape in TIME_EVERY (and every worked example) under CUDA graphs
+SWEEP_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
+SWEEP_SHAPES = [
+    {"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "sweep"}
+    for (m, tp) in (("llama3-8b", 1), ("llama3-70b", 8), ("llama3-70b", 1))
+    for (b, L) in ((1, 4096), (1, 32768), (1, 131072), (4, 8192), (8, 2048), (16, 16384), (32, 4096), (64, 1024),
+                   (128, 8192))
+] + [{"model": "llama3-8b", "tp": 1, "seq_lens": [256 + (i * 7919) % 16384 for i in range(b)], "tag": "sweep-ragged"}
+     for b in (6, 40)]
 
 
 def shapes() -> list[dict]:
@@ -70,19 +80,26 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=380.0)
     ap.add_argument("--replays", type=int, default=5)
     ap.add_argument("--prebuilt", help="folder of CUDA objects from build_fa2_h200.py --objects-into")
+    ap.add_argument("--page", type=int, default=PAGE, help="256: paged KV; below 256: a contiguous cache")
+    ap.add_argument("--sweep", action="store_true", help="num_splits 1-128 on SWEEP_SHAPES, all timed")
     ap.add_argument("--dry", action="store_true")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = shapes()
+    if args.sweep:
+        todo = [(sh, {"num_splits": n}) for sh in SWEEP_SHAPES for n in SWEEP_SPLITS]
+        stem = "sweep-fa2-h200"
+    else:
+        todo = [(sh, None) for sh in shapes()]
+        stem = "capture-fa2-h200" + ("" if args.page % 256 == 0 else "-contiguous")
     summary: dict = {"what": "FlashAttention-2 flash_attn_with_kvcache decode, paged KV page 256, bf16, d=128",
                      "source": "flash-attn 2.8.3.post2 sdist, restricted build (benchmarks/build_fa2_h200.py)"}
     pre = Path(args.prebuilt) if args.prebuilt else None
     if args.dry:
         build(Path(args.src), Path(args.build_dir), dry=True, prebuilt=pre)
-        for s in todo:
-            print(s["tag"], s["model"], s["tp"], s.get("heads"), len(s["seq_lens"]), max(s["seq_lens"]))
+        for s, kn in todo:
+            print(s["tag"], s["model"], s["tp"], s.get("heads"), len(s["seq_lens"]), max(s["seq_lens"]), kn or "")
         print(len(todo), "shapes")
         return 0
     try:
@@ -99,7 +116,7 @@ def main() -> int:
     except BaseException as exc:  # the build's own output went to stdout (the log); record the fact
         summary.update({"built": False, "error": f"{type(exc).__name__}: {str(exc)[-3000:]}",
                         "build_s": time.time() - t0})
-        (out / "capture-fa2-h200-summary.json").write_text(json.dumps(summary, indent=1))
+        (out / f"{stem}-summary.json").write_text(json.dumps(summary, indent=1))
         print("BUILD FAILED", summary["error"][-2000:], flush=True)
         return 1
     summary.update({"built": True, "build_s": round(time.time() - t0, 1), "so_bytes": Path(so).stat().st_size})
@@ -117,15 +134,15 @@ def main() -> int:
                               "missing": P.missing_backend("fa2")}
     print(summary["environment"], flush=True)
     recs = []
-    with (out / "capture-fa2-h200.jsonl").open("w") as lines:
-        for i, shape in enumerate(todo):
+    with (out / f"{stem}.jsonl").open("w") as lines:
+        for i, (shape, knobs) in enumerate(todo):
             if time.time() - t0 > args.budget_s:
                 break
-            rec: dict = {"shape": shape, "backend": "fa2", "cuda_graph": False, "block_size": PAGE}
+            rec: dict = {"shape": shape, "backend": "fa2", "cuda_graph": False, "block_size": args.page}
             timed = shape["tag"] != "grid" or i % TIME_EVERY == 0
             try:
-                w = workload(shape, PAGE)
-                rec.update(P.run_case("fa2", w, gpu, time_it=timed, replays=args.replays))
+                w = workload(shape, args.page)
+                rec.update(P.run_case("fa2", w, gpu, time_it=timed, replays=args.replays, knobs=knobs))
             except Exception as exc:  # one failing shape must not end the capture
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
                 rec["traceback"] = traceback.format_exc()[-1500:]
@@ -137,7 +154,7 @@ def main() -> int:
             t = (rec.get("timing") or {}).get("t_us")
             grids = [(x["name"][:40], x["grid"]) for x in rec.get("launches", []) if x.get("role") != "other"]
             print(f"{time.time() - t0:6.0f}s {shape['tag']:8s} {shape['model']:11s} tp{shape['tp']} "
-                  f"{shape.get('heads') or ''} B={len(shape['seq_lens']):4d} L={max(shape['seq_lens']):6d} "
+                  f"{shape.get('heads') or ''} {knobs or ''} B={len(shape['seq_lens']):4d} L={max(shape['seq_lens']):6d} "
                   f"match={rec.get('match')} t={t if t is None else round(t, 2)} {grids} {rec.get('error', '')[:300]}",
                   flush=True)
     comp = [r for r in recs if r.get("match") is not None]
@@ -149,7 +166,7 @@ def main() -> int:
                    for tag in sorted({r["shape"]["tag"] for r in recs})},
         "mismatches": [{"shape": r["shape"], "kernels": r.get("kernels")} for r in comp if not r["match"]][:20],
         "timed": sum(1 for r in recs if (r.get("timing") or {}).get("t_us") is not None)})
-    (out / "capture-fa2-h200-summary.json").write_text(json.dumps(summary, indent=1))
+    (out / f"{stem}-summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: summary[k] for k in ("cases", "compared", "matched", "errors", "timed", "by_tag")}), flush=True)
     return 0
 

@@ -18,7 +18,10 @@ from decodecalc.verify import profiler as P
 from decodecalc.workload import make_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURE = ROOT / "benchmarks" / "results" / "capture-fa2-h200.jsonl"
+RESULTS = ROOT / "benchmarks" / "results"
+CAPTURE = RESULTS / "capture-fa2-h200.jsonl"
+CONTIGUOUS = RESULTS / "capture-fa2-h200-contiguous.jsonl"  # block 16: FA2's contiguous cache
+SWEEP = RESULTS / "sweep-fa2-h200.jsonl"  # num_splits 1-128
 H200 = resolve_gpu("h200")
 
 
@@ -37,18 +40,33 @@ def _launches(r: dict) -> list[P.ProfiledLaunch]:
                                 if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
 
 
-@pytest.mark.skipif(not CAPTURE.is_file(), reason="no FA2 capture committed")
-def test_captured_fa2_launches_match_the_model() -> None:
-    with CAPTURE.open(encoding="utf-8") as fh:
-        recs = [json.loads(line) for line in fh]
-    recs = [r for r in recs if "error" not in r]
+def _records(path: Path) -> list[dict]:
+    if not path.is_file():
+        pytest.skip(f"{path.name} not committed")
+    with path.open(encoding="utf-8") as fh:
+        return [r for r in map(json.loads, fh) if "error" not in r]
+
+
+@pytest.mark.parametrize("path", [CAPTURE, CONTIGUOUS], ids=["paged-256", "contiguous"])
+def test_captured_fa2_launches_match_the_model(path: Path) -> None:
+    recs = _records(path)
     assert len(recs) >= 100
+    assert {r["launches"][0]["name"].split("<")[0] for r in recs} <= {"void flash::flash_fwd_splitkv_kernel",
+                                                                       "void flash::flash_fwd_kernel"}
     bad = []
     for r in recs:
         w = _workload(r)
         res = P.predict_and_compare("fa2", w, H200, _launches(r), cuda_graph=False)
         if res["match"] is not True:
             bad.append((r["shape"]["tag"], w.batch, w.max_seqlen_k, res.get("kernels")))
+    assert not bad, bad[:5]
+
+
+def test_swept_fa2_num_splits_match_the_model() -> None:
+    recs = _records(SWEEP)
+    assert len(recs) >= 100
+    bad = [(r["shape"]["tag"], r["knobs"], c["kernels"]) for r in recs
+           if not (c := P.compare_launches(P.knob_plan("fa2", _workload(r), H200, r["knobs"]), _launches(r)))["match"]]
     assert not bad, bad[:5]
 
 
