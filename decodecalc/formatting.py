@@ -35,10 +35,16 @@ def fmt_time(s: float, micro: str = "µs") -> str:
     return f"{s * 1e9:.3g} ns"
 
 
-def fmt_us(t: float) -> str:
-    """A time in seconds as micro-seconds without the unit: ``116.9``, ``1,234``."""
+def fmt_us(t: float, whole_from_us: float = 1000.0) -> str:
+    """A time in seconds as micro-seconds without the unit: ``116.9``, ``1,234`` (whole micro-seconds from
+    ``whole_from_us`` up; tune prints them from 100)."""
     us = t * 1e6
-    return f"{us:,.0f}" if us >= 1000 else f"{us:.1f}"
+    return f"{us:,.0f}" if us >= whole_from_us else f"{us:.1f}"
+
+
+def fmt_saving(fraction: float) -> str:
+    """A saving as a comparison: ``12.3% less than`` (``fraction`` >= 0), ``4.0% more than`` (below 0)."""
+    return f"{fraction:.1%} less than" if fraction >= 0 else f"{-fraction:.1%} more than"
 
 
 def fmt_grid(grid: Iterable[int] | None) -> str:

@@ -110,9 +110,7 @@ def run_verify(
     """Run, print, write; return the exit code (0 all matched, 1 any mismatch or failed run)."""
     import dataclasses
 
-    from rich.console import Console
-    from rich.markup import escape
-
+    from decodecalc.render import verify as render
     from decodecalc.reports.grid import grid_report
     from decodecalc.verify.calls import sglang_call, vllm_call
     from decodecalc.verify.environment import check_workload, detect_environment
@@ -132,34 +130,34 @@ def run_verify(
         return _run_profiled(systems[0], inputs, json_out=json_out, output=output, timing=timing, replays=replays)
     if inputs.layer != "global":
         raise UnsupportedError("verify runs full-causal (global) layers only; --layer sliding is not supported")
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = render.stderr()
     env = detect_environment()
     work, gpu = inputs.work, inputs.gpu
     check_workload(work)
     if env.device == "cuda" and env.sm_count and env.sm_count != gpu.num_sms:
-        err.print(f"[yellow]Warning:[/] local GPU {env.gpu_name} has {env.sm_count} SMs, --gpu {gpu.name} "
-                  f"{gpu.num_sms}; predicting for the local count")
+        render.print_warning(err, f"local GPU {env.gpu_name} has {env.sm_count} SMs, --gpu {gpu.name} "
+                             f"{gpu.num_sms}; predicting for the local count")
         gpu = dataclasses.replace(gpu, num_sms=env.sm_count)
     if env.device == "cuda" and gpu.name.split("-")[0] not in env.gpu_name.lower():
-        err.print(f"[yellow]Warning:[/] running on {env.gpu_name} but --gpu is {gpu.name}: bandwidth, roofline "
-                  "and predicted times use the --gpu figures")
+        render.print_warning(err, f"running on {env.gpu_name} but --gpu is {gpu.name}: bandwidth, roofline "
+                             "and predicted times use the --gpu figures")
         env.warnings.append(f"local GPU {env.gpu_name}, --gpu {gpu.name}")
     if env.interpret and sum(work.seq_lens) * work.num_kv_heads > 200_000:
-        err.print("[yellow]Warning:[/] the Triton interpreter is slow: use tiny shapes (a few hundred tokens)")
+        render.print_warning(err, "the Triton interpreter is slow: use tiny shapes (a few hundred tokens)")
 
     # which kernels run, and the versions of the upstream sources, before anything runs
     srcs = {"vllm": vllm_src, "sglang": sglang_src}
     sources, fallback, warned = _choose_kernels(systems, mode, srcs, env)
     for w in warned:
         env.warnings.append(w)
-        err.print(f"[yellow]Warning:[/] {escape(w)}")
+        render.print_warning(err, w)
     for s, why in fallback.items():
-        err.print(f"[yellow]Note:[/] {s}: running decodecalc's reference kernels: {escape(why)}")
+        render.print_fallback(err, s, why)
     if "upstream" in sources.get("vllm", ()) and inputs.vllm.version != EXPECTED_VERSIONS["vllm"]:
         msg = (f"--vllm-version {inputs.vllm.version} is modeled, but the kernels that run are vLLM "
                f"{env.versions.get('vllm', '?').split(' ')[0]}")
         env.warnings.append(msg)
-        err.print(f"[yellow]Warning:[/] {msg}")
+        render.print_warning(err, msg)
 
     report = grid_report(work, gpu, systems=systems, vllm=inputs.vllm, sglang=inputs.sglang,
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
@@ -173,7 +171,7 @@ def run_verify(
     if not calls:
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "nothing to run")
     for name, why in skipped.items():
-        err.print(f"[yellow]Skipped {name}:[/] {why}")
+        render.print_skipped(err, name, why)
 
     results: list[Any] = []
     kernels_doc = {"mode": mode, "ran": {c.system: list(sources[c.system]) for c in calls},
@@ -191,23 +189,14 @@ def run_verify(
     total = sum(len(sources[c.system]) for c in calls)
     wr = None
     try:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=err, transient=True, disable=json_out and output is None) as prog:
-            task = prog.add_task("verify", total=total)
-
-            def progress(label: str) -> None:
-                prog.update(task, description=f"running {label}", completed=len(results))
-
+        with render.progress_bar(err, total, disable=json_out and output is None) as update:
             wr = verify_workload(work, calls, env, sources=sources, vllm_src=_str(vllm_src),
                                  sglang_src=_str(sglang_src), timing=timing, check_seqs=check_seqs, seed=seed,
-                                 bandwidth=gpu.hbm_bandwidth_bytes_per_s, replays=replays, progress=progress,
-                                 results=results)
-            prog.update(task, completed=total)
+                                 bandwidth=gpu.hbm_bandwidth_bytes_per_s, replays=replays,
+                                 progress=lambda label: update(label, len(results)), results=results)
     except CudaFault as exc:
         save()
-        _print(Console(), results, work, gpu, env, kernels=kernels_doc)
+        render.print_verify(results, work, env, ran=kernels_doc["ran"], fallback=kernels_doc["fallback"])
         raise DecodecalcError(f"{exc}; partial results{' in ' + str(output) if output else ''}") from None
     except DecodecalcError:
         save()
@@ -223,9 +212,8 @@ def run_verify(
     if json_out:
         typer.echo(to_json(doc))
     else:
-        out = Console()
-        _print(out, results, work, gpu, env, notes=doc["notes"], predicted=doc["predicted_time_s"],
-               kernels=kernels_doc)
+        render.print_verify(results, work, env, ran=kernels_doc["ran"], fallback=kernels_doc["fallback"],
+                            notes=doc["notes"], predicted=doc["predicted_time_s"])
     return 0 if doc["ok"] else 1
 
 
@@ -233,9 +221,7 @@ def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path 
                   replays: int) -> int:
     """``--system flashinfer|fa3|...``: one capture through the CUDA profiler (decodecalc.verify.profiler),
     compared with compare's row for that backend."""
-    from rich.console import Console
-    from rich.markup import escape
-
+    from decodecalc.render.verify import print_profiled
     from decodecalc.verify.environment import detect_environment
     from decodecalc.verify.profiler import missing_backend, run_case
     from decodecalc.verify.results import workload_json
@@ -256,12 +242,7 @@ def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path 
     if json_out:
         typer.echo(to_json(doc))
     else:
-        out = Console()
-        out.print(f"[bold]verify[/] {escape(backend)} on {escape(env.gpu_name)} (CUDA profiler)", highlight=False)
-        for row in rec.get("kernels", []):
-            out.print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()), highlight=False, markup=False)
-        out.print("[green]all launches match the prediction[/]" if doc["ok"] else
-                  "[bold red]mismatch or no prediction: see --json[/]")
+        print_profiled(backend, env, rec, doc["ok"])
     return 0 if doc["ok"] else 1
 
 
@@ -284,86 +265,6 @@ def _predicted_times(report: Any, work: Any, gpu: Any) -> dict[str, float]:
         except Exception:  # a prediction problem must not hide the measurement
             continue
     return out
-
-
-def _fmt_grid(g: list[int] | None) -> str:
-    from decodecalc.formatting import fmt_grid_x
-
-    return fmt_grid_x(g)
-
-
-def _pair(predicted: str, observed: str) -> str:
-    """One value when prediction and observation agree, else both, in red."""
-    return predicted if predicted == observed else f"[red]{predicted} != {observed}[/]"
-
-
-def _compact(xs: list[int]) -> str:
-    from decodecalc.formatting import fmt_count_list
-
-    return fmt_count_list(xs, width=24)
-
-
-def _print(console: Any, results: list[Any], work: Any, gpu: Any, env: Any, *, notes: list[str] | None = None,
-           predicted: dict[str, float] | None = None, kernels: dict[str, Any] | None = None) -> None:
-    """One section row per run (its splits, error, time and status), then one row per kernel launch;
-    fits 80 columns under the interpreter."""
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
-
-    dev = f"{env.gpu_name} ({env.sm_count} SMs)" if env.device == "cuda" else "CPU (Triton interpreter)"
-    console.print(f"[bold]verify[/] {work.model.name} tp={work.tp}: B={work.batch}, h={work.num_heads}, "
-                  f"h_kv={work.num_kv_heads}, d={work.head_size}, {work.dtype}, block {work.block_size}", highlight=False)
-    console.print(f"  on {dev}; torch {env.torch}, triton {env.triton}", highlight=False, markup=False)
-    kd = kernels or {}
-    for k, ran in kd.get("ran", {}).items():
-        what = " + ".join(f"upstream {env.versions.get(k, '?')}" if r == "upstream"
-                          else "reference kernels" if len(ran) > 1 else "decodecalc's reference kernels" for r in ran)
-        why = " (no upstream sources found)" if k in kd.get("fallback", {}) else ""
-        console.print(f"  {k}: {what}{why}", highlight=False, markup=False)
-    for n in notes or []:
-        console.print(f"  note: {n}", highlight=False, markup=False)
-    timed = any(r.timing and r.timing.get("t_us") for r in results)
-    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), header_style="bold")
-    cols = ["run / kernel", "grid", "working", "splits (live)", "max err"]
-    if timed:
-        cols += ["us", "GB/s (%HBM)", "roofline us"]
-    cols.append("status")
-    for col in cols:
-        t.add_column(col, overflow="fold", no_wrap=col not in ("splits (live)", "status"))
-    for r in results:
-        sp = _pair(_compact(r.splits_predicted), _compact(r.splits_observed))
-        if r.nonempty_predicted or r.nonempty_observed:
-            sp += " (" + _pair(_compact(r.nonempty_predicted), _compact(r.nonempty_observed)) + ")"
-        e = r.error.get("max_err_vs_max") if r.error else None
-        es = "-" if e is None else _wrap(f"{e:.1e}", "" if r.error_ok else "red")
-        status = {"ok": "[green]ok[/]", "mismatch": "[bold red]MISMATCH[/]", "error": "[bold red]ERROR[/]"}[r.status]
-        if r.status == "error":
-            status += f" {escape(r.message)}"
-        label = f"{r.system} {r.version}" if r.source == "upstream" else f"{r.system} ref"
-        row = [f"[bold]{escape(label)}[/]", "", "", sp, es]
-        if timed:
-            tu = r.timing.get("t_us") if r.timing else None
-            row += ["-" if tu is None else f"{tu:.1f}",
-                    "-" if r.gbps is None else f"{r.gbps:.0f} ({100 * (r.bandwidth_fraction or 0):.0f}%)",
-                    "-" if r.roofline_us is None else f"{r.roofline_us:.1f}"]
-        t.add_row(*row, status)
-        for c in r.launches:
-            t.add_row(f" {escape(c.kernel)}", _pair(_fmt_grid(c.predicted_grid), _fmt_grid(c.observed_grid)),
-                      _pair(str(c.predicted_working), str(c.observed_working)), *[""] * (len(cols) - 3))
-    console.print(t)
-    if predicted:
-        console.print("predicted time (decodecalc time model): "
-                      + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in predicted.items()), highlight=False)
-    if not timed and results:
-        console.print("not timed (" + (results[0].timing or {}).get("note", "") + ")", highlight=False)
-    ok = all(r.ok for r in results)
-    console.print("[green]all launches match the prediction[/]" if ok else
-                  "[bold red]mismatch or failed run: see the red cells (predicted != observed)[/]")
-
-
-def _wrap(text: str, style: str) -> str:
-    return f"[{style}]{text}[/]" if style else text
 
 
 def _run_or_fail(inputs: Inputs, **kwargs: Any) -> None:

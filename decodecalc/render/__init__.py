@@ -27,11 +27,13 @@ def stderr() -> "Console":
     return Console(stderr=True, highlight=False)
 
 
-def print_wrapped(console: "Console", text: str, indent: str = "", hang: str = "  ", style: str = "") -> None:
-    """Print ``text`` word-wrapped to the console's width, continuation lines indented by ``hang``."""
+def print_wrapped(console: "Console", text: str, indent: str = "", hang: str = "  ", style: str = "",
+                  min_width: int = 20) -> None:
+    """Print ``text`` word-wrapped to the console's width (at least ``min_width``), continuation lines
+    indented by ``hang``; plain text: rich markup in it is not interpreted."""
     from rich.text import Text
 
     from decodecalc.formatting import wrap_words
 
-    for line in wrap_words(indent + text, max(20, console.width), indent + hang):
+    for line in wrap_words(indent + text, max(min_width, console.width), indent + hang):
         console.print(Text(line, style=style), soft_wrap=True)

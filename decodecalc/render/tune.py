@@ -1,0 +1,219 @@
+"""`tune`: the candidate tables per engine, which steps gain and lose, how to apply the best setting,
+the backend levers and the what-if split heuristics; and the --plot figure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from decodecalc.formatting import fmt_saving, fmt_us
+from decodecalc.render import print_wrapped
+
+if TYPE_CHECKING:
+    from decodecalc.reports.tune import Candidate, EngineTune, TuneResult
+
+#: tune prints whole micro-seconds from 100 us up (recommend and compare from 1,000 us)
+WHOLE_FROM_US = 100.0
+
+
+def _us(t: float) -> str:
+    return fmt_us(t, whole_from_us=WHOLE_FROM_US)
+
+
+def _say(console: Console, text: str, indent: str = "", style: str = "") -> None:
+    print_wrapped(console, text, indent=indent, style=style, min_width=40)
+
+
+def _shown(e: EngineTune, objective: str) -> list[Candidate]:
+    """The five best candidates by the objective (settings that launch the same shown once), then the default."""
+    from decodecalc.reports.tune import objective_value
+
+    rows: list[Candidate] = []
+    seen: set[tuple[float, float, float]] = set()
+    for c in sorted(e.candidates, key=lambda c: (objective_value(c.stats, objective), c.stats.total_s)):
+        key = (c.stats.mean_step_s, c.stats.p99_step_s, c.stats.total_s)
+        if key not in seen and len(rows) < 5:
+            seen.add(key)
+            rows.append(c)
+    default = e.candidates[0]
+    if default.label not in {c.label for c in rows}:
+        rows.append(default)
+    return rows
+
+
+def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tokens: int,
+                     guard: str) -> tuple[Table, bool]:
+    t = Table(title=f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
+              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
+    for col in ("setting", "mean µs", "p99 µs", "total ms", "ms/1k tok", "vs default", "worst step"):
+        t.add_column(col, justify="left" if col == "setting" else "right", no_wrap=col != "setting")
+    dtot = e.default.stats.total_s
+    layers_per_tok = result.ctx.num_layers / generated_tokens * 1000.0
+    rows = _shown(e, result.objective)
+    default = e.candidates[0]
+    for c in rows:
+        mark = "* " if c.label == e.best.label else "  "
+        worst = f"{c.worst_ratio:.2f}x" + ("" if c.allowed else " over")
+        st = c.stats
+        t.add_row(mark + c.label.replace(" (default)", ""), _us(st.mean_step_s), _us(st.p99_step_s),
+                  f"{st.total_s * 1e3:,.2f}", f"{st.total_s * layers_per_tok * 1e3:,.1f}",
+                  "default" if c.label == default.label else f"{st.total_s / dtot - 1:+.1%}", worst)
+    return t, any(not c.allowed for c in rows)
+
+
+def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: dict[str, Any], guard: str) -> None:
+    console.print()
+    table, over = _candidate_table(name, e, result, wl["generated_tokens"], guard)
+    console.print(table)
+    if over:
+        _say(console, f"worst step: the candidate's slowest step against the default; over: slows a step by more "
+             f"than the guard ({guard}), so not eligible", style="dim")
+    st = e.changes
+    per1k = e.attention_s_per_1k_tokens
+    saving = e.to_dict()["saving_vs_default"]
+    _say(console, f"best vs default: {st['gain']:,} steps faster, {st['lose']:,} slower, {st['same']:,} within "
+         f"{st['threshold']:.0%}; {saving:.1%} less decode-attention time "
+         f"({per1k['default'] * 1e3:,.1f} -> {per1k['best'] * 1e3:,.1f} ms per 1,000 generated tokens, all "
+         "layers)", indent="  ")
+    for row in st["by_batch"]:
+        if abs(row["change"]) >= st["threshold"]:
+            _say(console, f"batch {row['batch']}: {row['steps']:,} step{'s' * (row['steps'] != 1)}, "
+                 f"{_us(row['default_mean_step_s'])} -> {_us(row['best_mean_step_s'])} µs ({row['change']:+.1%})",
+                 indent="    ")
+    loss = st["biggest_loss"]
+    if loss and loss["ratio"] > 1 + st["threshold"]:
+        _say(console, f"most slowed step: batch {loss['batch']}, KV {loss['min_seq_len']:,}.."
+             f"{loss['max_seq_len']:,} tokens ({loss['ratio']:.2f}x; {loss['example']})", indent="    ")
+    by_label = {c.label: c for c in e.candidates}
+    d2, b2 = by_label[e.default.label].steps_2d, by_label[e.best.label].steps_2d
+    if d2 or b2 or (d2 is not None and wl["speculative"]):
+        _say(console, f"2D path (no KV split): {d2:,} of {wl['steps']:,} steps under the default, {b2:,} under "
+             "the best" + ("; multi-token (speculative) steps fall to 2D when num_seqs x cdiv(query length, "
+                           "BLOCK_Q) passes the 3D threshold" if wl["speculative"] else ""), indent="  ")
+    _say(console, "apply: " + e.apply[0], indent="  ")
+    for cmd in e.apply_commands:
+        console.print("    " + cmd, highlight=False, markup=False, soft_wrap=True)
+    for extra in e.apply[1:]:
+        _say(console, extra, indent="  ", style="dim")
+    if not e.calibrated:
+        _say(console, f"the time profile does not calibrate every kernel family {name} uses", indent="  ",
+             style="yellow")
+
+
+def _backends(console: Console, result: TuneResult) -> None:
+    for bk in result.backends:
+        if bk.stats is None:
+            _say(console, f"backend {bk.engine} -> {bk.backend} ({bk.how}): {bk.note}", style="dim")
+            continue
+        e = result.engines.get(bk.engine)
+        d = bk.to_dict(e.default.stats.total_s, e.best.stats.total_s) if e else bk.to_dict(None)
+        _say(console, f"backend {bk.engine} -> {bk.backend} ({bk.how}): total "
+             f"{bk.stats.total_s * 1e3:,.2f} ms, {fmt_saving(d.get('saving_vs_default', 0))} the default Triton "
+             f"setting, {fmt_saving(d.get('saving_vs_tuned', 0))} the tuned one")
+
+
+def _heuristics(console: Console, result: TuneResult) -> None:
+    console.print()
+    _say(console, "What-if split heuristics: decode attention of one layer per step, against the engine's "
+         "default and the per-step bound")
+    h = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1))
+    for col in ("heuristic", "engine", "mean µs", "p99 µs", "vs default", "vs bound"):
+        h.add_column(col, justify="left" if col in ("heuristic", "engine") else "right", no_wrap=True)
+    for row in result.heuristics:
+        h.add_row(row.name, row.engine, _us(row.stats.mean_step_s), _us(row.stats.p99_step_s),
+                  f"{row.vs_default:+.1%}", f"{row.vs_bound:+.1%}")
+    console.print(h)
+    for row in result.heuristics:
+        if row.source:
+            _say(console, f"{row.name}: {row.source}", indent="  ", style="dim")
+
+
+def print_tune(result: TuneResult, console: Console | None = None) -> None:
+    """The whole report (on a default rich console unless one is given: numbers in tables highlighted)."""
+    console = console or Console()
+    ctx = result.ctx
+    w = ctx.work
+    wl = ctx.trace.summary()
+    b, s = wl["batch"], wl["seq_len"]
+    console.print(f"[bold]{w.model.name}[/] TP={w.tp} on {ctx.gpu.name}  (h={w.num_heads} h_kv={w.num_kv_heads} "
+                  f"d={w.head_size}, {ctx.num_layers} layers)", highlight=False)
+    _say(console, f"workload {wl['source']}: {wl['steps']:,} steps ({wl['distinct_shapes']:,} distinct shapes), "
+         f"{wl['generated_tokens']:,} generated tokens; batch p50 {b['p50']:.0f}, p99 {b['p99']:.0f}, max "
+         f"{b['max']:.0f} sequences; KV length p50 {s['p50']:,.0f}, p99 {s['p99']:,.0f}, max {s['max']:,.0f} tokens")
+    for note in wl["notes"]:
+        _say(console, note, style="dim")
+    guard = "off" if result.max_regression is None else f"{result.max_regression:.0%}"
+    for name, e in result.engines.items():
+        _engine(console, name, e, result, wl, guard)
+    if result.skipped or result.backends:
+        console.print()
+    for name, why in result.skipped.items():
+        _say(console, f"{name}: not tuned: {why}", style="dim")
+    _backends(console, result)
+    if result.heuristics:
+        _heuristics(console, result)
+    for note in result.notes:
+        _say(console, f"note: {note}", style="dim")
+    prof = ctx.profile
+    state = "calibrated" if prof.calibrated else "UNCALIBRATED"
+    _say(console, f"time model: {state} profile {prof.path or 'built-in'}; step time = decode attention of one layer "
+         "on one rank", style="dim")
+
+
+def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
+    """Draw the figure now (every problem raised before any file is touched): per-step time over the workload
+    (default and best of each engine), its distribution and the heuristics'; return the function that saves
+    it as PNG to the path it is given (the CLI passes it to output.write_files)."""
+    from decodecalc.errors import DecodecalcError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)") from None
+    sh = result.ctx.shapes
+    heur = [h for h in result.heuristics if h.times]
+    fig, axes = plt.subplots(1, 3 if heur else 2, figsize=(19 if heur else 13, 4.2))
+    ax1, ax2 = axes[0], axes[1]
+    for name, e in result.engines.items():
+        for cand, style in ((e.default, "-"), (e.best, "--")):
+            if cand is e.best and e.best is e.default:
+                continue
+            series = [cand.times[i] * 1e6 for i in sh.step_shape]
+            label = f"{name}: {cand.label}"
+            ax1.plot(range(len(series)), series, style, lw=0.8, label=label)
+            ordered = sorted(series)
+            ax2.plot(ordered, [(k + 1) / len(ordered) for k in range(len(ordered))], style, lw=1.0, label=label)
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("decode attention, one layer (us)")
+    ax1.set_title(f"{result.ctx.work.model.name} TP{result.ctx.work.tp} {result.ctx.gpu.name}: "
+                  f"{result.ctx.trace.source}", fontsize=9)
+    ax2.set_xlabel("step time (us)")
+    ax2.set_ylabel("fraction of steps")
+    ax2.set_title("distribution", fontsize=9)
+    ax2.legend(fontsize=7)
+    if heur:
+        ax3 = axes[2]
+        for h in heur:
+            ordered = sorted(h.times[i] * 1e6 for i in sh.step_shape)
+            style = ":" if h.kind == "bound" else "--" if h.kind == "proposal" else "-"
+            ax3.plot(ordered, [(k + 1) / len(ordered) for k in range(len(ordered))], style, lw=1.0, label=h.name)
+        ax3.set_xlabel("step time (us)")
+        ax3.set_title("what-if split heuristics", fontsize=9)
+        ax3.legend(fontsize=7)
+    fig.tight_layout()
+
+    def save(target: Path) -> None:
+        try:
+            fig.savefig(target, dpi=110, format="png")
+        finally:
+            plt.close(fig)
+
+    return save
