@@ -340,8 +340,8 @@ def test_one_wave_programs_speed_up_as_their_sm_empties():
 
 
 def test_coarse_grid_order_close_to_exact(monkeypatch):
-    """Above MAX_EXACT_RUNS runs the dispatch is followed row by row; on ragged batches it stays close to the
-    run-by-run schedule."""
+    """Above MAX_EXACT_RUNS runs the dispatch is followed in coarser steps; on ragged batches it stays within 10%
+    of the run-by-run schedule (median 0.6%, worst 9% over 84 random batches and kernels when written)."""
     import random
 
     from decodecalc.timemodel import predict
@@ -356,7 +356,7 @@ def test_coarse_grid_order_close_to_exact(monkeypatch):
             monkeypatch.setattr(predict, "MAX_EXACT_RUNS", 10**9)
             exact = launch_time_s(lw, prof)
             monkeypatch.undo()
-            assert coarse == pytest.approx(exact, rel=0.05)
+            assert coarse == pytest.approx(exact, rel=0.10)
 
 
 # -- prediction and fit on measured H200 rows -----------------------------------------------------

@@ -9,7 +9,7 @@ from decodecalc.derived import cdiv
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
-from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, work_for_plan
+from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row, work_for_plan
 from decodecalc.workload import Workload
 
 
@@ -96,9 +96,9 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
 
     Slots with equal loads form one group (their last program's iterations kept), so the cost grows with
     the runs and the distinct loads, not the programs. A grid with more than MAX_EXACT_RUNS runs is
-    followed a row at a time, which keeps the order of the rows (the z planes and the y repeats): the
-    rows that end more than TAIL_WAVES waves before the last program are spread as runs of their mean,
-    the others in their order."""
+    followed in coarser steps that keep the order of the rows (the z planes and the y repeats): each row's
+    repeats summarized (:func:`_row_parts`), except that of the rows in the last TAIL_WAVES waves the last
+    repeat is followed in its order (its long programs may be the last to start)."""
     loads: dict[float, list[float]] = {0.0: [slots, 0.0]}  # load -> [slots, iterations of their last program]
     heap = [0.0]
     start = 0.0
@@ -145,20 +145,47 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
                 for i, k in row:
                     place(i, k)
     else:
-        # the programs that start in the last TAIL_WAVES waves decide the end: those in grid order; the rows before
-        # them as runs of their mean
+        # the programs that start in the last TAIL_WAVES waves decide the end: of each row there, its last repeat in
+        # grid order; the repeats before, and the rows before the tail, as ROW_PARTS runs of equal program counts
+        # (the row's programs by length, each part its mean), longest first
         left = sum(sum(k for _, k in row) * rep for row, rep in order) - TAIL_WAVES * slots
         for row, rep in order:
             progs = sum(k for _, k in row)
-            early = min(rep, max(0, left // progs)) if len(row) > 1 else rep
+            early = rep if len(row) == 1 or left >= progs * rep else rep - 1
             left -= progs * rep
             if early:
-                place(sum(i * k for i, k in row) / progs, progs * early)
-            for _ in range(rep - early):
+                for i, k in _row_parts(row, progs):
+                    place(i, k * early)
+            if early < rep:
                 for i, k in row:
                     place(i, k)
     running = [(min(g[1], (load - start) / ti), g[0]) for load, g in loads.items() if load > start]
     return start, running
+
+
+#: parts a row is summarized in where its order is not followed
+ROW_PARTS = 4
+
+
+def _row_parts(row: Row, progs: int) -> list[tuple[float, int]]:
+    """A row's programs by length, longest first, in ROW_PARTS parts of (nearly) equal counts: (mean, count)."""
+    if len(row) == 1:
+        return [(float(row[0][0]), row[0][1])]
+    size = cdiv(progs, ROW_PARTS)
+    out: list[tuple[float, int]] = []
+    n_p = it_p = 0
+    for i, k in sorted(row, reverse=True):
+        while k:
+            take = min(k, size - n_p)
+            n_p += take
+            it_p += i * take
+            k -= take
+            if n_p == size:
+                out.append((it_p / n_p, n_p))
+                n_p = it_p = 0
+    if n_p:
+        out.append((it_p / n_p, n_p))
+    return out
 
 
 def _shared_tail_s(running: list[tuple[float, int]], t_it: Callable[[int, int], float], num_sms: int,
