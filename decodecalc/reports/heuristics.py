@@ -10,7 +10,7 @@ User rule (``--rule FILE``): the file defines ``splits(step)`` returning one spl
 of the step (run on SGLang's kernel, which takes the counts as a tensor; the grid's split dimension is
 the largest count the rule returns over the workload), and optionally ``segments(step)`` returning one
 segment count for the whole launch (run on vLLM's kernel; 1 = the 2D kernel). ``step`` has
-``batch``, ``seq_lens`` and ``query_lens`` (longest first), ``num_sms``, ``num_heads``,
+``batch``, ``seq_lens`` and ``query_lens`` (in batch order), ``num_sms``, ``num_heads``,
 ``num_kv_heads``, ``head_size``, ``gpu`` and ``origin`` (where the step came from).
 """
 
