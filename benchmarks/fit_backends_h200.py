@@ -177,7 +177,8 @@ def _drop_block(lines: list[str], names: tuple[str, ...]) -> list[str]:
     """Lines without earlier copies of the new families and of the fit keys this script writes (re-runs)."""
     out, skip = [], False
     for line in lines:
-        key = line[2:].split(":")[0] if line.startswith("  ") and not line.startswith("   ") else None
+        # a key two spaces in; "  - item" lines continue the list of the key above them
+        key = line[2:].split(":")[0] if line.startswith("  ") and line[2:3] not in (" ", "-") else None
         if key is not None:
             skip = key in names or key in ("backend_families", "uncalibrated_families")
         elif not line.startswith("  "):
