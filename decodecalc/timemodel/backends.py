@@ -24,7 +24,7 @@ from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
 from decodecalc.launchers import flashmla
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
-from decodecalc.timemodel.work import KernelWork, LaunchWork, WorkShape
+from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row, WorkShape, add_block, row_runs
 
 #: the --kernel / compare policy names whose launches this module describes
 BACKEND_KERNELS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla")
@@ -87,9 +87,13 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
         g = shape.num_heads // h_kv
         q_tiles = [cdiv(q * g, tile_q) for q in shape.query_lens]
     pairs: list[tuple[int, int]] = []
+    line: list[int] = []  # one x-line of the grid in order, in pages: request, then its q tiles, then its chunks
     for L, s, qt in zip(shape.seq_lens, plan.splits, q_tiles):
-        pairs += [(u, n * qt) for u, n in _pieces(cdiv(L, page), s if split else 1, int(chunk))]
+        pieces = _pieces(cdiv(L, page), s if split else 1, int(chunk))
+        pairs += [(u, n * qt) for u, n in pieces]
+        line += [u for u, n in pieces for _ in range(n)] * qt
     iters = _hist(pairs, h_kv)
+    order: Order = ()
     working = sum(n for _, n in iters)
     unit_bytes = page * (d + dv) * kvb
     if not tensor_cores and main.constexprs.get("tiling"):
@@ -111,10 +115,15 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
         step = max(16, TC_STEP_BYTES // ((d + dv) * kvb))
         iters = tuple((cdiv(u * page, step), n) for u, n in iters)
         unit_bytes = step * (d + dv) * kvb
+        # grid (padded_batch_size, 1, num_kv_heads): the x-line of work items (request-major) once per KV head,
+        # the padding past new_batch_size exiting at once (prefill.cuh BatchPrefillWithPagedKVCacheKernel)
+        blocks: list[tuple[Row, int]] = []
+        add_block(blocks, row_runs((cdiv(u * page, step), 1) for u in line), h_kv)
+        order = tuple(blocks)
     occ = 2 if tensor_cores else int(main.constexprs.get("occupancy") or 0) or None  # PrefillPlanImpl: 2 CTAs/SM
     kernels = [KernelWork(family="flashinfer_tc" if tensor_cores else "flashinfer_decode", iters=iters,
                           bytes_per_iter=unit_bytes, idle_programs=max(0, main.programs - working),
-                          head_dim=next_power_of_2(d), occupancy=occ)]
+                          head_dim=next_power_of_2(d), occupancy=occ, order=order)]
     merge = _kernel(plan, KernelKind.FLASHINFER_MERGE)
     if merge is not None:
         # a CTA merges one row at a time, its bdy thread rows taking bdy states per step (cascade.cuh)
