@@ -50,6 +50,7 @@ from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import resolve_profile
 from decodecalc.traffic import PRESETS, generate
+from decodecalc.verify.timing import graph_replay_seconds
 from decodecalc.workload import make_workload
 
 MODELS = (("llama3.1-8b", 1), ("llama3.1-70b", 8))
@@ -283,27 +284,7 @@ def time_sequence(torch: Any, calls: list[Any], *, replays: int, on_gpu: bool) -
             f()
         return {"total_s": time.perf_counter() - t0, "timer": "cpu-interpreter", "replays": 1}
     torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        calls[0]()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for f in calls:
-            f()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1000.0)
-    del graph
+    times = graph_replay_seconds(calls, replays)  # one graph holding every step in order
     med = statistics.median(times)
     return {"total_s": med, "timer": "graph", "replays": replays, "spread": (max(times) - min(times)) / med}
 

@@ -22,6 +22,7 @@ from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import vllm_unified as vu
 from decodecalc.launchers.sglang_triton import DEFAULT_MAX_KV_SPLITS, SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
+from decodecalc.reports.tune_backends import BackendNote, backend_levers
 from decodecalc.reports.tune_eval import DEFAULT_MAX_SHAPES, ShapeSet, Stats, StepTimer, shape_set, stats
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
@@ -103,25 +104,6 @@ class EngineTune:
                 "calibrated": self.calibrated, "attention_s_per_1k_tokens": dict(self.attention_s_per_1k_tokens),
                 "saving_vs_default": 1.0 - self.best.stats.total_s / self.default.stats.total_s,
                 "steps": self.changes}
-
-
-@dataclass(frozen=True, slots=True)
-class BackendNote:
-    engine: str
-    backend: str
-    how: str
-    stats: Stats | None
-    note: str
-
-    def to_dict(self, default_total: float | None, tuned_total: float | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note}
-        if self.stats is not None:
-            d |= self.stats.to_dict()
-            if default_total:
-                d["saving_vs_default"] = 1.0 - self.stats.total_s / default_total
-            if tuned_total:
-                d["saving_vs_tuned"] = 1.0 - self.stats.total_s / tuned_total
-        return d
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -370,7 +352,6 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
             skipped[e] = str(exc)
     if not out:
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()))
-    from decodecalc.reports.tune_backends import backend_levers
 
     notes = []
     if ctx.work.model.sliding_window:

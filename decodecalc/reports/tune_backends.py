@@ -9,15 +9,35 @@ module (launchers/flashinfer.py, launchers/flash_attn3.py), the time from the ti
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import flash_attn3, flashinfer
 from decodecalc.launchers.base import LaunchPlan
-from decodecalc.reports.tune_eval import stats
+from decodecalc.reports.tune_eval import Stats, stats
 from decodecalc.timemodel import KERNEL_FAMILIES, launch_time_s, work_for_plan
 
 Planner = Callable[[Any, Any], LaunchPlan]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendNote:
+    engine: str
+    backend: str
+    how: str
+    stats: Stats | None
+    note: str
+
+    def to_dict(self, default_total: float | None, tuned_total: float | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note}
+        if self.stats is not None:
+            d |= self.stats.to_dict()
+            if default_total:
+                d["saving_vs_default"] = 1.0 - self.stats.total_s / default_total
+            if tuned_total:
+                d["saving_vs_tuned"] = 1.0 - self.stats.total_s / tuned_total
+        return d
 
 # vLLM passes flash_attn_max_num_splits_for_cuda_graph (default 32) under full CUDA graphs
 # (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0)
@@ -57,7 +77,6 @@ def _calibrated_keys(prefix: str | tuple[str, ...], profile: Any) -> tuple[list[
 
 
 def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
-    from decodecalc.reports.tune import BackendNote
 
     out = []
     for engine, name, prefix, how in LEVERS:

@@ -57,13 +57,13 @@ from decodecalc.timemodel.profile import (
     resolve_profile,
     user_profile_dir,
 )
+from decodecalc.timemodel.plan_work import work_for_plan
 from decodecalc.timemodel.work import (
     KernelWork,
     LaunchWork,
     WorkShape,
     sglang_work,
     vllm_work,
-    work_for_plan,
 )
 
 __all__ = [

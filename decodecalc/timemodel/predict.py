@@ -9,7 +9,8 @@ from decodecalc.derived import cdiv
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
-from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row, work_for_plan
+from decodecalc.timemodel.plan_work import work_for_plan
+from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row
 from decodecalc.workload import Workload
 
 

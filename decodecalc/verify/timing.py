@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,28 +71,8 @@ def time_calls(
     calls = max(1, min(calls, max(max_calls, copies)))
     if use_graph:
         try:
-            graph = torch.cuda.CUDAGraph()
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                step(0)  # a launch on the capture stream before capture
-            torch.cuda.current_stream().wait_stream(stream)
-            torch.cuda.synchronize()
-            with torch.cuda.graph(graph):
-                for i in range(calls):
-                    step(i % copies)
-            graph.replay()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(replays):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                graph.replay()
-                e.record()
-                e.synchronize()
-                times.append(s.elapsed_time(e) * 1000.0 / calls)
-            del graph
-            return _summary(times, "graph", calls, copies, replays)
+            seconds = graph_replay_seconds([lambda i=i: step(i % copies) for i in range(calls)], replays)
+            return _summary([t * 1e6 / calls for t in seconds], "graph", calls, copies, replays)
         except Exception as exc:  # capture not possible: fall back to events, and say so
             torch.cuda.synchronize()
             note = f"graph capture failed ({type(exc).__name__}: {exc}); eager events"
@@ -110,6 +90,35 @@ def time_calls(
     t = _summary(times, "events", calls, copies, replays)
     t.note = note
     return t
+
+
+def graph_replay_seconds(calls: Sequence[Callable[[], None]], replays: int) -> list[float]:
+    """Capture ``calls`` back to back in one CUDA graph (after one launch on the capture stream) and
+    return the seconds of each of ``replays`` replays, timed with CUDA events (METHOD.md)."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        calls[0]()  # a launch on the capture stream before capture
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        graph.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1000.0)
+    del graph
+    return times
 
 
 def _summary(times: list[float], timer: str, calls: int, copies: int, replays: int) -> Timing:
