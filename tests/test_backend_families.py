@@ -59,6 +59,25 @@ def test_cuda_core_steps_cost_more_with_more_heads_per_kv_head():
     assert per_byte(eight) > 1.5 * per_byte(four)
 
 
+def test_flashinfer_work_follows_the_grid_and_the_persistent_merge():
+    # prefill.cuh: grid (padded_batch_size, 1, num_kv_heads), work items request-major; cascade.cuh
+    # PersistentVariableLengthMergeStatesKernel: CTA j merges rows j, j + gridDim.x, ... (token-major)
+    w = _w("llama3-8b", lens=(256, 8192, 512, 16384))
+    plan = flashinfer.plan_flashinfer_tc(w, H200)
+    lw = work_for_plan(plan, w, "flashinfer-tc")
+    main, merge = lw.kernels
+    (row, repeats), = main.order
+    assert repeats == w.num_kv_heads
+    steps = [i for i, k in row for _ in range(k)]
+    assert sum(steps) * repeats == sum(i * k for i, k in main.iters)
+    assert steps[0] < steps[-1]  # the short first request's chunk comes first, in batch order, not sorted
+    mk = next(k for k in plan.kernels if k.kind.name == "FLASHINFER_MERGE")
+    assert merge.programs + merge.idle_programs == mk.programs
+    bdy = int(mk.constexprs.get("bdy") or 1)
+    rows = sum(-(-max(s, 1) // bdy) * q * w.num_heads for s, q in zip(plan.splits, w.query_lens))
+    assert sum(i * k for i, k in merge.iters) == rows
+
+
 def _heldout_errors() -> dict[str, list[float]]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.fit_backends_h200 import held_out, measurements

@@ -5,8 +5,10 @@ grids, per-sequence splits and the constants the launchers recorded), never from
 Every loop unit here is what the launcher's upstream rule cuts the KV sequence into:
 
 * FlashInfer: one KV page (``block_size`` tokens) of one KV head; a CTA reads its chunk
-  (``kv_chunk_size_in_pages`` pages, the last chunk the rest); the merge kernel reads each (token, query head)
-  row's partial states (``d_v`` outputs in the query dtype + one fp32 LSE per split). The decode kernel's
+  (``kv_chunk_size_in_pages`` pages, the last chunk the rest); the tensor-core grid's work items are recorded in
+  grid order (request-major x-line, once per KV head). The merge kernel is persistent: CTA j merges the
+  (token, query head) rows j, j + grid, ... reading each row's partial states (``d_v`` outputs in the query
+  dtype + one fp32 LSE per split). The decode kernel's
   resident CTAs/SM is the occupancy its plan used (measured, decodecalc/data/occupancy.yaml); the tensor-core
   (prefill) kernel's is the 2 CTAs/SM its plan assumes (the captured kernels' registers give 2 as well).
 * FA3: one ``kBlockN`` block of one KV head per work tile (m-block x head x split), tiles list-scheduled over
@@ -72,6 +74,22 @@ def _rows_merge(shape: WorkShape, plan: LaunchPlan, family: str, k: KernelLaunch
                       head_dim=next_power_of_2(shape.head_size_v), occupancy=occupancy)
 
 
+def _persistent_merge(shape: WorkShape, plan: LaunchPlan, k: KernelLaunch, *, row_bytes: int) -> KernelWork:
+    """FlashInfer's PersistentVariableLengthMergeStatesKernel (cascade.cuh): a persistent grid of ``k.programs``
+    CTAs; CTA j merges the (token, head) rows j, j + grid, j + 2 grid, ... (token-major), one row at a time, its
+    bdy thread rows taking bdy partial states per step. Each CTA is one program running the steps of its rows."""
+    bdy = int(k.constexprs.get("bdy") or 1)
+    h = shape.num_heads
+    costs: list[int] = []
+    for s, q in zip(plan.splits, shape.query_lens):
+        costs += [cdiv(max(s, 1), bdy)] * (q * h)
+    n = max(1, k.programs)
+    per_cta = Counter(sum(costs[j::n]) for j in range(min(n, len(costs))))
+    return KernelWork(family="flashinfer_merge", iters=tuple(sorted(per_cta.items())), bytes_per_iter=row_bytes * bdy,
+                      idle_programs=max(0, n - len(costs)), head_dim=next_power_of_2(shape.head_size_v),
+                      occupancy=int(k.constexprs.get("occupancy") or 0) or None)
+
+
 def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -> LaunchWork:
     page = int(getattr(shape, "block_size", 16))
     d, dv, kvb, h_kv = shape.head_size, shape.head_size_v, shape.kv_bytes_per_element, shape.num_kv_heads
@@ -126,10 +144,7 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
                           head_dim=next_power_of_2(d), occupancy=occ, order=order)]
     merge = _kernel(plan, KernelKind.FLASHINFER_MERGE)
     if merge is not None:
-        # a CTA merges one row at a time, its bdy thread rows taking bdy states per step (cascade.cuh)
-        kernels.append(_rows_merge(shape, plan, "flashinfer_merge", merge, row_bytes=dv * shape.q_bytes + 4,
-                                   states_per_iter=int(merge.constexprs.get("bdy") or 1),
-                                   occupancy=int(merge.constexprs.get("occupancy") or 0) or None))
+        kernels.append(_persistent_merge(shape, plan, merge, row_bytes=dv * shape.q_bytes + 4))
     return LaunchWork(kernel="flashinfer-tc" if tensor_cores else "flashinfer", splits=max(plan.splits or (1,)),
                       kernels=tuple(kernels), label=f"chunk {chunk} pages" if split else "unsplit")
 
