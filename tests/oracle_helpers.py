@@ -6,7 +6,10 @@ The oracles are upstream host code compiled by tools/fetch_oracles.sh (tests/ora
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,22 @@ def source(rel: str) -> Path:
     if not path.is_file():
         pytest.skip(f"{rel} not unpacked: run tools/fetch_oracles.sh")
     return path
+
+
+def exec_with_stubs(path: Path, name: str, stubs: dict[str, object]) -> types.ModuleType:
+    """Execute an upstream Python file unmodified as module ``name``, with ``stubs`` standing in for the
+    modules it imports (restored afterwards, so no other test sees them)."""
+    saved = {k: sys.modules.get(k) for k in stubs}
+    sys.modules.update(stubs)  # type: ignore[arg-type]
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None, path
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return mod

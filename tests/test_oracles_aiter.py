@@ -14,16 +14,13 @@ runs the default plan against that file's selection functions (run by hand; CI r
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import random
-import sys
 import types
 
 import pytest
 from helpers import H200, model
-from oracle_helpers import source
+from oracle_helpers import exec_with_stubs, source
 
-from decodecalc.errors import UnsupportedError
 from decodecalc.launchers import aiter
 from decodecalc.workload import make_workload
 
@@ -88,18 +85,7 @@ def release():
     stubs["aiter.ops.triton.utils.device_info"] = types.SimpleNamespace(get_num_sms=lambda: cus["n"])
     stubs["triton"] = triton  # type: ignore[assignment]
     stubs["aiter.ops.triton._triton_kernels.unified_attention"] = kernels
-    saved = {k: sys.modules.get(k) for k in stubs}
-    sys.modules.update(stubs)  # type: ignore[arg-type]
-    try:
-        spec = importlib.util.spec_from_file_location("oracle_aiter_release_unified_attention", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
+    mod = exec_with_stubs(path, "oracle_aiter_release_unified_attention", stubs)
     mod.torch = types.SimpleNamespace(float32=torch.float32, empty=lambda *shape, **kw: _Shape(*shape))
     return mod, log, cus
 

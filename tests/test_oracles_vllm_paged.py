@@ -13,14 +13,12 @@ and the head sizes and block sizes compiled.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import random
-import sys
 import types
 
 import pytest
 from helpers import H200, model
-from oracle_helpers import oracle, run_lines, source
+from oracle_helpers import exec_with_stubs, oracle, run_lines, source
 
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers import vllm_paged_attention as vpa
@@ -53,18 +51,7 @@ def paged_attn():
         "vllm.triton_utils": types.SimpleNamespace(HAS_TRITON=False),
     }
     stubs["vllm"]._custom_ops = ops  # `from vllm import _custom_ops as ops`
-    saved = {k: sys.modules.get(k) for k in stubs}
-    sys.modules.update(stubs)  # type: ignore[arg-type]
-    try:
-        spec = importlib.util.spec_from_file_location("oracle_vllm_0_11_paged_attn", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
+    mod = exec_with_stubs(path, "oracle_vllm_0_11_paged_attn", stubs)
     return mod, ops
 
 

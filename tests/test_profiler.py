@@ -4,11 +4,11 @@ FlashMLA builds) must still be what the launchers predict."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from capture_records import launches_of, workload_of
 
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers import flashinfer as FI
@@ -29,29 +29,14 @@ def _records(path: Path = CAPTURE) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def _workload(r: dict):
-    s = r["shape"]
-    model = resolve_model(s["model"])
-    if s.get("heads"):
-        h, h_kv = s["heads"]
-        model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
-                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
-    return make_workload(model, tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=r["block_size"])
-
-
-def _launches(r: dict) -> list[P.ProfiledLaunch]:
-    return [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
-                                if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
-
-
 @pytest.mark.parametrize("backend", ["flashinfer", "flashinfer-tc", "fa3", "flashmla"])
 def test_captured_launches_match_the_model(backend: str) -> None:
     recs = [r for r in _records() if r["backend"] == backend]
     assert len(recs) >= 30
     bad = []
     for r in recs:
-        w = _workload(r)
-        res = P.predict_and_compare(backend, w, H200, [] if "error" in r else _launches(r), cuda_graph=r["cuda_graph"])
+        w = workload_of(r)
+        res = P.predict_and_compare(backend, w, H200, [] if "error" in r else launches_of(r), cuda_graph=r["cuda_graph"])
         if "error" in r:  # the kernel refused the shape: the model must not claim it runs
             if res["match"] is not None:
                 bad.append((r["shape"], "kernel refused, model applicable", r["error"][-80:]))
@@ -70,12 +55,12 @@ def test_occupancy_data_follows_from_the_captured_registers() -> None:
     seen = {}
     for r in _records() + _records(SWEEP):
         if r["backend"] == "flashinfer" and "error" not in r:
-            w = _workload(r)
+            w = workload_of(r)
             main = next(x for x in r["launches"] if x["role"] == "main")
             seen[f"{w.head_size}/{w.group_size}"] = (main["registers_per_thread"], main["block"][0] * main["block"][1]
                                                      * main["block"][2], main["shared_memory_bytes"])
             # and the grid follows from that occupancy
-            assert P.predict_and_compare("flashinfer", w, H200, _launches(r), cuda_graph=r["cuda_graph"])["match"]
+            assert P.predict_and_compare("flashinfer", w, H200, launches_of(r), cuda_graph=r["cuda_graph"])["match"]
     assert seen == {k: (v["registers_per_thread"], v["threads"], v["shared_memory_bytes"])
                     for k, v in data["flashinfer_decode"].items()}
 
@@ -140,5 +125,5 @@ def test_swept_split_settings_match_the_model(backend: str) -> None:
     recs = [r for r in _records(SWEEP) if r["backend"] == backend and "error" not in r]
     assert len(recs) >= 300
     for r in recs:
-        plan = P.knob_plan(backend, _workload(r), H200, r["knobs"])
-        assert P.compare_launches(plan, _launches(r))["match"], (r["shape"]["tag"], r["knobs"])
+        plan = P.knob_plan(backend, workload_of(r), H200, r["knobs"])
+        assert P.compare_launches(plan, launches_of(r))["match"], (r["shape"]["tag"], r["knobs"])

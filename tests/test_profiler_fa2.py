@@ -5,17 +5,15 @@ message, the stubs of the restricted build) is checked without a GPU."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from capture_records import launches_of, workload_of
 
 from benchmarks.build_fa2_h200 import compiled_specialisations, stub_source
 from decodecalc.specs.gpus import resolve_gpu
-from decodecalc.specs.models import resolve_model
 from decodecalc.verify import profiler as P
-from decodecalc.workload import make_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -23,21 +21,6 @@ CAPTURE = RESULTS / "capture-fa2-h200.jsonl"
 CONTIGUOUS = RESULTS / "capture-fa2-h200-contiguous.jsonl"  # block 16: FA2's contiguous cache
 SWEEP = RESULTS / "sweep-fa2-h200.jsonl"  # num_splits 1-128
 H200 = resolve_gpu("h200")
-
-
-def _workload(r: dict):
-    s = r["shape"]
-    model = resolve_model(s["model"])
-    if s.get("heads"):
-        h, h_kv = s["heads"]
-        model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
-                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
-    return make_workload(model, tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=r["block_size"])
-
-
-def _launches(r: dict) -> list[P.ProfiledLaunch]:
-    return [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
-                                if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
 
 
 def _records(path: Path) -> list[dict]:
@@ -55,8 +38,8 @@ def test_captured_fa2_launches_match_the_model(path: Path) -> None:
                                                                        "void flash::flash_fwd_kernel"}
     bad = []
     for r in recs:
-        w = _workload(r)
-        res = P.predict_and_compare("fa2", w, H200, _launches(r), cuda_graph=False)
+        w = workload_of(r)
+        res = P.predict_and_compare("fa2", w, H200, launches_of(r), cuda_graph=False)
         if res["match"] is not True:
             bad.append((r["shape"]["tag"], w.batch, w.max_seqlen_k, res.get("kernels")))
     assert not bad, bad[:5]
@@ -66,7 +49,7 @@ def test_swept_fa2_num_splits_match_the_model() -> None:
     recs = _records(SWEEP)
     assert len(recs) >= 100
     bad = [(r["shape"]["tag"], r["knobs"], c["kernels"]) for r in recs
-           if not (c := P.compare_launches(P.knob_plan("fa2", _workload(r), H200, r["knobs"]), _launches(r)))["match"]]
+           if not (c := P.compare_launches(P.knob_plan("fa2", workload_of(r), H200, r["knobs"]), launches_of(r)))["match"]]
     assert not bad, bad[:5]
 
 
