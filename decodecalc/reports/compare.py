@@ -201,17 +201,25 @@ def _predicted(data: dict[str, Any]) -> dict[str, Any]:
     return {k: data[k] for k in _PREDICTION_KEYS if k in data}
 
 
+def _grid_system(name: str, run: Callable[[], Any]) -> Any:
+    """The grid report's SystemResult for vLLM or SGLang, or the PolicyResult that says why it has none."""
+    title = POLICIES[name].title
+    try:
+        res = run()
+    except UnsupportedError as exc:
+        return PolicyResult(name, title, False, reason=str(exc))
+    if res.error is not None or res.model is None:
+        return PolicyResult(name, title, False, reason=res.error or "not modeled")
+    return res
+
+
 def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     from decodecalc.reports import grid as report
 
-    title = POLICIES["vllm"].title
-    try:
-        res = report.vllm_result(w, gpu, opts.vllm, opts.layer)
-    except UnsupportedError as exc:
-        return PolicyResult("vllm", title, False, reason=str(exc))
-    vp = res.model
-    if res.error is not None or vp is None:
-        return PolicyResult("vllm", title, False, reason=res.error or "not modeled")
+    res = _grid_system("vllm", lambda: report.vllm_result(w, gpu, opts.vllm, opts.layer))
+    if isinstance(res, PolicyResult):
+        return res
+    title, vp = POLICIES["vllm"].title, res.model
     notes = []
     if vp.replay is not None:
         r = vp.replay
@@ -230,14 +238,10 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
 def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     from decodecalc.reports import grid as report
 
-    title = POLICIES["sglang"].title
-    try:
-        res = report.sglang_result(w, gpu, opts.sglang, opts.layer)
-    except UnsupportedError as exc:
-        return PolicyResult("sglang", title, False, reason=str(exc))
-    sp = res.model
-    if res.error is not None or sp is None:
-        return PolicyResult("sglang", title, False, reason=res.error or "not modeled")
+    res = _grid_system("sglang", lambda: report.sglang_result(w, gpu, opts.sglang, opts.layer))
+    if isinstance(res, PolicyResult):
+        return res
+    title, sp = POLICIES["sglang"].title, res.model
     error = res.data.get("predicted_time_error")
     return PolicyResult("sglang", title, True, plan=sp.plan, figures=res.figures,
                         notes=[f"mode {sp.mode}, max_kv_splits {sp.max_kv_splits}"]

@@ -150,15 +150,21 @@ def pr27786_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int
     return tuple(h if L >= PR27786_GATE_TOKENS else lo for L, lo, h in zip(seq, low, high))
 
 
-def _sglang_pr27786(ctx: Any, result: Any) -> tuple[float, ...]:
+def _sglang_rule_times(ctx: Any, rule: Callable[..., tuple[int, ...]], buffer_splits: int) -> tuple[float, ...]:
+    """Per-step times of a split rule of the PR helpers' signature, run with the server's maximum and
+    split buffers sized for ``buffer_splits``."""
     base = _base_max(ctx)
 
     def one(i: int) -> float:
         w = ctx.timer.work(i)
-        splits = pr27786_splits(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
-                                num_sms=ctx.gpu.num_sms, max_kv_splits=base)
-        return ctx.timer.sglang_splits(i, splits, max(base, PR27786_CAP))  # split buffers sized by the cap
+        splits = rule(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, num_sms=ctx.gpu.num_sms,
+                      max_kv_splits=base)
+        return ctx.timer.sglang_splits(i, splits, buffer_splits)
     return ctx.timer.per_shape(one)
+
+
+def _sglang_pr27786(ctx: Any, result: Any) -> tuple[float, ...]:
+    return _sglang_rule_times(ctx, pr27786_splits, max(_base_max(ctx), PR27786_CAP))  # buffers sized by the cap
 
 
 def pr35801_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int, num_sms: int,
@@ -171,14 +177,7 @@ def pr35801_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int
 
 
 def _sglang_pr35801(ctx: Any, result: Any) -> tuple[float, ...]:
-    base = _base_max(ctx)
-
-    def one(i: int) -> float:
-        w = ctx.timer.work(i)
-        splits = pr35801_splits(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
-                                num_sms=ctx.gpu.num_sms, max_kv_splits=base)
-        return ctx.timer.sglang_splits(i, splits, base)
-    return ctx.timer.per_shape(one)
+    return _sglang_rule_times(ctx, pr35801_splits, _base_max(ctx))
 
 
 def _tuned(engine: str) -> Callable[[Any, Any], tuple[float, ...]]:

@@ -228,31 +228,20 @@ def build(oracles: Path) -> list[str]:
     bdir = oracles / "build"
     bdir.mkdir(parents=True, exist_ok=True)
     built = []
-    fa2 = oracles / FA2
-    if fa2.is_dir():
-        for name, text in fa2_snippets(fa2).items():
+    # (oracle, unpacked folder, snippet extractor, driver, extra include folders below the unpacked one)
+    cpp_oracles = (
+        ("fa2_oracle", oracles / FA2, fa2_snippets, "fa2_driver.cpp", ("src",)),
+        ("vllm_paged_oracle", oracles / VLLM11 / "csrc" / "attention", vllm_paged_snippets, "vllm_paged_driver.cpp", ()),
+        ("vllm_rocm_oracle", oracles / VLLM33 / "csrc" / "rocm", vllm_rocm_snippets, "vllm_rocm_driver.cpp", ()),
+        ("fa3_oracle", oracles / FA3, fa3_snippets, "fa3_driver.cpp", (".",)),
+    )
+    for exe, src, snippets, driver, includes in cpp_oracles:
+        if not src.is_dir():
+            continue
+        for name, text in snippets(src).items():
             (bdir / name).write_text(text)
-        compile_cpp(bdir / "fa2_oracle", HERE / "fa2_driver.cpp",
-                    [bdir, HERE / "stubs", fa2 / "src"])
-        built.append("fa2_oracle")
-    vpa = oracles / VLLM11 / "csrc" / "attention"
-    if vpa.is_dir():
-        for name, text in vllm_paged_snippets(vpa).items():
-            (bdir / name).write_text(text)
-        compile_cpp(bdir / "vllm_paged_oracle", HERE / "vllm_paged_driver.cpp", [bdir, HERE / "stubs"])
-        built.append("vllm_paged_oracle")
-    rocm = oracles / VLLM33 / "csrc" / "rocm"
-    if rocm.is_dir():
-        for name, text in vllm_rocm_snippets(rocm).items():
-            (bdir / name).write_text(text)
-        compile_cpp(bdir / "vllm_rocm_oracle", HERE / "vllm_rocm_driver.cpp", [bdir, HERE / "stubs"])
-        built.append("vllm_rocm_oracle")
-    fa3 = oracles / FA3
-    if fa3.is_dir():
-        for name, text in fa3_snippets(fa3).items():
-            (bdir / name).write_text(text)
-        compile_cpp(bdir / "fa3_oracle", HERE / "fa3_driver.cpp", [bdir, HERE / "stubs", fa3])
-        built.append("fa3_oracle")
+        compile_cpp(bdir / exe, HERE / driver, [bdir, HERE / "stubs", *(src / inc for inc in includes)])
+        built.append(exe)
     fi = oracles / FI
     if fi.is_dir() and find_nvcc() is None:
         print("note: no nvcc (CUDA toolkit): the FlashInfer oracle is not built and its tests skip", file=sys.stderr)
