@@ -40,7 +40,7 @@ SRC_SCHED = f"flash-attention@{FA_COMMIT} hopper/tile_scheduler.hpp"
 MAX_SPLITS = 128  # get_num_splits passes 128
 MAX_SPLITS_ALLOWED = 256  # flash_api.cpp L1095
 PREPARE_VARLEN_MAX_BATCHES_1CTA = 992  # flash_api.cpp L42
-SIZE_L2 = 50 * 1024 * 1024
+SIZE_L2 = 50 * 1024 * 1024  # hopper/heuristics.h L30 num_splits_heuristic: size_l2 (the H100's L2)
 
 
 def num_splits_heuristic(total_mblocks: int, num_SMs: int, num_n_blocks: int, num_m_blocks: int,

@@ -37,7 +37,8 @@ _MLA_BLOCK = flashmla.block_size_n
 #: CUDA-core decode: heads per KV head below which a step is bound by its bytes (fitted on the H200 training
 #: shapes, benchmarks/fit_backends_h200.py: 2.6 beat 2.0 there), and the resident threads it is relative to
 CUDA_CORE_G0 = 2.6
-CUDA_CORE_REF_THREADS = 9 * 128
+CUDA_CORE_REF_THREADS = 9 * 128  # the resident threads per SM that CUDA_CORE_G0 was fitted relative to
+#: bytes of K and V one tensor-core work step reads (the model's unit of a step, chosen here, not upstream's)
 TC_STEP_BYTES = 64 * 1024
 
 
