@@ -205,7 +205,7 @@ def run_verify(
         save()
         raise
     doc["notes"] = wr.notes if wr else []
-    doc["predicted_time_s"] = _predicted_times(report, work, gpu)
+    doc["predicted_time_s"] = _predicted_times(report)
     doc["ok"] = all(r.ok for r in results)
     doc["complete"] = True
     save()
@@ -250,21 +250,10 @@ def _str(p: Path | None) -> str | None:
     return None if p is None else str(p)
 
 
-def _predicted_times(report: Any, work: Any, gpu: Any) -> dict[str, float]:
-    """decodecalc's own kernel-time prediction per system (the time model), when available."""
-    try:
-        from decodecalc.timemodel import predict_time_s
-    except ImportError:
-        return {}
-    out = {}
-    for s in report.systems:
-        if s.error or s.model is None:
-            continue
-        try:
-            out[s.name] = predict_time_s(s.model.plan, work, gpu, s.name)[0]
-        except Exception:  # a prediction problem must not hide the measurement
-            continue
-    return out
+def _predicted_times(report: Any) -> dict[str, float]:
+    """decodecalc's time-model prediction per system, as the grid report already attached it."""
+    return {s.name: s.data["predicted_time_s"] for s in report.systems
+            if not s.error and s.data and "predicted_time_s" in s.data}
 
 
 def _run_or_fail(inputs: Inputs, **kwargs: Any) -> None:
