@@ -37,6 +37,13 @@ MAX_TOKENS = 2_200_000
 MLA_CONFIGS = [("deepseek-v3", 1), ("deepseek-v2-lite", 1)]
 MLA_BATCHES = [1, 8, 32, 128]
 MLA_LENGTHS = [1024, 4096, 16384, 65536]
+#: second FlashMLA run (--mla-run 2): DeepSeek-V3 at 128 / 64 / 32 / 16 query heads (TP 1 / 2 / 4 / 8) and
+#: DeepSeek-V2-Lite at 16 / 8 (TP 1 / 2), uniform batches and ragged ones; none of them repeats a run-1 shape
+MLA_CONFIGS_2 = [("deepseek-v3", 1), ("deepseek-v3", 2), ("deepseek-v3", 4), ("deepseek-v3", 8),
+                 ("deepseek-v2-lite", 1), ("deepseek-v2-lite", 2)]
+MLA_BATCHES_2 = [1, 3, 8, 16, 32, 64, 128, 256]
+MLA_LENGTHS_2 = [512, 2048, 8192, 32768, 131072]
+MLA_MAX_TOKENS_2 = 4_200_000
 
 
 def worked_examples() -> list[dict]:
@@ -72,6 +79,24 @@ def mla_shapes() -> list[dict]:
                 if b * L <= MAX_TOKENS:
                     out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "grid"})
     return out
+
+
+def mla_shapes_run2() -> list[dict]:
+    """Run 2 of FlashMLA, ordered by a stable hash so that a time-out leaves a spread of configurations."""
+    import hashlib
+
+    out = []
+    for m, tp in MLA_CONFIGS_2:
+        for b in MLA_BATCHES_2:
+            for L in MLA_LENGTHS_2:
+                if b * L <= MLA_MAX_TOKENS_2:
+                    out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "mla-grid"})
+        # ragged batches: lengths spread over 64x (and one long request among short ones)
+        for b, span in ((4, 65536), (12, 16384), (48, 8192), (96, 4096), (160, 2048)):
+            out.append({"model": m, "tp": tp, "seq_lens": [512 + (i * 7919) % span for i in range(b)],
+                        "tag": "mla-ragged"})
+        out.append({"model": m, "tp": tp, "seq_lens": [131072] + [1024] * 31, "tag": "mla-ragged"})
+    return sorted(out, key=lambda s: hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest())
 
 
 def workload(shape: dict, block: int):
@@ -146,6 +171,7 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=5)
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="split sweeps for the time model and other group sizes")
+    ap.add_argument("--mla-run", type=int, default=1, choices=(1, 2), help="FlashMLA shape list: run 1 or run 2")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
@@ -172,7 +198,7 @@ def main() -> int:
                 plan += [(b, sh, False, kn) for sh in SWEEP_SHAPES]
     for b in ([] if args.sweep else backends):
         if b == "flashmla":
-            plan += [(b, s, False, None) for s in mla_shapes()]
+            plan += [(b, s, False, None) for s in (mla_shapes() if args.mla_run == 1 else mla_shapes_run2())]
             continue
         shapes = worked_examples() + grid_shapes()
         plan += [(b, s, False, None) for s in shapes]
