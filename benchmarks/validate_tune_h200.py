@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.launchers.base import KernelKind
 from decodecalc.launchers.sglang_triton import plan_sglang
 from decodecalc.launchers.vllm_unified import plan_vllm
 from decodecalc.reports.heuristics import (
@@ -64,17 +65,31 @@ POOL_BUDGET_BYTES = 24 << 30
 
 
 def vllm_spec(plan_result: Any) -> tuple:
-    """(kind, threshold, segments, B_run, T_run) as the engine runs the step."""
+    """(kind, threshold, segments, B_run, T_run, 3D) as the engine runs the step (3D: what the launcher's gate
+    decided for the batch that runs)."""
     be = plan_result.backend
+    running = plan_result.replay.plan if plan_result.replay is not None else plan_result.plan
+    use_3d = any(k.kind is KernelKind.VLLM_UNIFIED_3D for k in running.kernels)
     if plan_result.replay is not None:
         rp = plan_result.replay
-        return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, rp.num_reqs_padded, rp.num_tokens_padded)
+        return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, rp.num_reqs_padded, rp.num_tokens_padded,
+                use_3d)
     w_b = len(plan_result.plan.splits)
-    return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, w_b, w_b)
+    return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, w_b, w_b, use_3d)
+
+
+def launch_recipe(spec: tuple) -> dict[str, Any]:
+    """What the time model needs to rebuild one step's launch work from a launch spec (stored with the per-step
+    timings so a refit can recompute their work with the work functions of its day): vLLM's kernel (2D/3D) and
+    segments as the gate decides them for the batch that runs, SGLang's per-sequence splits."""
+    if spec[0] == "vllm":
+        return {"engine": "vllm", "use_3d": spec[5], "segments": spec[2] if spec[5] else 1, "batch_run": spec[3]}
+    _, splits, maxs, adaptive = spec
+    return {"engine": "sglang", "splits": list(splits), "max_kv_splits": maxs, "adaptive": adaptive}
 
 
 def vllm_forced(segments: int, batch: int) -> tuple:
-    return ("vllm", 0 if segments <= 1 else 1 << 20, max(segments, 1), batch, batch)
+    return ("vllm", 0 if segments <= 1 else 1 << 20, max(segments, 1), batch, batch, segments > 1)
 
 
 def sglang_spec(splits: tuple[int, ...], max_kv_splits: int, adaptive: bool) -> tuple:
@@ -214,7 +229,7 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
         c = k % pool.copies
         spec = entry["specs"][i]
         if spec[0] == "vllm":
-            _, thr, S, b_run, t_run = spec
+            _, thr, S, b_run, t_run, _3d = spec
             key = ("v", i, c, spec)
             if key not in shared:
                 q = torch.randn((t_run, h, d), generator=gen, device=device, dtype=dtype)
@@ -292,8 +307,44 @@ def time_sequence(torch: Any, calls: list[Any], *, replays: int, on_gpu: bool) -
 # ------------------------------------------------------------------------------------------------
 
 
+#: per-step timing: a graph of one step repeated over the KV copies holds at least this much kernel time
+PER_STEP_TARGET_S = 400e-6
+
+
+def time_steps(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entries: list[dict[str, Any]], shape_ids: list[int],
+               dtype: Any, device: str, num_sms: int, replays: int) -> list[dict[str, Any]]:
+    """Each sampled shape alone under every distinct launch the entries make for it: one CUDA graph of that
+    step on every KV copy in turn (repeated up to PER_STEP_TARGET_S), median of ``replays`` replays per step."""
+    rows = []
+    for i in shape_ids:
+        seen: dict[tuple, dict[str, Any]] = {}
+        for e in entries:
+            spec = e["specs"][i]
+            # the launch that runs: vLLM's kernel, segments (3D only) and padded batch; SGLang's splits and whether
+            # the engine's split-count kernel runs before it
+            launch = (spec[5], spec[2] if spec[5] else 1, spec[3], spec[4]) if spec[0] == "vllm" else spec[1:]
+            key = (e["engine"], launch, e["engine"] == "sglang" and (e["kind"] in ("default", "tuned", "candidate")
+                                                                      or e["name"] == "sglang-pr21775"))
+            if key in seen:
+                seen[key]["entries"].append(e["name"])
+                continue
+            calls = build_calls(torch, vk, sk, pool, ctx, e, [i] * pool.copies, dtype, device, num_sms,
+                                use_pdl=device == "cuda")
+            reps = max(1, math.ceil(PER_STEP_TARGET_S / max(e["predicted"][i] * len(calls), 1e-9)))
+            m = time_sequence(torch, calls * reps, replays=replays, on_gpu=device == "cuda")
+            lens = [L for L, _ in ctx.shapes.shapes[i]]
+            row = {"shape_index": i, "seq_lens": lens, "engine": e["engine"], "launch": launch_recipe(spec),
+                   "engine_split_kernel": key[2], "t_us": m["total_s"] / (len(calls) * reps) * 1e6,
+                   "predicted_us": e["predicted"][i] * 1e6, "spread": m.get("spread"), "entries": [e["name"]]}
+            seen[key] = row
+            rows.append(row)
+            del calls
+    return rows
+
+
 def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *, steps: int, top: int,
-             device: str, dtype: Any, gpu: Any, profile: Any, replays: int, smoke: bool) -> dict[str, Any]:
+             device: str, dtype: Any, gpu: Any, profile: Any, replays: int, smoke: bool,
+             per_step: int = 0) -> dict[str, Any]:
     model = resolve_model(model_name)
     work = make_workload(model, tp=tp, dtype="float16" if smoke else None)
     if smoke:
@@ -319,6 +370,19 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
                                         16))
     pool = Pool(torch, rows=rows, length=lmax, h_kv=work.num_kv_heads, d=work.head_size, dtype=dtype,
                 device=device, copies=copies, seed=7)
+    if per_step:  # per-step timings of a sample of the shapes instead of workload totals
+        n = len(ctx.shapes.shapes)
+        ids = sorted({order[round(k * (len(order) - 1) / max(per_step - 1, 1))] for k in range(per_step)}) \
+            if n > per_step else list(range(n))
+        rows = time_steps(torch, vk, sk, pool, ctx, entries, ids, dtype, device, gpu.num_sms, replays)
+        del pool
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        errs = sorted(abs(r["predicted_us"] / r["t_us"] - 1) for r in rows)
+        print(f"  {model_name} {wl}: {len(rows)} step launches timed, median |error| {errs[len(errs) // 2]:.1%}",
+              flush=True)
+        return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "kv_copies": copies,
+                "per_step": rows}
     out_entries = []
     measured: dict[tuple, tuple[dict[str, Any], str]] = {}
     for e in entries:
@@ -439,6 +503,9 @@ def main() -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="presets or mix:... specs, separated by ',' "
                     "(by ';' when a mix: spec is among them)")
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter check: tiny sizes, fp16")
+    ap.add_argument("--per-step", type=int, default=0, metavar="N", help="time N sampled steps of each workload "
+                    "alone, under every distinct launch the settings and heuristics make for them (time-model "
+                    "training data), instead of workload totals")
     ap.add_argument("--repredict", metavar="JSON", help="no GPU: compare a measured JSON with the current time model "
                     "and write the comparison to --out")
     args = ap.parse_args()
@@ -485,7 +552,8 @@ def main() -> int:
             print(f"case {name} TP{tp or 1} {wl}", flush=True)
             try:
                 case = run_case(torch, vk, sk, name, int(tp or 1), wl, steps=args.steps, top=args.top, device=device,
-                                dtype=dtype, gpu=gpu, profile=profile, replays=args.replays, smoke=args.smoke)
+                                dtype=dtype, gpu=gpu, profile=profile, replays=args.replays, smoke=args.smoke,
+                                per_step=args.per_step)
             except Exception as exc:  # noqa: BLE001 - record it and go on with the next case
                 import traceback
                 traceback.print_exc()
