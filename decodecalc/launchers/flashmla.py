@@ -40,35 +40,42 @@ def schedule(seq_lens: tuple[int, ...], num_sm_parts: int) -> tuple[list[int], l
 
     Returns (splits per request, blocks of each split per request, number of parts that got work).
     """
+    splits, pieces, loads = schedule_parts(seq_lens, num_sm_parts)
+    return splits, pieces, sum(1 for _, n in loads if n)
+
+
+def schedule_parts(seq_lens: tuple[int, ...],
+                   num_sm_parts: int) -> tuple[list[int], list[list[int]], list[tuple[int, int]]]:
+    """:func:`schedule`, with each SM part's (blocks, pieces) in part order instead of the busy count."""
     nblk = [max(cdiv(L, block_size_n), 1) for L in seq_lens]
     total = sum(n + fixed_overhead_num_blocks for n in nblk)
     payload = cdiv(total, num_sm_parts) + fixed_overhead_num_blocks
     B = len(seq_lens)
     pieces: list[list[int]] = [[] for _ in range(B)]
     req, now_block, split_idx = 0, 0, 0
-    busy_parts = 0
+    loads: list[tuple[int, int]] = []
     for _ in range(num_sm_parts):
         remain = payload
-        worked = False
+        blocks = taken = 0
         while req < B:
             rest = nblk[req] - now_block
             if remain >= rest + fixed_overhead_num_blocks:
                 pieces[req].append(rest)
                 remain -= rest + fixed_overhead_num_blocks
                 req, now_block, split_idx = req + 1, 0, 0
-                worked = True
+                blocks, taken = blocks + rest, taken + 1
             else:
                 if remain - fixed_overhead_num_blocks > 0:
                     take = remain - fixed_overhead_num_blocks
                     pieces[req].append(take)
                     now_block += take
                     split_idx += 1
-                    worked = True
+                    blocks, taken = blocks + take, taken + 1
                     remain = 0
                 break
-        busy_parts += worked
+        loads.append((blocks, taken))
     splits = [len(p) for p in pieces]
-    return splits, pieces, busy_parts
+    return splits, pieces, loads
 
 
 def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> LaunchPlan:
@@ -90,7 +97,8 @@ def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> 
     parts = ex.add("num_sm_parts", max(gpu.num_sms // h_k // cdiv(q_seq_per_hk, 64), 1),
                    "max(num_sms / h_k / cdiv(s_q * h_q / h_k, 64), 1)", f"{SRC_API} L78", num_sms=gpu.num_sms,
                    h_k=h_k, s_q=s_q, h_q=h_q)
-    splits, pieces, busy = schedule(w.seq_lens, parts)
+    splits, pieces, loads = schedule_parts(w.seq_lens, parts)
+    busy = sum(1 for _, n in loads if n)
     ex.add("num_splits", tuple(splits),
            "greedy packing of cdiv(L_i, block_size_n) blocks (+ fixed_overhead_num_blocks per request) into num_sm_parts parts "
            "of cdiv(total, num_sm_parts) + fixed_overhead_num_blocks",
@@ -115,6 +123,7 @@ def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> 
         tokens_per_split=tps, partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
         details={"num_sm_parts": parts, "blocks_per_split": [tuple(p) for p in pieces], "busy_parts": busy,
+                 "part_loads": tuple(loads),
                  "note": "kernel page size is 64 (FlashMLA requires it; engines set it)", "source": SRC_SCHED},
     )
 

@@ -107,7 +107,7 @@ def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer
         t, calibrated = timemodel.predict_time_s(plan, work, gpu, kernel, profile=prof)
     except DecodecalcError as exc:
         return {"predicted_time_error": str(exc)}
-    warnings = domain_warnings(work, gpu, prof, layer=layer)
+    warnings = domain_warnings(work, gpu, prof, layer=layer, kernel=kernel)
     if not prof.calibrated:
         warnings = (f"no calibrated time profile for {gpu.name}: datasheet figures and H200 latencies; run "
                     "'decodecalc calibrate' on this GPU", *warnings)

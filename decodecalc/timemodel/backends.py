@@ -6,20 +6,23 @@ Every loop unit here is what the launcher's upstream rule cuts the KV sequence i
 
 * FlashInfer: one KV page (``block_size`` tokens) of one KV head; a CTA reads its chunk
   (``kv_chunk_size_in_pages`` pages, the last chunk the rest); the tensor-core grid's work items are recorded in
-  grid order (request-major x-line, once per KV head). The merge kernel is persistent: CTA j merges the
+  grid order (request-major x-line, once per KV head), TC_STEP_TOKENS tokens per iteration, its SM and HBM times
+  blended (TC_BLEND_POWER). The merge kernel is persistent: CTA j merges the
   (token, query head) rows j, j + grid, ... reading each row's partial states (``d_v`` outputs in the query
   dtype + one fp32 LSE per split). The decode kernel's
   resident CTAs/SM is the occupancy its plan used (measured, decodecalc/data/occupancy.yaml); the tensor-core
   (prefill) kernel's is the 2 CTAs/SM its plan assumes (the captured kernels' registers give 2 as well).
 * FA3: one ``kBlockN`` block of one KV head per work tile (m-block x head x split), tiles list-scheduled over
   the persistent grid of one CTA per SM; empty splits exit at once; the combine kernel reads each row's splits.
-* FlashMLA: one 64-token block of the 576-wide latent per iteration; each busy SM part takes its share of the
-  blocks (plus the fixed per-request overhead the scheduler counts); the combine kernel reads the splits of the
-  requests that were split.
+* FlashMLA: one 64-token block of the 576-wide latent per iteration; the most loaded SM part (the scheduler's
+  part loads) decides: its blocks plus a start-up per piece (MLA_PIECE_ITERS); the query m-blocks of a part share
+  each block's HBM read (L2 serves the second); the combine kernel, launched behind the main kernel (PDL), reads
+  the splits of the requests that were split, in grid order.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from decodecalc.derived import cdiv, next_power_of_2
@@ -38,8 +41,19 @@ _MLA_BLOCK = flashmla.block_size_n
 #: shapes, benchmarks/fit_backends_h200.py: 2.6 beat 2.0 there), and the resident threads it is relative to
 CUDA_CORE_G0 = 2.6
 CUDA_CORE_REF_THREADS = 9 * 128  # the resident threads per SM that CUDA_CORE_G0 was fitted relative to
-#: bytes of K and V one tensor-core work step reads (the model's unit of a step, chosen here, not upstream's)
-TC_STEP_BYTES = 64 * 1024
+#: tokens of one tensor-core loop iteration in the model (four 16-token MMA fragments; the kernel's step, CTA_TILE_KV,
+#: is 64 KiB: 256 / 128 / 64 tokens at d = 64 / 128 / 256). A lone CTA takes 1.88 / 1.59 / 1.36 us per 64 KiB step
+#: (sweep-backends-h200.jsonl, disable_split_kv, 131,072 tokens), so a step costs a fixed time per 64 tokens plus
+#: its bytes; 64 beat 16, 32 and 64 KiB steps on the H200 training shapes (benchmarks/fit_backends_h200.py)
+TC_STEP_TOKENS = 64
+#: L^p blend of an iteration's SM and HBM times (KernelWork.blend_power), chosen on the H200 training shapes:
+#: tensor cores 3 (of 1.5, 2, 3, 4, max), FlashMLA 4 (of 2-8, max)
+TC_BLEND_POWER = 3.0
+MLA_BLEND_POWER = 4.0
+#: FlashMLA: the time of one piece's start-up and write-out (a request's share of one SM part) in block
+#: iterations, (fixed, per 64 query rows of the CTA); chosen on the H200 training shapes (upstream's scheduler
+#: weighs a piece as 5 blocks, fixed_overhead_num_blocks, whatever its rows)
+MLA_PIECE_ITERS = (5.0, 3.0)
 
 
 def _hist(pairs: list[tuple[int, int]], scale: int = 1) -> tuple[tuple[int, int], ...]:
@@ -130,8 +144,8 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
     if tensor_cores:
         # tensor cores (the prefill kernel at CTA_TILE_Q 16): one step of its KV loop takes CTA_TILE_KV tokens, 64 KiB
         # of bf16 K and V: 128 tokens at d 128, 64 at 256, 256 at 64 (the captured kernels' shared memory,
-        # (16 + 2 * CTA_TILE_KV) * d * 2 bytes: 69,632 / 73,728 / 67,584)
-        step = max(16, TC_STEP_BYTES // ((d + dv) * kvb))
+        # (16 + 2 * CTA_TILE_KV) * d * 2 bytes: 69,632 / 73,728 / 67,584); the model counts TC_STEP_TOKENS at a time
+        step = TC_STEP_TOKENS
         iters = tuple((cdiv(u * page, step), n) for u, n in iters)
         unit_bytes = step * (d + dv) * kvb
         # grid (padded_batch_size, 1, num_kv_heads): the x-line of work items (request-major) once per KV head,
@@ -142,7 +156,8 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
     occ = 2 if tensor_cores else int(main.constexprs.get("occupancy") or 0) or None  # PrefillPlanImpl: 2 CTAs/SM
     kernels = [KernelWork(family="flashinfer_tc" if tensor_cores else "flashinfer_decode", iters=iters,
                           bytes_per_iter=unit_bytes, idle_programs=max(0, main.programs - working),
-                          head_dim=next_power_of_2(d), occupancy=occ, order=order)]
+                          head_dim=next_power_of_2(d), occupancy=occ, order=order,
+                          blend_power=TC_BLEND_POWER if tensor_cores else 0.0)]
     merge = _kernel(plan, KernelKind.FLASHINFER_MERGE)
     if merge is not None:
         kernels.append(_persistent_merge(shape, plan, merge, row_bytes=dv * shape.q_bytes + 4))
@@ -184,24 +199,41 @@ def flashmla_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
         raise ConfigError(f"no flash_fwd_splitkv_mla_kernel in the {plan.system} plan")
     det = plan.details
     parts, busy = int(det["num_sm_parts"]), max(1, int(det["busy_parts"]))
-    pieces = [tuple(p) for p in det["blocks_per_split"]]
-    overhead = flashmla.fixed_overhead_num_blocks
-    load = sum(sum(p) for p in pieces) + overhead * sum(len(p) for p in pieces)
     per_part = main.programs // max(parts, 1)
-    kernels = [KernelWork(family="flashmla_fwd", iters=((cdiv(load, busy), busy * per_part),),
-                          bytes_per_iter=_MLA_BLOCK * shape.head_size * shape.kv_bytes_per_element,
+    # grid (n_mblocks, h_k, num_sm_parts): a CTA takes the query rows of one m-block through its SM part's pieces
+    # (the scheduler's part loads, launchers.flashmla.schedule_parts). Its loop iterations are the part's 64-token
+    # blocks plus a start-up and write-out per piece that grows with its rows (Q in, the output or the fp32
+    # partial out; MLA_PIECE_ITERS); all parts run at once, so the most loaded one decides. Only the real blocks
+    # read the latent from HBM, and the n_mblocks CTAs of one part read the same block at about the same time: HBM
+    # sees it once, L2 serves the other reads
+    mblocks = max(1, main.grid[0])
+    rows = cdiv(shape.num_heads // shape.num_kv_heads * max(shape.query_lens or (1,)), mblocks)
+    piece_iters = MLA_PIECE_ITERS[0] + MLA_PIECE_ITERS[1] * rows / 64
+    loads = [(b, n) for b, n in det["part_loads"] if n]
+    iters = max(1, max(math.ceil(b + piece_iters * n) for b, n in loads))
+    blocks = sum(b for b, _ in loads)
+    block_bytes = _MLA_BLOCK * shape.head_size * shape.kv_bytes_per_element
+    kernels = [KernelWork(family="flashmla_fwd", iters=((iters, busy * per_part),), bytes_per_iter=block_bytes,
+                          hbm_bytes_per_iter=block_bytes // mblocks,
                           idle_programs=(parts - busy) * per_part, head_dim=next_power_of_2(shape.head_size),
-                          occupancy=1)]
+                          occupancy=1, blend_power=MLA_BLEND_POWER)]
     comb = _kernel(plan, KernelKind.FLASHMLA_COMBINE)
     if comb is not None and comb.working_programs:
-        rows = comb.grid[2] if len(comb.grid) == 3 else 1
-        pairs = [(s, q * rows) for s, q in zip(plan.splits, shape.query_lens) if s > 1]
+        tiles = comb.grid[2] if len(comb.grid) == 3 else 1
+        pairs = [(s, q * tiles) for s, q in zip(plan.splits, shape.query_lens) if s > 1]
+        # grid (B * s_q, 1, cdiv(h_q, 8)): x the requests' tokens in batch order (those of unsplit requests exit at
+        # once), z the head tiles; a program reads its request's splits one after another
+        grid_order: list[tuple[Row, int]] = []
+        add_block(grid_order, row_runs((s, q) for s, q in zip(plan.splits, shape.query_lens) if s > 1), tiles)
         kernels.append(KernelWork(family="flashmla_combine", iters=_hist(pairs),
-                                  bytes_per_iter=cdiv(shape.num_heads, rows) * (4 * shape.head_size_v + 4),
+                                  bytes_per_iter=cdiv(shape.num_heads, tiles) * (4 * shape.head_size_v + 4),
                                   idle_programs=max(0, comb.programs - comb.working_programs),
-                                  head_dim=next_power_of_2(shape.head_size_v)))
+                                  head_dim=next_power_of_2(shape.head_size_v), order=tuple(grid_order)))
+    # the combine kernel starts before the main kernel ends (programmatic dependent launch: on the H200 the graph
+    # replay took 0.3 us less than the two kernels' profiled durations, where FA3's and FlashInfer's pairs took
+    # 1.1-1.5 us more), so its launch adds no gap
     return LaunchWork(kernel="flashmla", splits=max(plan.splits or (1,)), kernels=tuple(kernels),
-                      label=f"{parts} SM parts")
+                      overlapped_launches=len(kernels) - 1, label=f"{parts} SM parts")
 
 
 def backend_work(plan: LaunchPlan, shape: WorkShape, kernel: str) -> LaunchWork:

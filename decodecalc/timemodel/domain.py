@@ -45,11 +45,17 @@ MEASURED_HEAD_SIZES = (64, 96, 128, 256)
 MEASURED_GROUP_SIZES = (1, 2, 4, 5, 6, 7, 8, 12)
 
 
-def profile_domain(profile: Any) -> Domain:
+def profile_domain(profile: Any, kernel: str | None = None) -> Domain:
     """The domain of ``profile`` (a TimeProfile): its own ``fit.domain`` if it records one, else the
-    shapes the packaged profiles are fitted on, measured on the profile's GPU."""
+    shapes the packaged profiles are fitted on, measured on the profile's GPU. For a default backend's kernel
+    (``kernel``: flashinfer, flashinfer-tc, fa3, flashmla) the domain its families were fitted on, where the
+    profile records one (``fit.backend_families.domain.<kernel>``, benchmarks/fit_backends_h200.py)."""
     fit: Mapping[str, Any] = getattr(profile, "fit", {}) or {}
     rec = fit.get("domain") if isinstance(fit, Mapping) else None
+    backends = fit.get("backend_families") if kernel and isinstance(fit, Mapping) else None
+    per = backends.get("domain") if isinstance(backends, Mapping) else None
+    if isinstance(per, Mapping) and isinstance(per.get(kernel), Mapping):
+        rec = per[kernel]
     rec = rec if isinstance(rec, Mapping) else {}
 
     def ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -72,13 +78,16 @@ def _list(values: tuple[Any, ...]) -> str:
     return ", ".join(map(str, values))
 
 
-def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "global") -> tuple[str, ...]:
+def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "global",
+                    kernel: str | None = None) -> tuple[str, ...]:
     """Why a prediction for ``work`` on ``gpu`` lies outside ``profile``'s measured domain (empty: inside;
     an uncalibrated profile is not itself listed: it is uncalibrated everywhere).
 
-    ``gpu`` is the GPUSpec the prediction is for; ``layer`` is "global" or "sliding".
+    ``gpu`` is the GPUSpec the prediction is for; ``layer`` is "global" or "sliding"; ``kernel`` the kernel
+    the prediction is for (:func:`profile_domain`).
     """
-    d = profile_domain(profile)
+    d = profile_domain(profile, kernel)
+    mla = getattr(work.model, "is_mla", False)
     out: list[str] = []
     if not getattr(profile, "calibrated", False):
         pass  # a datasheet profile is uncalibrated everywhere; the caller says so
@@ -96,12 +105,12 @@ def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "glo
         out.append(f"KV-cache dtype {work.kv_cache_dtype}: the fit measured {_list(d.kv_cache_dtypes)}")
     if work.dtype not in d.dtypes:
         out.append(f"dtype {work.dtype}: the fit measured {_list(d.dtypes)}")
-    if work.head_size not in d.head_sizes or work.head_size_v != work.head_size:
+    if work.head_size not in d.head_sizes or (work.head_size_v != work.head_size and not (mla and d.mla)):
         hs = str(work.head_size) if work.head_size_v == work.head_size else f"{work.head_size}/{work.head_size_v}"
         out.append(f"head size {hs}: the fit measured {_list(d.head_sizes)}")
     if work.group_size not in d.group_sizes:
         out.append(f"query-group size {work.group_size}: the fit measured {_list(d.group_sizes)}")
-    if getattr(work.model, "is_mla", False) and not d.mla:
+    if mla and not d.mla:
         out.append("MLA attention: the fit measured MHA/GQA kernels only")
     if work.max_seqlen_q > d.max_query_len:
         out.append(f"{work.max_seqlen_q} query tokens per sequence (speculative decoding or prefill): the fit "

@@ -25,7 +25,7 @@ TIE_FRACTION = 0.05
 def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_program_s: float = 0.0,
                   hbm_bandwidth_bytes_per_s: float = 4.0e12, occupancy_delta: int = 0) -> float:
     """Time of one kernel's programs (no launch overhead): waves of resident programs, each iteration
-    ``max(latency + c * bytes / sm_bandwidth, resident programs * bytes / hbm_bandwidth)``, the last
+    ``max(latency + c * bytes / sm_bandwidth, resident programs * HBM bytes / hbm_bandwidth)``, the last
     wave at its own (lower) concurrency.
 
     With the grid order recorded (``work.order``) and ragged programs, they start in that order, each on
@@ -38,15 +38,21 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     occ = max(1, (work.occupancy or fam.occupancy_for(work.head_dim)) + occupancy_delta)
     slots = occ * num_sms
     b = work.bytes_per_iter
+    b_hbm = b if work.hbm_bytes_per_iter is None else work.hbm_bytes_per_iter  # bytes one program adds to HBM traffic
 
-    lat, bw, hbm = fam.latency_s + b / fam.program_bandwidth_bytes_per_s, fam.sm_bandwidth_bytes_per_s, \
+    # a program's own stream (its loads in flight) pays HBM latency on the bytes it brings in from HBM; re-reads
+    # that L2 serves do not (b_hbm < b); every byte crosses the SM's load path
+    lat, bw, hbm = fam.latency_s + b_hbm / fam.program_bandwidth_bytes_per_s, fam.sm_bandwidth_bytes_per_s, \
         (fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s)
 
     def t_it(c: int, conc: int | None = None) -> float:
         # the SM: a round trip plus its c programs' bytes through its load path (Little's law: bytes in
         # flight / time); the GPU: every resident program's bytes through HBM
         conc = c * num_sms if conc is None else conc
-        return max(lat + c * b / bw, conc * b / hbm)
+        if work.blend_power:
+            return ((lat + c * b / bw) ** work.blend_power + (conc * b_hbm / hbm) ** work.blend_power) \
+                ** (1 / work.blend_power)
+        return max(lat + c * b / bw, conc * b_hbm / hbm)
 
     t0 = fam.program_overhead_s
     idle_cost = work.idle_programs * idle_program_s / num_sms
@@ -231,7 +237,7 @@ def _list_schedule_s(durations: list[tuple[float, int]], slots: int) -> float:
 
 
 def launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
-    t = (len(lw.kernels) + lw.extra_launches) * profile.launch_overhead_s
+    t = (len(lw.kernels) + lw.extra_launches - lw.overlapped_launches) * profile.launch_overhead_s
     for kw in lw.kernels:
         t += kernel_time_s(kw, profile.family(kw.family), profile.num_sms, profile.idle_program_s,
                            profile.hbm_bandwidth_bytes_per_s, occupancy_delta)

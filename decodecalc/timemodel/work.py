@@ -121,6 +121,13 @@ class KernelWork:
     #: grid of one CTA per SM); None: the family's occupancy for ``head_dim``
     occupancy: int | None = None
     order: Order = ()
+    #: bytes per iteration that reach HBM, where several programs read the same bytes at about the same time
+    #: and all but the first hit L2 (FlashMLA's query m-blocks of one SM part read the same latent block);
+    #: None: every program's bytes come from HBM (``bytes_per_iter``). The SM term still counts bytes_per_iter.
+    hbm_bytes_per_iter: int | None = None
+    #: how an iteration's SM-side and HBM-side times combine: 0, the larger of the two; p > 0, their L^p norm
+    #: (a program's loads wait longer as the GPU's HBM traffic nears its bandwidth, well before the corner)
+    blend_power: float = 0.0
 
     @property
     def runs(self) -> int:
@@ -135,6 +142,12 @@ class KernelWork:
     def bytes(self) -> int:
         return sum(i * n for i, n in self.iters) * self.bytes_per_iter
 
+    @property
+    def hbm_bytes(self) -> int:
+        """Bytes the working programs bring in from HBM (``bytes`` where every program reads its own)."""
+        b = self.bytes_per_iter if self.hbm_bytes_per_iter is None else self.hbm_bytes_per_iter
+        return sum(i * n for i, n in self.iters) * b
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaunchWork:
@@ -142,6 +155,8 @@ class LaunchWork:
     splits: int  # 1 = unsplit
     kernels: tuple[KernelWork, ...]
     extra_launches: int = 0  # tiny kernels counted for their launch only (SGLang's split-count kernel)
+    #: kernels whose launch overlaps the kernel before them (programmatic dependent launch): no launch gap counted
+    overlapped_launches: int = 0
     label: str = ""
 
 
