@@ -76,6 +76,41 @@ def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     return ms, origin
 
 
+def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
+    """Per-step timings of workload steps (``validate_tune_h200.py --per-step``): each ragged step under one
+    launch, its work rebuilt from the stored launch (vLLM: 2D/3D and segments; SGLang: per-sequence splits,
+    the grid's max_kv_splits and whether a split-count kernel ran) by today's work functions."""
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.timemodel.fit import Shape
+    from decodecalc.timemodel.work import sglang_work, vllm_work
+    from decodecalc.workload import make_workload
+
+    ms: list[Measurement] = []
+    origin: dict[str, str] = {}
+    for p in paths:
+        for case in json.loads(p.read_text())["cases"]:
+            w = make_workload(resolve_model(case["model"]), tp=int(case["tp"]))
+            for r in case.get("per_step", ()):
+                shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=tuple(r["seq_lens"]),
+                              head_size=w.head_size, head_size_v=w.head_size_v)
+                launch = r["launch"]
+                if r["engine"] == "vllm":
+                    s = int(launch["segments"]) if launch["use_3d"] else 1
+                    work = vllm_work(shape, splits=s, use_3d=bool(launch["use_3d"]))
+                    variant = f"vllm-3d-S{s}" if launch["use_3d"] else "vllm-2d"
+                else:
+                    splits = tuple(int(x) for x in launch["splits"])
+                    work = sglang_work(shape, splits=splits, max_kv_splits=int(launch["max_kv_splits"]),
+                                       adaptive=bool(launch["adaptive"]))
+                    s = max(splits)
+                    variant = f"sglang-step-M{launch['max_kv_splits']}{'-a' if launch['adaptive'] else ''}"
+                ms.append(Measurement(shape=shape, kernel=r["engine"], variant=variant, splits=s,
+                                      time_s=float(r["t_us"]) * 1e-6, work=work,
+                                      model=f"{case['model']} {case['workload']}"))
+                origin.setdefault(shape.key, p.name)
+    return ms, origin
+
+
 RESOURCES: dict[str, dict] = {}
 LAUNCH_US: list[float] = []
 
@@ -138,6 +173,9 @@ def default_vs_best(ms):  # type: ignore[no-untyped-def]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, nargs="*", help="measurement JSON files (default: shared + benchmarks/results/timemodel-h200-*.json)")
+    ap.add_argument("--steps-data", type=Path, nargs="*", help="per-step workload timings (default: "
+                    "benchmarks/results/validate_tune_h200_steps*.json)")
+    ap.add_argument("--no-steps", action="store_true", help="leave the per-step workload timings out")
     ap.add_argument("--holdout", type=float, default=0.3, help="fraction of shapes held out of the fit")
     ap.add_argument("--write-profile", action="store_true", help="write the all-data fit to decodecalc/profiles/h200.yaml")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "timemodel-fit-h200.json")
@@ -150,6 +188,13 @@ def main() -> int:
 
     paths = args.data or ([SHARED] if SHARED.exists() else []) + sorted((ROOT / "benchmarks" / "results").glob("timemodel-h200-*.json"))
     ms, origin = load(paths)
+    step_paths = [] if args.no_steps else (args.steps_data or sorted((ROOT / "benchmarks" / "results").glob(
+        "validate_tune_h200_steps*.json")))
+    if step_paths:
+        sms, sorigin = load_steps(step_paths)
+        ms += sms
+        origin.update(sorigin)
+        paths += step_paths
     base = packaged_profile("h200")
     assert base is not None
     fams = dict(base.families)
@@ -193,7 +238,7 @@ def main() -> int:
     # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
     # where measured): the starting occupancy; the search then picks it per family and head dim
     fitted = fit_profile(train, base, occupancy=occ_measured or None, search_occupancy=not args.no_occupancy_search,
-                         max_evals=args.max_evals, launch_overhead_s=launch, restarts=args.restarts,
+                         max_evals=args.max_evals, launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm",
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
     res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys),
@@ -202,7 +247,7 @@ def main() -> int:
                                  "profile": fitted.to_mapping()}}
     t0 = time.time()
     final = fit_profile(ms, fitted, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
-                        launch_overhead_s=launch, restarts=args.restarts)
+                        launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm")
     print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
     res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
     res["rows_detail"] = [
@@ -231,6 +276,16 @@ def main() -> int:
                  "holdout_p90_abs_err": round(ho["all"]["p90_abs_err"], 4)},
         )
         dest = ROOT / "decodecalc" / "profiles" / "h200.yaml"
+        # the backends' families and their fit statistics (benchmarks/fit_backends_h200.py) are kept as the file
+        # has them now: this script owns the Triton families and the GPU-wide numbers only
+        from decodecalc.timemodel import load_profile_file
+
+        on_disk = load_profile_file(dest)
+        mine = {f for m in ms for f in (k.family for k in m.work.kernels)} | set(REF_FROM)
+        keep = {f: p for f, p in on_disk.families.items() if f not in mine}
+        kept_fit = {k: v for k, v in on_disk.fit.items() if k in ("backend_families", "uncalibrated_families")}
+        prof = dataclasses.replace(prof, families={**{f: p for f, p in prof.families.items() if f in mine}, **keep},
+                                   fit={**prof.fit, **kept_fit})
         dest.write_text(dump_profile(prof))
         print(f"wrote {dest}")
     print(f"wrote {args.out}")

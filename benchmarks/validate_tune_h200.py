@@ -344,7 +344,7 @@ def time_steps(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entries: list
 
 def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *, steps: int, top: int,
              device: str, dtype: Any, gpu: Any, profile: Any, replays: int, smoke: bool,
-             per_step: int = 0) -> dict[str, Any]:
+             per_step: int = 0, skip: int = 0) -> dict[str, Any]:
     model = resolve_model(model_name)
     work = make_workload(model, tp=tp, dtype="float16" if smoke else None)
     if smoke:
@@ -352,7 +352,7 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
         preset, _ = parse_mix("mix:prompt=40,output=6,sigma=0.3")
         trace = generate(dataclasses.replace(preset, concurrency=3), steps=steps)
     else:
-        trace = workload_trace(wl, steps)
+        trace = workload_trace(wl, steps, skip)
     ctx = make_context(trace, work, gpu, profile)
     result = tune(ctx, objective="mean", max_regression=0.05)
     scores = {s.name: s for s in score_heuristics(ctx, result, select_heuristics(None, None))}
@@ -381,7 +381,7 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
         errs = sorted(abs(r["predicted_us"] / r["t_us"] - 1) for r in rows)
         print(f"  {model_name} {wl}: {len(rows)} step launches timed, median |error| {errs[len(errs) // 2]:.1%}",
               flush=True)
-        return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "kv_copies": copies,
+        return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "kv_copies": copies, "skip_steps": skip,
                 "per_step": rows}
     out_entries = []
     measured: dict[tuple, tuple[dict[str, Any], str]] = {}
@@ -422,34 +422,39 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
                            "pick_vs_best_measured": pick["measured_total_s"] / best["measured_total_s"] - 1.0,
                            "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
                            "predicted_saving_vs_default": 1.0 - pick["predicted_total_s"] / default["predicted_total_s"]}
-    return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order),
+    return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "skip_steps": skip,
             "distinct_shapes": len(ctx.shapes.shapes), "kv_copies": copies, "entries": out_entries,
             "summary": summary, "workload_summary": trace.summary()}
 
 
-def workload_trace(wl: str, steps: int) -> Any:
-    """A preset by name, or a parametric ``mix:...`` workload (both seeded)."""
+def workload_trace(wl: str, steps: int, skip: int = 0) -> Any:
+    """A preset by name, or a parametric ``mix:...`` workload (both seeded): steps ``skip`` to ``skip + steps``."""
+    from decodecalc.traffic import StepTrace
+
     if wl.startswith("mix:"):
         from decodecalc.traffic import parse_mix
         preset, _ = parse_mix(wl)
-        return generate(preset, steps=steps)
-    return generate(PRESETS[wl], steps=steps)
+    else:
+        preset = PRESETS[wl]
+    tr = generate(preset, steps=skip + steps)
+    return tr if not skip else StepTrace(steps=tr.steps[skip:skip + steps], source=tr.source, notes=tr.notes)
 
 
 def case_trace(case: dict[str, Any]) -> Any:
-    """The workload a case replayed (presets are seeded: the first ``steps`` steps of the preset)."""
+    """The workload a case replayed (presets are seeded: steps ``skip_steps`` to ``skip_steps + steps``)."""
     from decodecalc.traffic import StepTrace
 
-    tr = workload_trace(case["workload"], max(case["steps"], 200))
+    skip = int(case.get("skip_steps", 0))
+    tr = workload_trace(case["workload"], max(case["steps"], 200), skip)
     return StepTrace(steps=tr.steps[:case["steps"]], source=tr.source, notes=tr.notes)
 
 
-def repredict(path: Path) -> dict[str, Any]:
+def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
     """The comparison from a measured JSON with the time model as it is now (CPU only): per (case, setting)
     predicted vs measured total, tune's pick now, the best measured candidate, the measured saving."""
     data = json.loads(Path(path).read_text())
     gpu = resolve_gpu("h200")
-    profile = resolve_profile(gpu)
+    profile = resolve_profile(gpu, profile_path=profile_path)
     rows, picks = [], []
     for case in data["cases"]:
         if "entries" not in case:
@@ -508,9 +513,13 @@ def main() -> int:
                     "training data), instead of workload totals")
     ap.add_argument("--repredict", metavar="JSON", help="no GPU: compare a measured JSON with the current time model "
                     "and write the comparison to --out")
+    ap.add_argument("--skip-steps", type=int, default=0, metavar="N", help="replay steps N to N + --steps of each "
+                    "workload (steps no earlier run used)")
+    ap.add_argument("--profile", metavar="YAML", help="with --repredict: this time profile instead of the one "
+                    "decodecalc resolves for the H200")
     args = ap.parse_args()
     if args.repredict:
-        rep = repredict(Path(args.repredict))
+        rep = repredict(Path(args.repredict), Path(args.profile) if args.profile else None)
         Path(args.out).write_text(json.dumps(rep, indent=1) + "\n")
         print(f"{rep['within_5pct']}/{rep['settings']} (workload, setting) totals within 5% (median |error| "
               f"{rep['median_abs_error']:.1%}, max {rep['max_abs_error']:.1%}); tune's pick within 3% of the best "
@@ -553,7 +562,7 @@ def main() -> int:
             try:
                 case = run_case(torch, vk, sk, name, int(tp or 1), wl, steps=args.steps, top=args.top, device=device,
                                 dtype=dtype, gpu=gpu, profile=profile, replays=args.replays, smoke=args.smoke,
-                                per_step=args.per_step)
+                                per_step=args.per_step, skip=args.skip_steps)
             except Exception as exc:  # noqa: BLE001 - record it and go on with the next case
                 import traceback
                 traceback.print_exc()

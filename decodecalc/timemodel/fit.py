@@ -257,14 +257,14 @@ OCCUPANCY_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapping[str, int] | None = None,
                 search_occupancy: bool = True, restarts: int = 2, max_evals: int = 2000,
                 launch_overhead_s: float | None = None, fit_globals: bool = True,
-                progress: Callable[[str], None] | None = None) -> TimeProfile:
+                progress: Callable[[str], None] | None = None, first_kernel: str | None = None) -> TimeProfile:
     """Least-squares fit (soft-L1 on log time), one kernel at a time: each family's latency, program
     bandwidth, SM bandwidth and program overhead; with the first (largest) kernel group also the GPU's
     achievable HBM bandwidth and the idle-program cost (``fit_globals``). Occupancy starts from
     ``occupancy`` (registers / shared memory of the compiled kernels) and, with ``search_occupancy``, is
     then chosen per family and padded head dim among OCCUPANCY_CHOICES (coordinate descent on the loss,
     alternating with the continuous fit). ``launch_overhead_s`` (measured: a tiny kernel's CUDA-graph
-    replay) is fixed."""
+    replay) is fixed. ``first_kernel``: the kernel whose group is fitted first, with the globals."""
     if not ms:
         raise DecodecalcError("no measurements to fit the time model to")
     if launch_overhead_s is not None:
@@ -279,7 +279,8 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
     groups: dict[str, list[Measurement]] = {}
     for m in ms:
         groups.setdefault(m.kernel, []).append(m)
-    order = sorted(groups, key=lambda k: -len(groups[k]))
+    # the globals are fitted with the first group: the largest, or ``first_kernel`` when it is measured
+    order = sorted(groups, key=lambda k: (k != first_kernel, -len(groups[k])))
     for gi, kernel in enumerate(order):
         sub = groups[kernel]
         fams = _families_in(sub)
