@@ -4,8 +4,10 @@ benchmarks/capture_backends_h200.py, and report their errors on shapes the fit n
 
     python benchmarks/fit_backends_h200.py [--write-profile]
 
-Data: benchmarks/results/capture-backends-h200.jsonl (default plans, eager and CUDA-graph) and
-sweep-backends-h200.jsonl (FA3 num_splits 1-128, FlashInfer tensor cores' fixed_split_size / disable_split_kv).
+Data: benchmarks/results/capture-backends-h200.jsonl (default plans, eager and CUDA-graph),
+sweep-backends-h200.jsonl (FA3 num_splits 1-128, FlashInfer tensor cores' fixed_split_size / disable_split_kv),
+capture-flashmla-h200-run2.jsonl (FlashMLA, 252 more shapes) and FA2's capture-fa2-h200.jsonl (paged),
+capture-fa2-h200-contiguous.jsonl and sweep-fa2-h200.jsonl (num_splits 1-128).
 The work of every run comes from the launcher's plan for that run (decodecalc.timemodel.backends); the
 existing families and the GPU-wide numbers of decodecalc/profiles/h200.yaml are kept as they are
 (launch overhead, idle-program cost and achievable HBM bandwidth are not refitted).
@@ -39,13 +41,16 @@ from decodecalc.verify import profiler as P  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = (RESULTS / "capture-backends-h200.jsonl", RESULTS / "sweep-backends-h200.jsonl",
-        RESULTS / "capture-flashmla-h200-run2.jsonl")
+        RESULTS / "capture-flashmla-h200-run2.jsonl", RESULTS / "capture-fa2-h200.jsonl",
+        RESULTS / "capture-fa2-h200-contiguous.jsonl", RESULTS / "sweep-fa2-h200.jsonl")
 OUT = RESULTS / "timemodel-backends-h200.json"
 PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 NEW_FAMILIES = ("flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
-                "flashmla_combine")
-#: CTAs/SM of the combine kernels (captured registers and shared memory: 46-48 registers x 256 threads -> 5)
-OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5}
+                "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine")
+#: CTAs/SM of the combine kernels (captured registers and shared memory: 46-48 registers x 256 threads -> 5) and of
+#: FA2's kernels (capture-fa2-h200.jsonl: 247-255 registers x 128 threads and 64-80 KiB shared memory -> 2; the
+#: combine kernel 52-58 registers x 128 threads -> 8)
+OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2_fwd_plain": 2, "fa2_combine": 8}
 GOAL_MEDIAN, GOAL_P90, GOAL_PICK = 0.05, 0.15, 1.15
 
 

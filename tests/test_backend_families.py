@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from decodecalc.launchers import flash_attn3, flashinfer, flashmla
+from decodecalc.launchers import flash_attn2, flash_attn3, flashinfer, flashmla
 from decodecalc.reports.compare import PolicyOptions, evaluate
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
@@ -36,6 +36,7 @@ def _w(model: str, tp: int = 1, lens: tuple[int, ...] = (8192,) * 16, block: int
     ("flashinfer-tc", lambda w: flashinfer.plan_flashinfer_tc(w, H200), "llama3-8b"),
     ("fa3", lambda w: flash_attn3.plan_flash_attn3(w, H200, num_splits=32), "llama3-8b"),
     ("flashmla", lambda w: flashmla.plan_flashmla(w, H200), "deepseek-v3"),
+    ("fa2", lambda w: flash_attn2.plan_flash_attn2(w, H200), "llama3-8b"),
 ])
 def test_work_comes_from_the_plan_not_the_names(kernel, planner, model):
     w = _w(model, block=64 if kernel == "flashmla" else 16, lens=(4096,) * 8)
@@ -95,9 +96,10 @@ GOAL_MEDIAN, GOAL_P90, GOAL_PICK = 0.05, 0.15, 1.15
 
 def test_shipped_profile_meets_the_goals_on_held_out_shapes():
     """Recomputed from the committed H200 timings (capture-backends-h200.jsonl, sweep-backends-h200.jsonl,
-    capture-flashmla-h200-run2.jsonl) with the shipped numbers: the held-out figures recorded in
-    decodecalc/profiles/h200.yaml (fit.backend_families) are what they give, every backend family meets the goals,
-    and none is listed as uncalibrated."""
+    capture-flashmla-h200-run2.jsonl, capture-fa2-h200*.jsonl, sweep-fa2-h200.jsonl) with the shipped numbers: the
+    held-out figures recorded in decodecalc/profiles/h200.yaml (fit.backend_families) are what they give; FA3,
+    FlashInfer (both paths) and FlashMLA meet the goals and are calibrated; a kernel that misses them (FA2 today)
+    has its families listed as uncalibrated."""
     prof = packaged_profile("h200")
     recorded = prof.fit["backend_families"]["heldout"]
     uncal = set(prof.fit.get("uncalibrated_families") or ())
@@ -105,14 +107,16 @@ def test_shipped_profile_meets_the_goals_on_held_out_shapes():
     errs: dict[str, list[float]] = {}
     for m in test:
         errs.setdefault(m.kernel, []).append(abs(launch_time_s(m.work, prof) / m.time_s - 1))
-    assert set(errs) == {"flashinfer", "flashinfer-tc", "fa3", "flashmla"}
+    assert set(errs) == {"flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2"}
     assert len(errs["flashmla"]) >= 50  # run 2 of FlashMLA: enough held-out shapes to tell
     for kernel, e in errs.items():
         med, p90 = percentile(e, 0.5), percentile(e, 0.9)
         assert med == pytest.approx(recorded[kernel]["median_abs_err"], abs=2e-3), kernel
         assert p90 == pytest.approx(recorded[kernel]["p90_abs_err"], abs=2e-3), kernel
-        assert med <= GOAL_MEDIAN and p90 <= GOAL_P90, (kernel, med, p90)
-        assert not set(KERNEL_FAMILIES[kernel]) & uncal, kernel
+        meets = med <= GOAL_MEDIAN and p90 <= GOAL_P90
+        assert meets == (kernel != "fa2"), (kernel, med, p90)
+        fams = set(KERNEL_FAMILIES[kernel]) - {"flashinfer_merge"}
+        assert (fams <= uncal) if not meets else not (fams & uncal), kernel
     picks = recommendation_quality(prof, test)
     for kernel in ("fa3", "flashinfer-tc"):  # the kernels with a split knob that was swept
         assert picks[kernel]["shapes"] >= 10
@@ -127,7 +131,9 @@ def test_compare_shows_backend_times_and_says_which_are_uncalibrated():
     for n in ("fa3", "flashinfer", "flashinfer-tc"):
         assert rows[n].extra["predicted_time_s"] > 0, n
         assert rows[n].extra["predicted_calibrated"] is True, n
-    assert "predicted_time_s" not in rows["fa2"].extra  # no family for FA2
+    # FA2 has families, fitted on the H200 but short of the goals: its time is shown and marked uncalibrated
+    assert rows["fa2"].extra["predicted_time_s"] > 0 and rows["fa2"].extra["predicted_calibrated"] is False
+    assert any("not calibrated" in x for x in rows["fa2"].extra["predicted_warnings"])
     mla = evaluate("flashmla", _w("deepseek-v3", lens=(8192,) * 32, block=64), H200, PolicyOptions())
     assert mla.extra["predicted_calibrated"] is True
     # measured on the H200 for these shapes (capture-backends-h200.jsonl, eager plan): FA3 73.4 us; FlashMLA
@@ -246,3 +252,19 @@ def test_backend_predictions_outside_their_measured_domain_say_so():
     assert 96 not in dom["fa3"]["head_sizes"]
     out = predicted(flash_attn3.plan_flash_attn3(w96, H200), w96, H200, "fa3")
     assert out["predicted_calibrated"] is False and any("head size 96" in x for x in out["predicted_warnings"])
+
+
+def test_fa2_work_takes_the_kernel_the_launcher_picked():
+    """flash_attn2: a paged cache (page 256) forces flash_fwd_splitkv_kernel, a contiguous one without splits runs
+    flash_fwd_kernel (its own family: 1.45x slower on the same grid on the H200); empty splits exit at once."""
+    paged = _w("llama3-70b", tp=8, lens=(100, 9000, 3000), block=256)
+    plan = flash_attn2.plan_flash_attn2(paged, H200)
+    main, comb = work_for_plan(plan, paged, "fa2").kernels
+    assert main.family == "fa2_fwd" and comb.family == "fa2_combine"
+    k = plan.kernels[0]
+    assert main.programs == k.working_programs and main.programs + main.idle_programs == k.programs
+    assert main.idle_programs == sum(max(plan.splits) - n for n in plan.nonempty_splits) * k.grid[0]
+    assert comb.iters == ((max(plan.splits), plan.kernels[1].programs),)
+    plain = _w("llama3-8b", lens=(512,) * 64)
+    lw = work_for_plan(flash_attn2.plan_flash_attn2(plain, H200), plain, "fa2")
+    assert [x.family for x in lw.kernels] == ["fa2_fwd_plain"]

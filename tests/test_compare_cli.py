@@ -162,9 +162,12 @@ def test_compare_explain_names_upstream_sources():
 
 
 def test_compare_predicted_time_for_modeled_kernels():
-    data = json.loads(invoke("compare", "-m", "llama3-8b", "--policies", "vllm,sglang,fa2", "--json").output)
+    data = json.loads(invoke("compare", "-m", "llama3-8b", "--policies", "vllm,sglang,fa2,vllm-paged",
+                             "--json").output)
     by = {p["name"]: p for p in data["policies"]}
-    assert by["vllm"].get("predicted_time_s", 1) > 0 and "predicted_time_s" not in by["fa2"]
+    assert by["vllm"].get("predicted_time_s", 1) > 0 and "predicted_time_s" not in by["vllm-paged"]
+    # FA2's families are fitted but missed the held-out goals (benchmarks/fit_backends_h200.py): shown, marked
+    assert by["fa2"]["predicted_time_s"] > 0 and by["fa2"]["predicted_calibrated"] is False
 
 
 def test_compare_narrow_terminal_keeps_bytes_below_the_table():

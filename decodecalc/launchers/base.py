@@ -28,6 +28,8 @@ class KernelKind(StrEnum):
     FA3_COMBINE = "fa3_combine"  # FlashAttnFwdCombine
     FLASHMLA_DECODE = "flashmla_decode"  # flash_fwd_splitkv_mla_kernel
     FLASHMLA_COMBINE = "flashmla_combine"  # flash_fwd_mla_combine_kernel
+    FA2_FWD = "fa2_fwd"  # flash_fwd_splitkv_kernel / flash_fwd_kernel (flash-attn 2)
+    FA2_COMBINE = "fa2_combine"  # flash_fwd_splitkv_combine_kernel
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

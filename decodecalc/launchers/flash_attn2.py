@@ -23,7 +23,7 @@ import struct
 
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
-from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
 from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -175,8 +175,9 @@ def plan_flash_attn2(
     # it for a paged cache (L1457; decodecalc appends no new keys and passes no cache_batch_idx)
     split_kernel = S > 1 or (entry == "kvcache" and paged)
     kernels = [KernelLaunch(name="flash_fwd_splitkv_kernel" if split_kernel else "flash_fwd_kernel",
-                            grid=grid, working_programs=working,
-                            constexprs={"kBlockM": kBlockM, "kBlockN": bN, "Split": S > 1})]
+                            grid=grid, working_programs=working, kind=KernelKind.FA2_FWD,
+                            constexprs={"kBlockM": kBlockM, "kBlockN": bN, "Split": S > 1,
+                                        "split_kernel": split_kernel})]
     per = 0
     if S > 1:
         kHeadDim = head_dim_bucket(d)
@@ -186,7 +187,7 @@ def plan_flash_attn2(
                "else (8 if kHeadDim % 64 == 0 else 16)", f"{SRC_TMPL} L140-141; static_switch.h L90-111", B=B,
                h=h_k, s_q=s_q_k, kHeadDim=kHeadDim)
         kernels.append(KernelLaunch(name="flash_fwd_splitkv_combine_kernel", grid=(comb,), working_programs=comb,
-                                    constexprs={"kBlockM": kBlockM_c}))
+                                    kind=KernelKind.FA2_COMBINE, constexprs={"kBlockM": kBlockM_c}))
         per = ex.add("partial_state_bytes_per_token_head", S * (4 * d_round + 4),
                      "num_splits * (4 * d_rounded + 4)  (out_accum, softmax_lse_accum fp32)",
                      f"{SRC_API} L320-321", num_splits=S, d_rounded=d_round, unit="bytes")

@@ -1,5 +1,5 @@
-"""The work of the default backends' launches - FlashInfer (CUDA-core and tensor-core decode), FlashAttention-3
-and FlashMLA - read from their launchers' :class:`~decodecalc.launchers.base.LaunchPlan` (the kernels' kinds,
+"""The work of the default backends' launches - FlashInfer (CUDA-core and tensor-core decode), FlashAttention-3,
+FlashMLA and FlashAttention-2 - read from their launchers' :class:`~decodecalc.launchers.base.LaunchPlan` (the kernels' kinds,
 grids, per-sequence splits and the constants the launchers recorded), never from kernel names.
 
 Every loop unit here is what the launcher's upstream rule cuts the KV sequence into:
@@ -18,6 +18,8 @@ Every loop unit here is what the launcher's upstream rule cuts the KV sequence i
   part loads) decides: its blocks plus a start-up per piece (MLA_PIECE_ITERS); the query m-blocks of a part share
   each block's HBM read (L2 serves the second); the combine kernel, launched behind the main kernel (PDL), reads
   the splits of the requests that were split, in grid order.
+* FA2: one ``kBlockN`` block of one KV head per iteration; a program takes its split's blocks (n_blocks_per_split,
+  the last split the rest; empty splits exit at once); the combine kernel's programs read every split.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
 from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row, WorkShape, add_block, row_runs
 
 #: the --kernel / compare policy names whose launches this module describes
-BACKEND_KERNELS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla")
+BACKEND_KERNELS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
 BACKEND_KINDS = frozenset({KernelKind.FLASHINFER_DECODE, KernelKind.FLASHINFER_PREFILL, KernelKind.FLASHINFER_MERGE,
                            KernelKind.FA3_FWD, KernelKind.FA3_COMBINE, KernelKind.FLASHMLA_DECODE,
-                           KernelKind.FLASHMLA_COMBINE})
+                           KernelKind.FLASHMLA_COMBINE, KernelKind.FA2_FWD, KernelKind.FA2_COMBINE})
 _MLA_BLOCK = flashmla.block_size_n
 #: CUDA-core decode: heads per KV head below which a step is bound by its bytes (fitted on the H200 training
 #: shapes, benchmarks/fit_backends_h200.py: 2.6 beat 2.0 there), and the resident threads it is relative to
@@ -236,6 +238,36 @@ def flashmla_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
                       overlapped_launches=len(kernels) - 1, label=f"{parts} SM parts")
 
 
+def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
+    """flash-attn 2's decode (launchers.flash_attn2): grid (m-blocks, num_splits, B x h_k) for the split kernel, or
+    (m-blocks, B, h_k); each program reads its split's kBlockN blocks of one KV head (empty splits exit at once);
+    the combine kernel's programs each merge kBlockM rows, reading every split's partial state (families fa2_fwd,
+    fa2_fwd_plain for flash_fwd_kernel, fa2_combine)."""
+    main = _kernel(plan, KernelKind.FA2_FWD)
+    if main is None:
+        raise ConfigError(f"no flash_fwd kernel in the {plan.system} plan")
+    det = plan.details
+    bn, per_split = int(det["kBlockN"]), int(det["n_blocks_per_split"])
+    d, dv, kvb = shape.head_size, shape.head_size_v, shape.kv_bytes_per_element
+    s = max(plan.splits or (1,))
+    mb_heads = main.grid[0] * shape.num_kv_heads  # the m-blocks of every KV head of one sequence
+    pairs: list[tuple[int, int]] = []
+    for L, ne in zip(shape.seq_lens, plan.nonempty_splits):
+        pairs += [(u, n * mb_heads) for u, n in _pieces(cdiv(L, bn), ne, per_split if s > 1 else 0)]
+    work = sum(n for _, n in pairs)
+    # flash_fwd_splitkv_kernel (split, or forced by a paged cache) and flash_fwd_kernel are two kernels: on the
+    # H200 the second took 1.45x as long on the same grid (capture-fa2-h200-contiguous.jsonl against the paged run)
+    family = "fa2_fwd" if main.constexprs.get("split_kernel", True) else "fa2_fwd_plain"
+    kernels = [KernelWork(family=family, iters=_hist(pairs), bytes_per_iter=bn * (d + dv) * kvb,
+                          idle_programs=max(0, main.programs - work), head_dim=next_power_of_2(d))]
+    comb = _kernel(plan, KernelKind.FA2_COMBINE)
+    if comb is not None:
+        rows = int(comb.constexprs.get("kBlockM") or 4)
+        kernels.append(KernelWork(family="fa2_combine", iters=((s, comb.programs),), bytes_per_iter=rows * (4 * dv + 4),
+                                  head_dim=next_power_of_2(dv)))
+    return LaunchWork(kernel="fa2", splits=s, kernels=tuple(kernels), label=f"num_splits {s}")
+
+
 def backend_work(plan: LaunchPlan, shape: WorkShape, kernel: str) -> LaunchWork:
     """The work of a FlashInfer / FA3 / FlashMLA plan (``kernel``: one of BACKEND_KERNELS)."""
     if kernel in ("flashinfer", "flashinfer-tc"):
@@ -244,4 +276,6 @@ def backend_work(plan: LaunchPlan, shape: WorkShape, kernel: str) -> LaunchWork:
         return fa3_work(plan, shape)
     if kernel == "flashmla":
         return flashmla_work(plan, shape)
+    if kernel == "fa2":
+        return fa2_work(plan, shape)
     raise ConfigError(f"no backend time model for {kernel!r}; known: {', '.join(BACKEND_KERNELS)}")

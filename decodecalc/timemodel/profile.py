@@ -24,7 +24,7 @@ FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_mha_st
             "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2",
             # the default backends (decodecalc.timemodel.backends): FlashInfer, FA3, FlashMLA
             "flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
-            "flashmla_combine")
+            "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine")
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
 FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1"}
@@ -52,6 +52,7 @@ KERNEL_FAMILIES = {
     "flashinfer-tc": ("flashinfer_tc", "flashinfer_merge"),
     "fa3": ("fa3_fwd", "fa3_combine"),
     "flashmla": ("flashmla_fwd", "flashmla_combine"),
+    "fa2": ("fa2_fwd", "fa2_fwd_plain", "fa2_combine"),
 }
 
 PROFILE_SCHEMA = 1
