@@ -256,14 +256,17 @@ def test_backend_predictions_outside_their_measured_domain_say_so():
 
 def test_fa2_work_takes_the_kernel_the_launcher_picked():
     """flash_attn2: a paged cache (page 256) forces flash_fwd_splitkv_kernel, a contiguous one without splits runs
-    flash_fwd_kernel (its own family: 1.45x slower on the same grid on the H200); empty splits exit at once."""
+    flash_fwd_kernel (its own family: 1.45x slower on the same grid on the H200); an empty split's program reads no
+    block but still runs (it writes a zero output and a -inf LSE for the combine kernel)."""
     paged = _w("llama3-70b", tp=8, lens=(100, 9000, 3000), block=256)
     plan = flash_attn2.plan_flash_attn2(paged, H200)
     main, comb = work_for_plan(plan, paged, "fa2").kernels
     assert main.family == "fa2_fwd" and comb.family == "fa2_combine"
     k = plan.kernels[0]
-    assert main.programs == k.working_programs and main.programs + main.idle_programs == k.programs
-    assert main.idle_programs == sum(max(plan.splits) - n for n in plan.nonempty_splits) * k.grid[0]
+    assert main.programs == k.programs and main.idle_programs == 0
+    empty = dict(main.iters).get(0, 0)
+    assert empty == k.programs - k.working_programs == sum(max(plan.splits) - n for n in plan.nonempty_splits) * k.grid[0]
+    assert sum(i * n for i, n in main.iters) == sum(-(-L // plan.details["kBlockN"]) for L in paged.seq_lens) * k.grid[0]
     assert comb.iters == ((max(plan.splits), plan.kernels[1].programs),)
     plain = _w("llama3-8b", lens=(512,) * 64)
     lw = work_for_plan(flash_attn2.plan_flash_attn2(plain, H200), plain, "fa2")

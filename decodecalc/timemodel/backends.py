@@ -19,7 +19,7 @@ Every loop unit here is what the launcher's upstream rule cuts the KV sequence i
   each block's HBM read (L2 serves the second); the combine kernel, launched behind the main kernel (PDL), reads
   the splits of the requests that were split, in grid order.
 * FA2: one ``kBlockN`` block of one KV head per iteration; a program takes its split's blocks (n_blocks_per_split,
-  the last split the rest; empty splits exit at once); the combine kernel's programs read every split.
+  the last split the rest; an empty split's program runs none); the combine kernel's programs read every split.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ TC_STEP_TOKENS = 64
 #: tensor cores 3 (of 1.5, 2, 3, 4, max), FlashMLA 4 (of 2-8, max)
 TC_BLEND_POWER = 3.0
 MLA_BLEND_POWER = 4.0
+FA2_BLEND_POWER = 4.0  # FA2's split kernels, chosen the same way (of 0 = max, 2, 3, 4)
 #: FlashMLA: the time of one piece's start-up and write-out (a request's share of one SM part) in block
 #: iterations, (fixed, per 64 query rows of the CTA); chosen on the H200 training shapes (upstream's scheduler
 #: weighs a piece as 5 blocks, fixed_overhead_num_blocks, whatever its rows)
@@ -240,7 +241,8 @@ def flashmla_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
 
 def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     """flash-attn 2's decode (launchers.flash_attn2): grid (m-blocks, num_splits, B x h_k) for the split kernel, or
-    (m-blocks, B, h_k); each program reads its split's kBlockN blocks of one KV head (empty splits exit at once);
+    (m-blocks, B, h_k); each program reads its split's kBlockN blocks of one KV head (an empty split's program
+    reads none but starts and writes its partial state);
     the combine kernel's programs each merge kBlockM rows, reading every split's partial state (families fa2_fwd,
     fa2_fwd_plain for flash_fwd_kernel, fa2_combine)."""
     main = _kernel(plan, KernelKind.FA2_FWD)
@@ -254,12 +256,15 @@ def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     pairs: list[tuple[int, int]] = []
     for L, ne in zip(shape.seq_lens, plan.nonempty_splits):
         pairs += [(u, n * mb_heads) for u, n in _pieces(cdiv(L, bn), ne, per_split if s > 1 else 0)]
+        if s > 1:  # an empty split's programs still write their zero output and -inf LSE for the combine kernel
+            pairs.append((0, (s - ne) * mb_heads))
     work = sum(n for _, n in pairs)
     # flash_fwd_splitkv_kernel (split, or forced by a paged cache) and flash_fwd_kernel are two kernels: on the
     # H200 the second took 1.45x as long on the same grid (capture-fa2-h200-contiguous.jsonl against the paged run)
     family = "fa2_fwd" if main.constexprs.get("split_kernel", True) else "fa2_fwd_plain"
     kernels = [KernelWork(family=family, iters=_hist(pairs), bytes_per_iter=bn * (d + dv) * kvb,
-                          idle_programs=max(0, main.programs - work), head_dim=next_power_of_2(d))]
+                          idle_programs=max(0, main.programs - work), head_dim=next_power_of_2(d),
+                          blend_power=FA2_BLEND_POWER)]
     comb = _kernel(plan, KernelKind.FA2_COMBINE)
     if comb is not None:
         rows = int(comb.constexprs.get("kBlockM") or 4)
