@@ -99,6 +99,28 @@ def mla_shapes_run2() -> list[dict]:
     return sorted(out, key=lambda s: hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest())
 
 
+#: a validation run (--validate): shapes of no earlier run, timed against the shipped profile without refitting
+#: (benchmarks/validate_backends_h200.py): batches and lengths off the earlier grids, ragged batches, one head
+#: configuration no fit saw for tensor cores (Qwen2.5-7B, 28:4)
+VALIDATE_CONFIGS = {"flashinfer-tc": [("llama3-8b", 1), ("llama3-70b", 8), ("llama3-70b", 4), ("qwen2.5-7b", 1),
+                                      ("llama3.2-1b", 1), ("gemma-2-9b", 1)],
+                    "flashinfer": [("llama3-8b", 1), ("llama3-70b", 8), ("llama3-70b", 4)],
+                    "flashmla": [("deepseek-v3", 1), ("deepseek-v3", 2), ("deepseek-v3", 8), ("deepseek-v2-lite", 1)]}
+VALIDATE_BL = [(2, 3000), (6, 20000), (12, 6000), (48, 1500), (96, 12000), (200, 768), (3, 100000), (24, 40000)]
+
+
+def validate_shapes(backend: str) -> list[dict]:
+    out = []
+    for m, tp in VALIDATE_CONFIGS.get(backend, []):
+        for b, L in VALIDATE_BL:
+            if b * L <= 2_000_000:
+                out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "validate"})
+        for b, span in ((7, 30000), (33, 9000)):
+            out.append({"model": m, "tp": tp, "seq_lens": [300 + (i * 6151) % span for i in range(b)],
+                        "tag": "validate-ragged"})
+    return out
+
+
 def workload(shape: dict, block: int):
     model = resolve_model(shape["model"])
     if shape.get("heads"):  # a head configuration no library model has (occupancy of other group sizes)
@@ -172,6 +194,7 @@ def main() -> int:
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="split sweeps for the time model and other group sizes")
     ap.add_argument("--mla-run", type=int, default=1, choices=(1, 2), help="FlashMLA shape list: run 1 or run 2")
+    ap.add_argument("--validate", action="store_true", help="the validation shapes (VALIDATE_CONFIGS) instead")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
@@ -196,7 +219,9 @@ def main() -> int:
                 plan += [(b, sh, False, None) for sh in GROUP_SHAPES]
             for kn in SWEEP_KNOBS.get(b, []):
                 plan += [(b, sh, False, kn) for sh in SWEEP_SHAPES]
-    for b in ([] if args.sweep else backends):
+    for b in ([] if args.sweep or not args.validate else backends):
+        plan += [(b, sh, False, None) for sh in validate_shapes(b)]
+    for b in ([] if args.sweep or args.validate else backends):
         if b == "flashmla":
             plan += [(b, s, False, None) for s in (mla_shapes() if args.mla_run == 1 else mla_shapes_run2())]
             continue

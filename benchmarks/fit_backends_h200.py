@@ -59,9 +59,14 @@ def held_out(key: str, fraction: float = 0.25) -> bool:
 
 
 def measurements() -> list[Measurement]:
+    return measurements_from(DATA)
+
+
+def measurements_from(paths) -> list[Measurement]:
+    """The timed runs of capture JSONL files whose launch the model reproduces, with their work."""
     gpu = resolve_gpu("h200")
     out: list[Measurement] = []
-    for path in DATA:
+    for path in map(Path, paths):
         with path.open(encoding="utf-8") as fh:
             for line in fh:
                 r = json.loads(line)
