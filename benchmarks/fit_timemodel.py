@@ -57,6 +57,10 @@ REF_FROM = {"ref_vllm_2d": "vllm_2d", "ref_vllm_3d": "vllm_3d", "ref_vllm_reduce
             "ref_sglang_stage1": "sglang_stage1", "ref_sglang_stage2": "sglang_stage2"}
 
 
+#: the families this script fits (the backends' belong to fit_backends_h200.py)
+TRITON_PREFIXES = ("vllm_", "sglang_", "ref_")
+
+
 def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     ms: list[Measurement] = []
     origin: dict[str, str] = {}
@@ -143,7 +147,13 @@ def summary(profile, ms, origin=None):  # type: ignore[no-untyped-def]
             sub = [m for m in ms if origin.get(m.shape.key) == src]
             if sub:
                 out[f"source:{src}"] = error_summary(profile, sub)
-    out["recommendation"] = recommendation_quality(profile, ms)
+    # the recommended split of the split sweeps (measure_splits_h200: every split of one shape), and separately
+    # the per-step optimum over the launches timed for each sampled workload step
+    steps = [m for m in ms if (origin or {}).get(m.shape.key, "").startswith("validate_tune_h200_steps")]
+    shapes = [m for m in ms if not (origin or {}).get(m.shape.key, "").startswith("validate_tune_h200_steps")]
+    out["recommendation"] = recommendation_quality(profile, shapes)
+    if steps:
+        out["recommendation_steps"] = recommendation_quality(profile, steps)
     out["engine_default_vs_best"] = default_vs_best(ms)
     return out
 
@@ -175,6 +185,9 @@ def main() -> int:
     ap.add_argument("--data", type=Path, nargs="*", help="measurement JSON files (default: shared + benchmarks/results/timemodel-h200-*.json)")
     ap.add_argument("--steps-data", type=Path, nargs="*", help="per-step workload timings (default: "
                     "benchmarks/results/validate_tune_h200_steps*.json)")
+    ap.add_argument("--blend-power", type=float, default=None, help="the Triton families' blend of SM and HBM "
+                    "time per iteration (0: the larger; p: their L^p norm); default: as the starting profile has it")
+    ap.add_argument("--holdout-only", action="store_true", help="fit the held-out split only (no all-data fit)")
     ap.add_argument("--no-steps", action="store_true", help="leave the per-step workload timings out")
     ap.add_argument("--holdout", type=float, default=0.3, help="fraction of shapes held out of the fit")
     ap.add_argument("--write-profile", action="store_true", help="write the all-data fit to decodecalc/profiles/h200.yaml")
@@ -200,6 +213,9 @@ def main() -> int:
     fams = dict(base.families)
     for ref, up in REF_FROM.items():
         fams.setdefault(ref, fams[up])
+    if args.blend_power is not None:
+        fams = {f: dataclasses.replace(p, blend_power=args.blend_power) if f.startswith(TRITON_PREFIXES) else p
+                for f, p in fams.items()}
     occ_measured = measured_occupancy()
     # a family the starting profile lacks (it borrowed its parent's numbers, e.g. SGLang's MHA stage 1 from the
     # grouped kernel) starts from its own kernel's registers / shared memory, not the parent's occupancy table
@@ -245,6 +261,10 @@ def main() -> int:
                  "holdout_shapes": sorted(hold),
                  "holdout_fit": {"train": summary(fitted, train, origin), "holdout": summary(fitted, test, origin),
                                  "profile": fitted.to_mapping()}}
+    if args.holdout_only:
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps({"holdout": res["holdout_fit"]["holdout"]}, indent=1))
+        return 0
     t0 = time.time()
     final = fit_profile(ms, fitted, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
                         launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm")

@@ -495,3 +495,28 @@ def test_datasheet_fallback_scales_bandwidth(h200):
 
     lw = vllm_work(w, splits=1)
     assert launch_time_s(lw, fb) > launch_time_s(lw, h200)  # bandwidth-bound: slower on the H100
+
+
+def test_family_blend_power_applies_where_the_work_does_not_say():
+    """A family's ``blend_power`` (the L^p norm of an iteration's SM-side and HBM-side times) is used for work
+    that leaves its own at 0, survives the profile's YAML round trip, and is left out of it when 0."""
+    from decodecalc.timemodel import profile_from_mapping
+    from decodecalc.yamlio import safe_load
+
+    fam = FamilyParams(latency_s=2e-6, program_bandwidth_bytes_per_s=1e18, sm_bandwidth_bytes_per_s=1e18,
+                       program_overhead_s=0.0, max_programs_per_sm=1)
+    w = KernelWork(family="vllm_3d", iters=((10, 132),), bytes_per_iter=30303)  # HBM side 2 us, SM side 2 us
+    t_max = kernel_time_s(w, fam, 132, hbm_bandwidth_bytes_per_s=2e12)
+    t_l2 = kernel_time_s(w, dataclasses.replace(fam, blend_power=2.0), 132, hbm_bandwidth_bytes_per_s=2e12)
+    assert t_l2 == pytest.approx(2 ** 0.5 * t_max, rel=2e-3)
+    # the work's own power wins over the family's
+    t_w = kernel_time_s(dataclasses.replace(w, blend_power=1.0), dataclasses.replace(fam, blend_power=2.0), 132,
+                        hbm_bandwidth_bytes_per_s=2e12)
+    assert t_w == pytest.approx(2 * t_max, rel=2e-3)
+    prof = packaged_profile("h200")
+    assert prof is not None
+    fams = dict(prof.families)
+    fams["vllm_3d"] = dataclasses.replace(fams["vllm_3d"], blend_power=3.0)
+    back = profile_from_mapping(safe_load(dump_profile(dataclasses.replace(prof, families=fams))), origin="test")
+    assert back.families["vllm_3d"].blend_power == 3.0
+    assert "blend_power" not in dataclasses.replace(fams["vllm_2d"], blend_power=0.0).as_dict()

@@ -45,13 +45,14 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     lat, bw, hbm = fam.latency_s + b_hbm / fam.program_bandwidth_bytes_per_s, fam.sm_bandwidth_bytes_per_s, \
         (fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s)
 
+    blend = work.blend_power or fam.blend_power
+
     def t_it(c: int, conc: int | None = None) -> float:
         # the SM: a round trip plus its c programs' bytes through its load path (Little's law: bytes in
         # flight / time); the GPU: every resident program's bytes through HBM
         conc = c * num_sms if conc is None else conc
-        if work.blend_power:
-            return ((lat + c * b / bw) ** work.blend_power + (conc * b_hbm / hbm) ** work.blend_power) \
-                ** (1 / work.blend_power)
+        if blend:
+            return ((lat + c * b / bw) ** blend + (conc * b_hbm / hbm) ** blend) ** (1 / blend)
         return max(lat + c * b / bw, conc * b_hbm / hbm)
 
     t0 = fam.program_overhead_s

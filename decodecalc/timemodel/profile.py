@@ -76,6 +76,9 @@ class FamilyParams:
     #: the HBM bandwidth this family's kernels reach together (the GPU's when 0): FA3, FlashInfer and FlashMLA
     #: stream 4.5 TB/s on the H200 where the Triton kernels stop near 3.9 (bulk copies, deeper pipelines)
     hbm_bandwidth_bytes_per_s: float = 0.0
+    #: how an iteration's SM-side and HBM-side times combine for this family's kernels when their work does not
+    #: say (:attr:`~decodecalc.timemodel.work.KernelWork.blend_power`): 0, the larger; p > 0, their L^p norm
+    blend_power: float = 0.0
 
     def occupancy_for(self, head_dim: int) -> int:
         for d, o in self.occupancy_by_head_dim:
@@ -101,6 +104,8 @@ class FamilyParams:
         out["occupancy_by_head_dim"] = {d: o for d, o in self.occupancy_by_head_dim}
         if not self.hbm_bandwidth_bytes_per_s:
             del out["hbm_bandwidth_bytes_per_s"]
+        if not self.blend_power:
+            del out["blend_power"]
         return out
 
 
@@ -157,7 +162,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             if not isinstance(raw, Mapping):
                 raise ConfigError(f"family {name!r} must be a mapping")
             known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim",
-                                                                          "hbm_bandwidth_bytes_per_s"}
+                                                                          "hbm_bandwidth_bytes_per_s", "blend_power"}
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
@@ -171,6 +176,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
                 hbm_bandwidth_bytes_per_s=_num(raw.get("hbm_bandwidth_bytes_per_s", 0.0),
                                                f"{name}.hbm_bandwidth_bytes_per_s"),
+                blend_power=_num(raw.get("blend_power", 0.0), f"{name}.blend_power"),
             )
         fit_raw = data.get("fit") or {}
         if not isinstance(fit_raw, Mapping):
