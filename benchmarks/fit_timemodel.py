@@ -188,6 +188,8 @@ def main() -> int:
     ap.add_argument("--blend-power", type=float, default=None, help="the Triton families' blend of SM and HBM "
                     "time per iteration (0: the larger; p: their L^p norm); default: as the starting profile has it")
     ap.add_argument("--holdout-only", action="store_true", help="fit the held-out split only (no all-data fit)")
+    ap.add_argument("--steps-engines", default="sglang", help="whose per-step timings join the fit (comma-separated: "
+                    "vllm,sglang); default sglang: with vLLM's the held-out split recommendation got worse (BENCHMARKS.md)")
     ap.add_argument("--no-steps", action="store_true", help="leave the per-step workload timings out")
     ap.add_argument("--holdout", type=float, default=0.3, help="fraction of shapes held out of the fit")
     ap.add_argument("--write-profile", action="store_true", help="write the all-data fit to decodecalc/profiles/h200.yaml")
@@ -205,6 +207,8 @@ def main() -> int:
         "validate_tune_h200_steps*.json")))
     if step_paths:
         sms, sorigin = load_steps(step_paths)
+        engines = set(args.steps_engines.split(","))
+        sms = [m for m in sms if m.kernel in engines]
         ms += sms
         origin.update(sorigin)
         paths += step_paths
