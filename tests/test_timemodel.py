@@ -520,3 +520,33 @@ def test_family_blend_power_applies_where_the_work_does_not_say():
     back = profile_from_mapping(safe_load(dump_profile(dataclasses.replace(prof, families=fams))), origin="test")
     assert back.families["vllm_3d"].blend_power == 3.0
     assert "blend_power" not in dataclasses.replace(fams["vllm_2d"], blend_power=0.0).as_dict()
+
+
+def test_family_idle_program_cost_overrides_the_gpus():
+    """Programs that exit at once cost the family's ``idle_program_s`` of SM time when it sets one, else the
+    GPU's (spread over the SMs); the fit frees it per family only for the kernels it is asked to."""
+    fam = FamilyParams(latency_s=1e-6, program_bandwidth_bytes_per_s=1e11, sm_bandwidth_bytes_per_s=1e11,
+                       program_overhead_s=0.0, max_programs_per_sm=4)
+    busy = KernelWork(family="sglang_stage1", iters=((1, 132),), bytes_per_iter=1024)
+    idle = dataclasses.replace(busy, idle_programs=132 * 1000)
+    base = kernel_time_s(busy, fam, 132, idle_program_s=1e-7)
+    assert kernel_time_s(idle, fam, 132, idle_program_s=1e-7) - base == pytest.approx(1000 * 1e-7)
+    own = dataclasses.replace(fam, idle_program_s=3e-7)
+    assert kernel_time_s(idle, own, 132, idle_program_s=1e-7) - base == pytest.approx(1000 * 3e-7)
+    # fitted: measurements made with a known own idle cost give it back for that family only
+    prof = packaged_profile("h200")
+    truth = dataclasses.replace(prof, families={**prof.families, "sglang_stage1": dataclasses.replace(
+        prof.families["sglang_stage1"], idle_program_s=4e-7)})
+    rows = []
+    for L in (64, 512, 4096):
+        for s in (8, 32, 64):
+            shape = Shape(num_heads=32, num_kv_heads=8, seq_lens=(L,) * 16)
+            lw = sglang_work(shape, splits=1, max_kv_splits=s)
+            rows.append(dataclasses.replace(
+                measurements_from_rows([{"num_q_heads": 32, "num_kv_heads": 8, "head_dim": 128, "batch": 16,
+                                         "seq_len": L, "variant": f"sglang-static-S{s}", "t_us": 1.0}])[0],
+                work=lw, time_s=launch_time_s(lw, truth)))
+    got = fit_profile(rows, prof, search_occupancy=False, fit_globals=False, max_evals=600, restarts=1,
+                      own_idle_kernels=("sglang",))
+    assert got.families["sglang_stage1"].idle_program_s == pytest.approx(4e-7, rel=0.1)
+    assert not got.families["vllm_3d"].idle_program_s

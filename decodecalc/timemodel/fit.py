@@ -144,21 +144,28 @@ def _families_in(ms: Sequence[Measurement]) -> list[str]:
     return list(seen)
 
 
-def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool) -> list[float]:
+def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool,
+          idle_fams: Sequence[str] = ()) -> list[float]:
     x = [math.log(_clamp("idle_program_s", profile.idle_program_s)),
          math.log(_clamp("hbm_bandwidth_bytes_per_s", profile.hbm_bandwidth_bytes_per_s))] if free_globals else []
     for f in fams:
         p = profile.families[f]
         x += [math.log(_clamp(k, getattr(p, k))) for k in _FAM_KEYS]
+    for f in idle_fams:  # a family's own idle-program cost, starting from the GPU's
+        x.append(math.log(_clamp("idle_program_s", profile.families[f].idle_program_s or profile.idle_program_s)))
     return x
 
 
-def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_globals: bool) -> TimeProfile:
+def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_globals: bool,
+            idle_fams: Sequence[str] = ()) -> TimeProfile:
     families = dict(base.families)
     off = 2 if free_globals else 0
     for i, f in enumerate(fams):
         vals: dict[str, Any] = {k: _clamp(k, math.exp(v)) for k, v in zip(_FAM_KEYS, x[off + 4 * i: off + 4 * i + 4])}
         families[f] = dataclasses.replace(families[f], **vals)
+    for j, f in enumerate(idle_fams):
+        families[f] = dataclasses.replace(families[f],
+                                          idle_program_s=_clamp("idle_program_s", math.exp(x[off + 4 * len(fams) + j])))
     if free_globals:
         return dataclasses.replace(base, idle_program_s=_clamp("idle_program_s", math.exp(x[0])),
                                    hbm_bandwidth_bytes_per_s=_clamp("hbm_bandwidth_bytes_per_s", math.exp(x[1])),
@@ -235,11 +242,11 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], *, step:
 
 
 def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str], free_globals: bool,
-               restarts: int, max_evals: int) -> tuple[TimeProfile, float]:
+               restarts: int, max_evals: int, idle_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
     def f(x: list[float]) -> float:
-        return _loss(_unpack(x, base, fams, free_globals), ms)
+        return _loss(_unpack(x, base, fams, free_globals, idle_fams), ms)
 
-    best_x = _pack(base, fams, free_globals)
+    best_x = _pack(base, fams, free_globals, idle_fams)
     best_v = f(best_x)
     rng = random.Random(0)
     for r in range(max(1, restarts)):
@@ -247,7 +254,7 @@ def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str]
         x, v = nelder_mead(f, start, max_evals=max_evals, step=0.4 if r == 0 else 0.2)
         if v < best_v:
             best_x, best_v = x, v
-    return _unpack(best_x, base, fams, free_globals), best_v
+    return _unpack(best_x, base, fams, free_globals, idle_fams), best_v
 
 
 #: resident programs per SM tried by the occupancy search (per family and padded head dim)
@@ -257,14 +264,16 @@ OCCUPANCY_CHOICES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapping[str, int] | None = None,
                 search_occupancy: bool = True, restarts: int = 2, max_evals: int = 2000,
                 launch_overhead_s: float | None = None, fit_globals: bool = True,
-                progress: Callable[[str], None] | None = None, first_kernel: str | None = None) -> TimeProfile:
+                progress: Callable[[str], None] | None = None, first_kernel: str | None = None,
+                own_idle_kernels: Sequence[str] = ()) -> TimeProfile:
     """Least-squares fit (soft-L1 on log time), one kernel at a time: each family's latency, program
     bandwidth, SM bandwidth and program overhead; with the first (largest) kernel group also the GPU's
     achievable HBM bandwidth and the idle-program cost (``fit_globals``). Occupancy starts from
     ``occupancy`` (registers / shared memory of the compiled kernels) and, with ``search_occupancy``, is
     then chosen per family and padded head dim among OCCUPANCY_CHOICES (coordinate descent on the loss,
     alternating with the continuous fit). ``launch_overhead_s`` (measured: a tiny kernel's CUDA-graph
-    replay) is fixed. ``first_kernel``: the kernel whose group is fitted first, with the globals."""
+    replay) is fixed. ``first_kernel``: the kernel whose group is fitted first, with the globals.
+    ``own_idle_kernels``: kernels whose families with idle programs get their own idle-program cost."""
     if not ms:
         raise DecodecalcError("no measurements to fit the time model to")
     if launch_overhead_s is not None:
@@ -285,7 +294,9 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
         sub = groups[kernel]
         fams = _families_in(sub)
         free = fit_globals and gi == 0
-        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals)
+        idle_fams = [f for f in fams if kernel in own_idle_kernels
+                     and any(k.family == f and k.idle_programs for m in sub for k in m.work.kernels)]
+        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams)
         for _round in range(3 if search_occupancy else 0):
             changed = False
             for f in fams:
@@ -305,7 +316,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                             progress(f"{f} d{d}: occupancy {cur} -> {best_o}")
             if not changed:
                 break
-            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals)
+            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals, idle_fams)
         if progress:
             progress(f"{kernel}: {len(sub)} rows, loss {v:.4f}")
     return prof

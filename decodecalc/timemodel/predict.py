@@ -56,7 +56,7 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
         return max(lat + c * b / bw, conc * b_hbm / hbm)
 
     t0 = fam.program_overhead_s
-    idle_cost = work.idle_programs * idle_program_s / num_sms
+    idle_cost = work.idle_programs * (fam.idle_program_s or idle_program_s) / num_sms
     if n == 0:
         return idle_cost
     if len(work.iters) == 1:

@@ -79,6 +79,10 @@ class FamilyParams:
     #: how an iteration's SM-side and HBM-side times combine for this family's kernels when their work does not
     #: say (:attr:`~decodecalc.timemodel.work.KernelWork.blend_power`): 0, the larger; p > 0, their L^p norm
     blend_power: float = 0.0
+    #: SM time of one program of this family that exits at once (the GPU's ``idle_program_s`` when 0): SGLang's
+    #: stage 1 loads its query tile and computes its split bounds before the empty-split check, vLLM's 3D kernel
+    #: leaves at its first line
+    idle_program_s: float = 0.0
 
     def occupancy_for(self, head_dim: int) -> int:
         for d, o in self.occupancy_by_head_dim:
@@ -106,6 +110,8 @@ class FamilyParams:
             del out["hbm_bandwidth_bytes_per_s"]
         if not self.blend_power:
             del out["blend_power"]
+        if not self.idle_program_s:
+            del out["idle_program_s"]
         return out
 
 
@@ -162,7 +168,8 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             if not isinstance(raw, Mapping):
                 raise ConfigError(f"family {name!r} must be a mapping")
             known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim",
-                                                                          "hbm_bandwidth_bytes_per_s", "blend_power"}
+                                                                          "hbm_bandwidth_bytes_per_s", "blend_power",
+                                                                          "idle_program_s"}
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
@@ -177,6 +184,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 hbm_bandwidth_bytes_per_s=_num(raw.get("hbm_bandwidth_bytes_per_s", 0.0),
                                                f"{name}.hbm_bandwidth_bytes_per_s"),
                 blend_power=_num(raw.get("blend_power", 0.0), f"{name}.blend_power"),
+                idle_program_s=_num(raw.get("idle_program_s", 0.0), f"{name}.idle_program_s"),
             )
         fit_raw = data.get("fit") or {}
         if not isinstance(fit_raw, Mapping):
