@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,7 +69,6 @@ def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
         d = json.loads(p.read_text())
         if isinstance(d, dict):
             RESOURCES.update({k: v for k, v in (d.get("kernel_resources") or {}).items() if v})
-            ov = (d.get("env") or {}).get("graph_kernel_overhead_us")
             for e in (d.get("env"), d.get("env_first_call")):
                 if e and e.get("graph_kernel_overhead_us"):
                     LAUNCH_US.append(float(e["graph_kernel_overhead_us"]))
@@ -113,6 +113,37 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
                                       model=f"{case['model']} {case['workload']}"))
                 origin.setdefault(shape.key, p.name)
     return ms, origin
+
+
+def write_profile(res: dict, final: Any) -> Path:
+    """decodecalc/profiles/h200.yaml from a fit result (``res``, as this script writes it to --out) and its all-data
+    profile. The backends' families and their fit statistics (benchmarks/fit_backends_h200.py) are kept as the
+    file has them now: this script owns the Triton families (TRITON_PREFIXES) and the GPU-wide numbers only."""
+    from decodecalc.timemodel import load_profile_file
+
+    dest = ROOT / "decodecalc" / "profiles" / "h200.yaml"
+    on_disk = load_profile_file(dest)
+    ho, alls = res["holdout_fit"]["holdout"]["all"], res["all_fit"]["all"]["all"]
+    steps = len({r["shape"] for r in res["rows_detail"] if r["source"].startswith("validate_tune_h200_steps")})
+    of_steps = f", {steps} of them sampled workload steps" if steps else ""
+    mine = {f: p for f, p in final.families.items() if f.startswith(TRITON_PREFIXES)}
+    keep = {f: p for f, p in on_disk.families.items() if not f.startswith(TRITON_PREFIXES)}
+    kept_fit: dict[str, Any] = {}
+    if "backend_families" in on_disk.fit:
+        kept_fit["backend_families"] = on_disk.fit["backend_families"]
+    uncal = [f for f in on_disk.fit.get("uncalibrated_families") or () if not f.startswith(TRITON_PREFIXES)]
+    if uncal:
+        kept_fit["uncalibrated_families"] = uncal
+    prof = dataclasses.replace(
+        final, calibrated=True, families={**mine, **keep},
+        source=(f"fitted by benchmarks/fit_timemodel.py on {res['rows']} H200 measurements ({res['shapes']} shapes"
+                f"{of_steps}) of vLLM 0.33.0 unified_attention and SGLang 0.5.23 decode_attention_fwd; CUDA-graph "
+                f"replay over rotating KV copies"),
+        fit={"rows": res["rows"], "shapes": res["shapes"], "median_abs_err": round(alls["median_abs_err"], 4),
+             "p90_abs_err": round(alls["p90_abs_err"], 4), "holdout_median_abs_err": round(ho["median_abs_err"], 4),
+             "holdout_p90_abs_err": round(ho["p90_abs_err"], 4), **kept_fit})
+    dest.write_text(dump_profile(prof))
+    return dest
 
 
 RESOURCES: dict[str, dict] = {}
@@ -187,6 +218,8 @@ def main() -> int:
                     "benchmarks/results/validate_tune_h200_steps*.json)")
     ap.add_argument("--blend-power", type=float, default=None, help="the Triton families' blend of SM and HBM "
                     "time per iteration (0: the larger; p: their L^p norm); default: as the starting profile has it")
+    ap.add_argument("--profile-from-result", type=Path, metavar="JSON", help="no fit: write decodecalc/profiles/"
+                    "h200.yaml from a result this script wrote to --out (its all-data profile)")
     ap.add_argument("--holdout-only", action="store_true", help="fit the held-out split only (no all-data fit)")
     ap.add_argument("--steps-engines", default="sglang", help="whose per-step timings join the fit (comma-separated: "
                     "vllm,sglang); default sglang: with vLLM's the held-out split recommendation got worse (BENCHMARKS.md)")
@@ -200,6 +233,13 @@ def main() -> int:
     ap.add_argument("--reevaluate", action="store_true",
                     help="no fit: recompute every statistic of --out from the profiles stored in it")
     args = ap.parse_args()
+    if args.profile_from_result:
+        from decodecalc.timemodel import profile_from_mapping
+
+        res = json.loads(args.profile_from_result.read_text())
+        final = profile_from_mapping(res["all_fit"]["profile"], origin=str(args.profile_from_result))
+        print(f"wrote {write_profile(res, final)}")
+        return 0
 
     paths = args.data or ([SHARED] if SHARED.exists() else []) + sorted((ROOT / "benchmarks" / "results").glob("timemodel-h200-*.json"))
     ms, origin = load(paths)
@@ -287,31 +327,7 @@ def main() -> int:
     print(json.dumps({"holdout": ho, "train": res["holdout_fit"]["train"]["all"],
                       "all_fit": {k: v for k, v in res["all_fit"]["all"].items()}}, indent=1))
     if args.write_profile:
-        n_shapes = len(keys)
-        prof = dataclasses.replace(
-            final, calibrated=True,
-            source=(f"fitted by benchmarks/fit_timemodel.py on {len(ms)} H200 measurements ({n_shapes} shapes) of "
-                    f"vLLM 0.33.0 unified_attention and SGLang 0.5.23 decode_attention_fwd; CUDA-graph replay "
-                    f"over rotating KV copies"),
-            fit={"rows": len(ms), "shapes": n_shapes,
-                 "median_abs_err": round(res["all_fit"]["all"]["all"]["median_abs_err"], 4),
-                 "p90_abs_err": round(res["all_fit"]["all"]["all"]["p90_abs_err"], 4),
-                 "holdout_median_abs_err": round(ho["all"]["median_abs_err"], 4),
-                 "holdout_p90_abs_err": round(ho["all"]["p90_abs_err"], 4)},
-        )
-        dest = ROOT / "decodecalc" / "profiles" / "h200.yaml"
-        # the backends' families and their fit statistics (benchmarks/fit_backends_h200.py) are kept as the file
-        # has them now: this script owns the Triton families and the GPU-wide numbers only
-        from decodecalc.timemodel import load_profile_file
-
-        on_disk = load_profile_file(dest)
-        mine = {f for m in ms for f in (k.family for k in m.work.kernels)} | set(REF_FROM)
-        keep = {f: p for f, p in on_disk.families.items() if f not in mine}
-        kept_fit = {k: v for k, v in on_disk.fit.items() if k in ("backend_families", "uncalibrated_families")}
-        prof = dataclasses.replace(prof, families={**{f: p for f, p in prof.families.items() if f in mine}, **keep},
-                                   fit={**prof.fit, **kept_fit})
-        dest.write_text(dump_profile(prof))
-        print(f"wrote {dest}")
+        print(f"wrote {write_profile(res, final)}")
     print(f"wrote {args.out}")
     return 0
 

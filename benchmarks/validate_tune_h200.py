@@ -30,7 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.launchers.base import KernelKind
@@ -64,32 +64,51 @@ POOL_BUDGET_BYTES = 24 << 30
 # what to run: per engine, named launch sequences (one launch spec per shape) with their predictions
 
 
-def vllm_spec(plan_result: Any) -> tuple:
-    """(kind, threshold, segments, B_run, T_run, 3D) as the engine runs the step (3D: what the launcher's gate
-    decided for the batch that runs)."""
+class VllmSpec(NamedTuple):
+    """One vLLM step as the engine runs it: the gate's inputs, the padded batch, and what the gate decided."""
+
+    kind: str  # "vllm"
+    threshold: int  # seq_threshold_3D
+    segments: int  # num_par_softmax_segments
+    batch_run: int
+    tokens_run: int
+    use_3d: bool
+
+
+def vllm_spec(plan_result: Any) -> VllmSpec:
+    """The launch of one step as the engine runs it (3D: what the launcher's gate decided for the batch that
+    runs)."""
     be = plan_result.backend
     running = plan_result.replay.plan if plan_result.replay is not None else plan_result.plan
     use_3d = any(k.kind is KernelKind.VLLM_UNIFIED_3D for k in running.kernels)
     if plan_result.replay is not None:
         rp = plan_result.replay
-        return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, rp.num_reqs_padded, rp.num_tokens_padded,
-                use_3d)
+        return VllmSpec("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, rp.num_reqs_padded,
+                        rp.num_tokens_padded, use_3d)
     w_b = len(plan_result.plan.splits)
-    return ("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, w_b, w_b, use_3d)
+    return VllmSpec("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, w_b, w_b, use_3d)
 
 
 def launch_recipe(spec: tuple) -> dict[str, Any]:
     """What the time model needs to rebuild one step's launch work from a launch spec (stored with the per-step
     timings so a refit can recompute their work with the work functions of its day): vLLM's kernel (2D/3D) and
     segments as the gate decides them for the batch that runs, SGLang's per-sequence splits."""
-    if spec[0] == "vllm":
-        return {"engine": "vllm", "use_3d": spec[5], "segments": spec[2] if spec[5] else 1, "batch_run": spec[3]}
+    if isinstance(spec, VllmSpec):
+        return {"engine": "vllm", "use_3d": spec.use_3d, "segments": spec.segments if spec.use_3d else 1,
+                "batch_run": spec.batch_run, "tokens_run": spec.tokens_run}
     _, splits, maxs, adaptive = spec
     return {"engine": "sglang", "splits": list(splits), "max_kv_splits": maxs, "adaptive": adaptive}
 
 
-def vllm_forced(segments: int, batch: int) -> tuple:
-    return ("vllm", 0 if segments <= 1 else 1 << 20, max(segments, 1), batch, batch, segments > 1)
+def vllm_forced(segments: int, batch: int) -> VllmSpec:
+    return VllmSpec("vllm", 0 if segments <= 1 else 1 << 20, max(segments, 1), batch, batch, segments > 1)
+
+
+def uses_engine_rule(entry: dict[str, Any]) -> bool:
+    """Whether an SGLang entry's adaptive launches get their split counts from the engine's own split-count kernel
+    (the search's settings, and PR #21775, which keeps the rule); the other heuristics write theirs with a copy."""
+    return entry["engine"] == "sglang" and (entry["kind"] in ("default", "tuned", "candidate")
+                                            or entry["name"] == "sglang-pr21775")
 
 
 def sglang_spec(splits: tuple[int, ...], max_kv_splits: int, adaptive: bool) -> tuple:
@@ -228,7 +247,7 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
         b = len(lens)
         c = k % pool.copies
         spec = entry["specs"][i]
-        if spec[0] == "vllm":
+        if isinstance(spec, VllmSpec):
             _, thr, S, b_run, t_run, _3d = spec
             key = ("v", i, c, spec)
             if key not in shared:
@@ -271,8 +290,7 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
                 sl = torch.tensor(lens, dtype=torch.int32, device=device)
                 shared[key] = (q, o, ip, idx, logits, lse, ns, want, sl, maxs)
             q, o, ip, idx, logits, lse, ns, want, sl, maxs = shared[key]
-            default_adaptive = adaptive and entry["kind"] in ("default", "tuned", "candidate") or \
-                entry["name"] == "sglang-pr21775"
+            default_adaptive = adaptive and uses_engine_rule(entry)
 
             def scall(q=q, o=o, ip=ip, idx=idx, logits=logits, lse=lse, ns=ns, want=want, sl=sl, maxs=maxs,
                       b=b, adaptive=adaptive, engine_rule=default_adaptive) -> None:
@@ -320,11 +338,10 @@ def time_steps(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entries: list
         seen: dict[tuple, dict[str, Any]] = {}
         for e in entries:
             spec = e["specs"][i]
-            # the launch that runs: vLLM's kernel, segments (3D only) and padded batch; SGLang's splits and whether
-            # the engine's split-count kernel runs before it
-            launch = (spec[5], spec[2] if spec[5] else 1, spec[3], spec[4]) if spec[0] == "vllm" else spec[1:]
-            key = (e["engine"], launch, e["engine"] == "sglang" and (e["kind"] in ("default", "tuned", "candidate")
-                                                                      or e["name"] == "sglang-pr21775"))
+            # the launch that runs (vLLM: kernel, segments (3D only), padded batch; SGLang: splits) and whether the
+            # engine's split-count kernel runs before it
+            recipe = launch_recipe(spec)
+            key = (json.dumps(recipe, sort_keys=True), recipe.get("adaptive", False) and uses_engine_rule(e))
             if key in seen:
                 seen[key]["entries"].append(e["name"])
                 continue
@@ -333,8 +350,8 @@ def time_steps(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entries: list
             reps = max(1, math.ceil(PER_STEP_TARGET_S / max(e["predicted"][i] * len(calls), 1e-9)))
             m = time_sequence(torch, calls * reps, replays=replays, on_gpu=device == "cuda")
             lens = [L for L, _ in ctx.shapes.shapes[i]]
-            row = {"shape_index": i, "seq_lens": lens, "engine": e["engine"], "launch": launch_recipe(spec),
-                   "engine_split_kernel": key[2], "t_us": m["total_s"] / (len(calls) * reps) * 1e6,
+            row = {"shape_index": i, "seq_lens": lens, "engine": e["engine"], "launch": recipe,
+                   "engine_split_kernel": key[1], "t_us": m["total_s"] / (len(calls) * reps) * 1e6,
                    "predicted_us": e["predicted"][i] * 1e6, "spread": m.get("spread"), "entries": [e["name"]]}
             seen[key] = row
             rows.append(row)
@@ -360,7 +377,7 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
     order = list(ctx.shapes.step_shape)
     lmax = max(L for sh in ctx.shapes.shapes for L, _ in sh)
     bmax = max(len(sh) for sh in ctx.shapes.shapes)
-    bpad = max(spec[3] for e in entries for spec in e["specs"] if spec[0] == "vllm") if any(
+    bpad = max(spec.batch_run for e in entries for spec in e["specs"] if isinstance(spec, VllmSpec)) if any(
         e["engine"] == "vllm" for e in entries) else bmax
     rows = max(bmax, bpad)
     elt = 2
@@ -387,8 +404,7 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
     measured: dict[tuple, tuple[dict[str, Any], str]] = {}
     for e in entries:
         t0 = time.perf_counter()
-        adaptive_kernel = e["engine"] == "sglang" and (e["kind"] in ("default", "tuned", "candidate")
-                                                        or e["name"] == "sglang-pr21775")
+        adaptive_kernel = uses_engine_rule(e)
         key = (e["engine"], adaptive_kernel, tuple(e["specs"]))
         same_as = None
         if key in measured:  # the same launches as a setting already measured (e.g. every threshold above the batch)

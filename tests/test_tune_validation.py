@@ -11,36 +11,25 @@ candidate of the search and every heuristic, one CUDA graph per (workload, setti
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.fit_timemodel import load_steps
+from benchmarks.validate_tune_h200 import repredict
 from decodecalc.timemodel import launch_time_s, packaged_profile
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
 def test_per_step_timings_are_predicted_within_their_recorded_accuracy():
-    fit = _script("fit_timemodel")
-    ms, origin = fit.load_steps([RESULTS / "validate_tune_h200_steps.json"])
+    ms, _ = load_steps([RESULTS / "validate_tune_h200_steps.json"])
     assert len(ms) == 2697 and {m.kernel for m in ms} == {"vllm", "sglang"}
     prof = packaged_profile("h200")
     assert prof is not None
     errs = {k: [abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in ms if m.kernel == k] for k in ("vllm", "sglang")}
-    # BENCHMARKS.md "tune on the H200", per-step table: the shipped profile's median |error| per engine
+    # BENCHMARKS.md "time model", per-step workload data: the shipped profile's median |error| per engine
     assert statistics.median(errs["sglang"]) <= 0.035
     assert statistics.median(errs["vllm"]) <= 0.045
     assert max(max(e) for e in errs.values()) < 0.25
@@ -48,8 +37,7 @@ def test_per_step_timings_are_predicted_within_their_recorded_accuracy():
 
 @pytest.mark.parametrize("path", ["validate_tune_h200_fresh.json"])
 def test_workload_totals_of_unseen_steps(path):
-    val = _script("validate_tune_h200")
-    rep = val.repredict(RESULTS / path)
+    rep = repredict(RESULTS / path)
     # BENCHMARKS.md "tune on the H200", fresh run: totals within 5% and picks within 3% of the best measured
     assert rep["settings"] == 354
     assert rep["within_5pct"] >= 245

@@ -261,13 +261,13 @@ def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     work = sum(n for _, n in pairs)
     # flash_fwd_splitkv_kernel (split, or forced by a paged cache) and flash_fwd_kernel are two kernels: on the
     # H200 the second took 1.45x as long on the same grid (capture-fa2-h200-contiguous.jsonl against the paged run)
-    family = "fa2_fwd" if main.constexprs.get("split_kernel", True) else "fa2_fwd_plain"
+    family = "fa2_fwd" if main.constexprs["split_kernel"] else "fa2_fwd_plain"
     kernels = [KernelWork(family=family, iters=_hist(pairs), bytes_per_iter=bn * (d + dv) * kvb,
                           idle_programs=max(0, main.programs - work), head_dim=next_power_of_2(d),
                           blend_power=FA2_BLEND_POWER)]
     comb = _kernel(plan, KernelKind.FA2_COMBINE)
     if comb is not None:
-        rows = int(comb.constexprs.get("kBlockM") or 4)
+        rows = int(comb.constexprs["kBlockM"])
         kernels.append(KernelWork(family="fa2_combine", iters=((s, comb.programs),), bytes_per_iter=rows * (4 * dv + 4),
                                   head_dim=next_power_of_2(dv)))
     return LaunchWork(kernel="fa2", splits=s, kernels=tuple(kernels), label=f"num_splits {s}")
