@@ -115,14 +115,15 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     return ms, origin
 
 
-def write_profile(res: dict, final: Any) -> Path:
+def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
     """decodecalc/profiles/h200.yaml from a fit result (``res``, as this script writes it to --out) and its all-data
     profile. The backends' families and their fit statistics (benchmarks/fit_backends_h200.py) are kept as the
     file has them now: this script owns the Triton families (TRITON_PREFIXES) and the GPU-wide numbers only."""
     from decodecalc.timemodel import load_profile_file
 
-    dest = ROOT / "decodecalc" / "profiles" / "h200.yaml"
-    on_disk = load_profile_file(dest)
+    shipped = ROOT / "decodecalc" / "profiles" / "h200.yaml"
+    dest = dest or shipped
+    on_disk = load_profile_file(shipped)
     ho, alls = res["holdout_fit"]["holdout"]["all"], res["all_fit"]["all"]["all"]
     steps = len({r["shape"] for r in res["rows_detail"] if r["source"].startswith("validate_tune_h200_steps")})
     of_steps = f", {steps} of them sampled workload steps" if steps else ""
@@ -162,6 +163,23 @@ def measured_occupancy() -> dict[str, int]:
         for fam in KERNEL_FAMILY.get(kernel, ()):
             occ[fam] = sorted(vals)[len(vals) // 2]
     return occ
+
+
+def compiled_occupancy(paths: list[Path]) -> dict[str, dict[int, int]]:
+    """vLLM's split-KV kernel: resident programs per SM by padded head dim, from the registers / shared memory of
+    every 3D specialization benchmarks/probe_vllm_waves_h200.py compiled (``specializations`` of its result; the
+    constexprs of ``kernel_unified_attention`` in signature order: ..., TILE_SIZE, HEAD_SIZE, HEAD_SIZE_PADDED
+    at positions 9-11)."""
+    out: dict[str, dict[int, int]] = {}
+    for p in paths:
+        d = json.loads(p.read_text())
+        if not isinstance(d, dict):
+            continue
+        for spec in (d.get("specializations") or {}).get("kernel_unified_attention", ()):
+            c = spec["constexprs"]
+            if spec.get("n_regs", -1) > 0 and len(c) > 11 and c[9] == "16":  # TILE_SIZE 16: the 3D decode kernel
+                out.setdefault("vllm_3d", {})[int(c[11])] = occupancy(spec["n_regs"], spec["shared"], spec["num_warps"])
+    return out
 
 
 def is_holdout(key: str, frac: float) -> bool:
@@ -221,8 +239,14 @@ def main() -> int:
     ap.add_argument("--profile-from-result", type=Path, metavar="JSON", help="no fit: write decodecalc/profiles/"
                     "h200.yaml from a result this script wrote to --out (its all-data profile)")
     ap.add_argument("--holdout-only", action="store_true", help="fit the held-out split only (no all-data fit)")
-    ap.add_argument("--steps-engines", default="sglang", help="whose per-step timings join the fit (comma-separated: "
-                    "vllm,sglang); default sglang: with vLLM's the held-out split recommendation got worse (BENCHMARKS.md)")
+    ap.add_argument("--steps-engines", default="vllm,sglang", help="whose per-step timings join the fit "
+                    "(comma-separated: vllm,sglang)")
+    ap.add_argument("--own-idle", default="vllm,sglang", help="kernels whose families with idle programs get their own "
+                    "idle-program cost (comma-separated: vllm,sglang; the others take the GPU's)")
+    ap.add_argument("--saturating", default="vllm,sglang", help="kernels whose main families get a fitted sm_saturation_gap "
+                    "(comma-separated: vllm,sglang; the others: every resident program adds its bytes)")
+    ap.add_argument("--profile-dest", type=Path, default=None, help="where --write-profile / --profile-from-result "
+                    "write the profile (default: decodecalc/profiles/h200.yaml)")
     ap.add_argument("--no-steps", action="store_true", help="leave the per-step workload timings out")
     ap.add_argument("--holdout", type=float, default=0.3, help="fraction of shapes held out of the fit")
     ap.add_argument("--write-profile", action="store_true", help="write the all-data fit to decodecalc/profiles/h200.yaml")
@@ -238,7 +262,7 @@ def main() -> int:
 
         res = json.loads(args.profile_from_result.read_text())
         final = profile_from_mapping(res["all_fit"]["profile"], origin=str(args.profile_from_result))
-        print(f"wrote {write_profile(res, final)}")
+        print(f"wrote {write_profile(res, final, args.profile_dest)}")
         return 0
 
     paths = args.data or ([SHARED] if SHARED.exists() else []) + sorted((ROOT / "benchmarks" / "results").glob("timemodel-h200-*.json"))
@@ -294,11 +318,16 @@ def main() -> int:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         print(json.dumps({"holdout": res["holdout_fit"]["holdout"], "all_fit": res["all_fit"]["all"]}, indent=1))
         return 0
+    fixed_occ = compiled_occupancy(paths)
+    print(f"occupancy of compiled specializations (fixed): {fixed_occ}", flush=True)
+    own_idle = tuple(k for k in args.own_idle.split(",") if k)
+    saturating = tuple(k for k in args.saturating.split(",") if k)
     t0 = time.time()
     # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
     # where measured): the starting occupancy; the search then picks it per family and head dim
     fitted = fit_profile(train, base, occupancy=occ_measured or None, search_occupancy=not args.no_occupancy_search,
-                         max_evals=args.max_evals, launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm", own_idle_kernels=("sglang",),
+                         max_evals=args.max_evals, launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle, saturating_kernels=saturating,
+                         fixed_occupancy=fixed_occ,
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
     res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys),
@@ -311,7 +340,8 @@ def main() -> int:
         return 0
     t0 = time.time()
     final = fit_profile(ms, fitted, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
-                        launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm", own_idle_kernels=("sglang",))
+                        launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle, saturating_kernels=saturating,
+                        fixed_occupancy=fixed_occ)
     print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
     res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
     res["rows_detail"] = [
@@ -327,7 +357,7 @@ def main() -> int:
     print(json.dumps({"holdout": ho, "train": res["holdout_fit"]["train"]["all"],
                       "all_fit": {k: v for k, v in res["all_fit"]["all"].items()}}, indent=1))
     if args.write_profile:
-        print(f"wrote {write_profile(res, final)}")
+        print(f"wrote {write_profile(res, final, args.profile_dest)}")
     print(f"wrote {args.out}")
     return 0
 

@@ -419,6 +419,8 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
                             "predicted_total_s": pred, "measured_total_s": m["total_s"],
                             "error": pred / m["total_s"] - 1.0, "timer": m["timer"], "spread": m.get("spread"),
                             "same_launches_as": same_as, "wall_s": time.perf_counter() - t0})
+        if e["kind"] == "bound":  # the day's per-step argmin: stored so a later model re-predicts these launches
+            out_entries[-1]["launches"] = [launch_recipe(sp) for sp in e["specs"]]
         if same_as is not None:
             continue
         print(f"  {model_name} {wl} {e['engine']:6s} {e['name'][:28]:28s} pred {pred * 1e3:9.3f} ms  meas "
@@ -465,6 +467,19 @@ def case_trace(case: dict[str, Any]) -> Any:
     return StepTrace(steps=tr.steps[:case["steps"]], source=tr.source, notes=tr.notes)
 
 
+def recipe_time_s(ctx: Any, entries: list[dict[str, Any]], engine: str, i: int, recipe: dict[str, Any]) -> float:
+    """Today's predicted time of shape i under a stored launch (:func:`launch_recipe`): that of a search candidate or
+    heuristic making the same launch (its CUDA-graph padding included), else the launch forced as the bound forces
+    it (vLLM: 2D or 3D with these segments; SGLang: these splits, no split-count kernel)."""
+    for e in entries:
+        if e["engine"] == engine and launch_recipe(e["specs"][i]) == recipe:
+            return float(e["predicted"][i])
+    if engine == "vllm":
+        return ctx.timer.vllm_forced(i, int(recipe["segments"]))
+    return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]),
+                                   adaptive=bool(recipe["adaptive"]))
+
+
 def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
     """The comparison from a measured JSON with the time model as it is now (CPU only): per (case, setting)
     predicted vs measured total, tune's pick now, the best measured candidate, the measured saving."""
@@ -482,11 +497,19 @@ def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
         for e in result.engines.values():
             for c in e.candidates:
                 pred[c.label] = c.stats.total_s
-        for sc in score_heuristics(ctx, result, select_heuristics(None, None)):
+        scores = {sc.name: sc for sc in score_heuristics(ctx, result, select_heuristics(None, None))}
+        for sc in scores.values():
             if not sc.name.endswith("-bound"):
                 pred[sc.name] = sc.stats.total_s
+        if any(x.get("launches") for x in case["entries"]):
+            now = [e for e in plan_entries(ctx, result, scores, -1) if e["kind"] != "bound"]
+            order = list(ctx.shapes.step_shape)
+            for x in case["entries"]:
+                if x.get("launches"):
+                    pred[x["name"]] = sum(recipe_time_s(ctx, now, x["engine"], i, x["launches"][i]) for i in order)
         meas = {(x["engine"], x["name"]): x for x in case["entries"]}
         for x in case["entries"]:
+            # a bound measured before its launches were stored keeps the prediction of its day
             p = pred.get(x["name"], x["predicted_total_s"])
             rows.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": x["engine"],
                          "setting": x["name"], "kind": x["kind"], "predicted_total_s": p,

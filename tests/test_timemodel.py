@@ -256,6 +256,54 @@ def test_kernel_time_waves_and_latency():
     assert kernel_time_s(ragged, fam, 132) >= 400 * 1e-6
 
 
+def test_sm_saturation_gap_makes_the_last_resident_program_cheap():
+    # FamilyParams.sm_saturation_gap: the SM term counts min(c, occupancy - gap) programs' bytes; below the
+    # saturation point nothing changes (benchmarks/results/timemodel-h200-probe-waves.json: 32:8 d128, one wave,
+    # 46.6 / 54.5 / 60.3 / 67.1 / 68.7 us at 1..5 programs per SM)
+    lin = FamilyParams(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=30e9,
+                       program_overhead_s=0.0, max_programs_per_sm=5)
+    sat = dataclasses.replace(lin, sm_saturation_gap=0.75)
+    four = KernelWork(family="x", iters=((100, 4 * 132),), bytes_per_iter=8192)
+    five = KernelWork(family="x", iters=((100, 5 * 132),), bytes_per_iter=8192)
+    assert kernel_time_s(four, sat, 132) == pytest.approx(kernel_time_s(four, lin, 132))
+    assert kernel_time_s(five, sat, 132) == pytest.approx(100 * (1e-6 + 8192 / 20e9 + 4.25 * 8192 / 30e9))
+    assert kernel_time_s(five, lin, 132) == pytest.approx(100 * (1e-6 + 8192 / 20e9 + 5 * 8192 / 30e9))
+    with pytest.raises(ConfigError, match="sm_saturation_gap"):
+        dataclasses.replace(lin, sm_saturation_gap=1.0)
+
+
+def test_reduce_segments_occupancy_matches_the_compiled_kernels():
+    # registers of every reduce_segments specialization Triton 3.6 compiled on the H200
+    # (benchmarks/results/timemodel-h200-extra.json; keys end (BLOCK_Q, NUM_SEGMENTS_PER_SEQ, ...); BLOCK_Q 2 is
+    # shared by d128 and d256 shapes there and is skipped) against the occupancy the work function gives
+    import re
+
+    from decodecalc.timemodel.profile import occupancy
+    from decodecalc.timemodel.work import reduce_segments_occupancy
+
+    extra = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "timemodel-h200-extra.json").read_text())
+    d_pad_of_block_q = {16: 128, 4: 128, 1: 128, 8: 256, 3: 64}
+    checked = 0
+    for key, res in extra["kernel_resources"]["reduce_segments"].items():
+        block_q, segments = (int(x) for x in re.findall(r"\('constexpr', ([^)]*)\)", key)[:2])
+        if block_q in d_pad_of_block_q:
+            measured = occupancy(res["n_regs"], res["shared"], res["num_warps"])
+            assert reduce_segments_occupancy(segments, d_pad_of_block_q[block_q]) == measured, (block_q, segments)
+            checked += 1
+    assert checked == 35
+    # and the launch carries it: 128 segments at d128 leave 3 programs per SM
+    w = vllm_work(Shape(num_heads=32, num_kv_heads=8, seq_lens=(4096,) * 4), splits=128, use_3d=True)
+    assert w.kernels[1].occupancy == 3
+
+
+def test_compiled_occupancy_of_the_3d_kernel_from_the_probe():
+    from benchmarks.fit_timemodel import compiled_occupancy
+
+    probe = Path(__file__).parents[1] / "benchmarks" / "results" / "timemodel-h200-probe-waves.json"
+    # 88 / 128 / 76 registers, 12.6 / 24.6 / 6.6 KB shared memory at d128 / d256 / d64 (Triton 3.6, H200)
+    assert compiled_occupancy([probe]) == {"vllm_3d": {128: 5, 256: 4, 64: 6}}
+
+
 # -- grid order ----------------------------------------------------------------------------------
 
 
@@ -549,4 +597,4 @@ def test_family_idle_program_cost_overrides_the_gpus():
     got = fit_profile(rows, prof, search_occupancy=False, fit_globals=False, max_evals=600, restarts=1,
                       own_idle_kernels=("sglang",))
     assert got.families["sglang_stage1"].idle_program_s == pytest.approx(4e-7, rel=0.1)
-    assert not got.families["vllm_3d"].idle_program_s
+    assert got.families["vllm_3d"].idle_program_s == prof.families["vllm_3d"].idle_program_s  # not fitted here

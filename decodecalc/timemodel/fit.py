@@ -131,7 +131,8 @@ _FAM_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_p
 #: physical ranges the fit keeps each parameter in (a degenerate fit must not leave them)
 _BOUNDS = {"latency_s": (1e-7, 5e-6), "program_bandwidth_bytes_per_s": (1e9, 1e12),
            "sm_bandwidth_bytes_per_s": (5e9, 4e11), "program_overhead_s": (1e-9, 1e-5),
-           "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12)}
+           "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12),
+           "sm_saturation_gap": (0.01, 0.95)}
 _DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
                        program_overhead_s=1e-6, max_programs_per_sm=4)
 
@@ -145,7 +146,7 @@ def _families_in(ms: Sequence[Measurement]) -> list[str]:
 
 
 def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool,
-          idle_fams: Sequence[str] = ()) -> list[float]:
+          idle_fams: Sequence[str] = (), sat_fams: Sequence[str] = ()) -> list[float]:
     x = [math.log(_clamp("idle_program_s", profile.idle_program_s)),
          math.log(_clamp("hbm_bandwidth_bytes_per_s", profile.hbm_bandwidth_bytes_per_s))] if free_globals else []
     for f in fams:
@@ -153,19 +154,25 @@ def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool,
         x += [math.log(_clamp(k, getattr(p, k))) for k in _FAM_KEYS]
     for f in idle_fams:  # a family's own idle-program cost, starting from the GPU's
         x.append(math.log(_clamp("idle_program_s", profile.families[f].idle_program_s or profile.idle_program_s)))
+    for f in sat_fams:  # where a family's SM load path saturates, short of full occupancy
+        x.append(math.log(_clamp("sm_saturation_gap", profile.families[f].sm_saturation_gap or 0.5)))
     return x
 
 
 def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_globals: bool,
-            idle_fams: Sequence[str] = ()) -> TimeProfile:
+            idle_fams: Sequence[str] = (), sat_fams: Sequence[str] = ()) -> TimeProfile:
     families = dict(base.families)
     off = 2 if free_globals else 0
     for i, f in enumerate(fams):
         vals: dict[str, Any] = {k: _clamp(k, math.exp(v)) for k, v in zip(_FAM_KEYS, x[off + 4 * i: off + 4 * i + 4])}
         families[f] = dataclasses.replace(families[f], **vals)
+    off += 4 * len(fams)
     for j, f in enumerate(idle_fams):
-        families[f] = dataclasses.replace(families[f],
-                                          idle_program_s=_clamp("idle_program_s", math.exp(x[off + 4 * len(fams) + j])))
+        families[f] = dataclasses.replace(families[f], idle_program_s=_clamp("idle_program_s", math.exp(x[off + j])))
+    off += len(idle_fams)
+    for j, f in enumerate(sat_fams):
+        families[f] = dataclasses.replace(
+            families[f], sm_saturation_gap=_clamp("sm_saturation_gap", math.exp(x[off + j])))
     if free_globals:
         return dataclasses.replace(base, idle_program_s=_clamp("idle_program_s", math.exp(x[0])),
                                    hbm_bandwidth_bytes_per_s=_clamp("hbm_bandwidth_bytes_per_s", math.exp(x[1])),
@@ -242,11 +249,12 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], *, step:
 
 
 def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str], free_globals: bool,
-               restarts: int, max_evals: int, idle_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
+               restarts: int, max_evals: int, idle_fams: Sequence[str] = (),
+               sat_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
     def f(x: list[float]) -> float:
-        return _loss(_unpack(x, base, fams, free_globals, idle_fams), ms)
+        return _loss(_unpack(x, base, fams, free_globals, idle_fams, sat_fams), ms)
 
-    best_x = _pack(base, fams, free_globals, idle_fams)
+    best_x = _pack(base, fams, free_globals, idle_fams, sat_fams)
     best_v = f(best_x)
     rng = random.Random(0)
     for r in range(max(1, restarts)):
@@ -254,7 +262,7 @@ def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str]
         x, v = nelder_mead(f, start, max_evals=max_evals, step=0.4 if r == 0 else 0.2)
         if v < best_v:
             best_x, best_v = x, v
-    return _unpack(best_x, base, fams, free_globals, idle_fams), best_v
+    return _unpack(best_x, base, fams, free_globals, idle_fams, sat_fams), best_v
 
 
 #: resident programs per SM tried by the occupancy search (per family and padded head dim)
@@ -265,7 +273,8 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                 search_occupancy: bool = True, restarts: int = 2, max_evals: int = 2000,
                 launch_overhead_s: float | None = None, fit_globals: bool = True,
                 progress: Callable[[str], None] | None = None, first_kernel: str | None = None,
-                own_idle_kernels: Sequence[str] = ()) -> TimeProfile:
+                own_idle_kernels: Sequence[str] = (), saturating_kernels: Sequence[str] = (),
+                fixed_occupancy: Mapping[str, Mapping[int, int]] | None = None) -> TimeProfile:
     """Least-squares fit (soft-L1 on log time), one kernel at a time: each family's latency, program
     bandwidth, SM bandwidth and program overhead; with the first (largest) kernel group also the GPU's
     achievable HBM bandwidth and the idle-program cost (``fit_globals``). Occupancy starts from
@@ -273,7 +282,10 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
     then chosen per family and padded head dim among OCCUPANCY_CHOICES (coordinate descent on the loss,
     alternating with the continuous fit). ``launch_overhead_s`` (measured: a tiny kernel's CUDA-graph
     replay) is fixed. ``first_kernel``: the kernel whose group is fitted first, with the globals.
-    ``own_idle_kernels``: kernels whose families with idle programs get their own idle-program cost."""
+    ``own_idle_kernels``: kernels whose families with idle programs get their own idle-program cost.
+    ``saturating_kernels``: kernels whose working families (not their merge kernels) get their own
+    ``sm_saturation_gap``. ``fixed_occupancy``: family -> {padded head dim: resident programs per SM}
+    measured from the compiled kernels; set as given and left out of the occupancy search."""
     if not ms:
         raise DecodecalcError("no measurements to fit the time model to")
     if launch_overhead_s is not None:
@@ -285,6 +297,11 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
         if occupancy and f in occupancy:
             families[f] = dataclasses.replace(families[f], max_programs_per_sm=int(occupancy[f]))
     prof = dataclasses.replace(base, families=families)
+    fixed = {f: dict(t) for f, t in (fixed_occupancy or {}).items()}
+    for f, table in fixed.items():
+        if f in prof.families:
+            for d, o in table.items():
+                prof = _with_occupancy(prof, f, d, o)
     groups: dict[str, list[Measurement]] = {}
     for m in ms:
         groups.setdefault(m.kernel, []).append(m)
@@ -296,12 +313,15 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
         free = fit_globals and gi == 0
         idle_fams = [f for f in fams if kernel in own_idle_kernels
                      and any(k.family == f and k.idle_programs for m in sub for k in m.work.kernels)]
-        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams)
+        sat_fams = [f for f in fams if kernel in saturating_kernels and not f.endswith(("_reduce", "_stage2"))]
+        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams, sat_fams)
         for _round in range(3 if search_occupancy else 0):
             changed = False
             for f in fams:
                 dims = sorted({k.head_dim for m in sub for k in m.work.kernels if k.family == f})
                 for d in dims:
+                    if d in fixed.get(f, {}):
+                        continue
                     cur = prof.families[f].occupancy_for(d)
                     best_l, best_o = _loss(prof, sub), cur
                     for o in OCCUPANCY_CHOICES:
@@ -316,7 +336,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                             progress(f"{f} d{d}: occupancy {cur} -> {best_o}")
             if not changed:
                 break
-            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals, idle_fams)
+            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals, idle_fams, sat_fams)
         if progress:
             progress(f"{kernel}: {len(sub)} rows, loss {v:.4f}")
     return prof

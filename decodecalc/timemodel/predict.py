@@ -46,14 +46,16 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
         (fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s)
 
     blend = work.blend_power or fam.blend_power
+    c_sat = occ - fam.sm_saturation_gap  # the SM's load path is saturated from here on
 
     def t_it(c: int, conc: int | None = None) -> float:
         # the SM: a round trip plus its c programs' bytes through its load path (Little's law: bytes in
-        # flight / time); the GPU: every resident program's bytes through HBM
+        # flight / time), up to the programs that saturate it; the GPU: every resident program's bytes through HBM
         conc = c * num_sms if conc is None else conc
+        sm = lat + min(c, c_sat) * b / bw
         if blend:
-            return ((lat + c * b / bw) ** blend + (conc * b_hbm / hbm) ** blend) ** (1 / blend)
-        return max(lat + c * b / bw, conc * b_hbm / hbm)
+            return (sm ** blend + (conc * b_hbm / hbm) ** blend) ** (1 / blend)
+        return max(sm, conc * b_hbm / hbm)
 
     t0 = fam.program_overhead_s
     idle_cost = work.idle_programs * (fam.idle_program_s or idle_program_s) / num_sms

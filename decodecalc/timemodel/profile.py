@@ -80,9 +80,16 @@ class FamilyParams:
     #: say (:attr:`~decodecalc.timemodel.work.KernelWork.blend_power`): 0, the larger; p > 0, their L^p norm
     blend_power: float = 0.0
     #: SM time of one program of this family that exits at once (the GPU's ``idle_program_s`` when 0): SGLang's
-    #: stage 1 loads its query tile and computes its split bounds before the empty-split check, vLLM's 3D kernel
-    #: leaves at its first line
+    #: stage 1 loads its query tile and computes its split bounds before the empty-split check; vLLM's kernels find
+    #: their sequence (a binary search over the query start offsets, ``resolve_seq_and_query_len``) before their
+    #: q-block and segment early exits (triton_unified_attention.py 0.33.0 L311-327)
     idle_program_s: float = 0.0
+    #: the SM's load path saturates this many programs short of full occupancy: an iteration's SM-side time counts
+    #: ``min(c, occupancy - gap)`` resident programs' bytes, so the last program a full SM takes in costs less
+    #: than the ones before it (0: every program adds its bytes). Measured on the H200 with vLLM's 3D kernel
+    #: (benchmarks/results/timemodel-h200-probe-waves.json, one wave, 32 tiles per program): 32:8 d128 (5 per SM)
+    #: 46.6 / 54.5 / 60.3 / 67.1 / 68.7 us at 1..5 per SM, d64 (6 per SM) and d256 (4 per SM) alike
+    sm_saturation_gap: float = 0.0
 
     def occupancy_for(self, head_dim: int) -> int:
         for d, o in self.occupancy_by_head_dim:
@@ -99,6 +106,9 @@ class FamilyParams:
             raise ConfigError(f"program_overhead_s must be >= 0, got {self.program_overhead_s!r}")
         if not (isinstance(self.max_programs_per_sm, int) and self.max_programs_per_sm >= 1):
             raise ConfigError(f"max_programs_per_sm must be a positive integer, got {self.max_programs_per_sm!r}")
+        g = self.sm_saturation_gap
+        if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 <= g < 1):
+            raise ConfigError(f"sm_saturation_gap must be a number in [0, 1), got {g!r}")
         for d, o in self.occupancy_by_head_dim:
             if not (isinstance(d, int) and isinstance(o, int) and d > 0 and o >= 1):
                 raise ConfigError(f"occupancy_by_head_dim entries must be positive integers, got {d!r}: {o!r}")
@@ -112,6 +122,8 @@ class FamilyParams:
             del out["blend_power"]
         if not self.idle_program_s:
             del out["idle_program_s"]
+        if not self.sm_saturation_gap:
+            del out["sm_saturation_gap"]
         return out
 
 
@@ -169,7 +181,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 raise ConfigError(f"family {name!r} must be a mapping")
             known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim",
                                                                           "hbm_bandwidth_bytes_per_s", "blend_power",
-                                                                          "idle_program_s"}
+                                                                          "idle_program_s", "sm_saturation_gap"}
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
@@ -185,6 +197,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                                                f"{name}.hbm_bandwidth_bytes_per_s"),
                 blend_power=_num(raw.get("blend_power", 0.0), f"{name}.blend_power"),
                 idle_program_s=_num(raw.get("idle_program_s", 0.0), f"{name}.idle_program_s"),
+                sm_saturation_gap=_num(raw.get("sm_saturation_gap", 0.0), f"{name}.sm_saturation_gap"),
             )
         fit_raw = data.get("fit") or {}
         if not isinstance(fit_raw, Mapping):

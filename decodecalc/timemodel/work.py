@@ -17,6 +17,7 @@ from typing import Protocol
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.launchers import sglang_triton as sg
 from decodecalc.launchers import vllm_unified as vu
+from decodecalc.timemodel.profile import occupancy
 
 
 #: one x-line of a grid: runs (loop iterations, programs) in grid order
@@ -227,8 +228,19 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
                       idle_programs=idle * h_kv, head_dim=next_power_of_2(d), order=order)
     d_pad = next_power_of_2(dv)
     reduce = KernelWork(family=f"{prefix}_reduce", iters=((1, sum(q_lens) * h),), bytes_per_iter=s * (4 * d_pad + 8),
-                        head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),))
+                        head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),),
+                        occupancy=reduce_segments_occupancy(s, d_pad) if prefix == "vllm" else None)
     return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}")
+
+
+def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
+    """Resident programs per SM of vLLM's ``reduce_segments``: its (NUM_SEGMENTS_PER_SEQ, HEAD_SIZE_PADDED) fp32
+    tile lives in the registers of its 128 threads, so registers per thread grow with segments x head dim. Measured
+    on the H200 (Triton 3.6, benchmarks/results/timemodel-h200-extra.json and -probe-waves.json): about 16 +
+    S * d_pad / 128 registers, at least 24 (d128: 32 / 45 / 80 / 150 at 16 / 32 / 64 / 128 segments; d256 at 128
+    segments: 255 and spills); 4 warps, 2 KB of shared memory."""
+    regs = min(255, max(24, 16 + segments * head_size_padded // 128))
+    return occupancy(regs, 2048, 4)
 
 
 def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
