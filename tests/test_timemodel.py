@@ -269,7 +269,7 @@ def test_sm_saturation_gap_makes_the_last_resident_program_cheap():
     assert kernel_time_s(five, sat, 132) == pytest.approx(100 * (1e-6 + 8192 / 20e9 + 4.25 * 8192 / 30e9))
     assert kernel_time_s(five, lin, 132) == pytest.approx(100 * (1e-6 + 8192 / 20e9 + 5 * 8192 / 30e9))
     with pytest.raises(ConfigError, match="sm_saturation_gap"):
-        dataclasses.replace(lin, sm_saturation_gap=1.0)
+        dataclasses.replace(lin, sm_saturation_gap=3.0)
 
 
 def test_reduce_segments_occupancy_matches_the_compiled_kernels():

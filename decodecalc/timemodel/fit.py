@@ -132,7 +132,7 @@ _FAM_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_p
 _BOUNDS = {"latency_s": (1e-7, 5e-6), "program_bandwidth_bytes_per_s": (1e9, 1e12),
            "sm_bandwidth_bytes_per_s": (5e9, 4e11), "program_overhead_s": (1e-9, 1e-5),
            "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12),
-           "sm_saturation_gap": (0.01, 0.95)}
+           "sm_saturation_gap": (0.01, 2.5)}
 _DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
                        program_overhead_s=1e-6, max_programs_per_sm=4)
 

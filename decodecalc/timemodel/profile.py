@@ -107,8 +107,8 @@ class FamilyParams:
         if not (isinstance(self.max_programs_per_sm, int) and self.max_programs_per_sm >= 1):
             raise ConfigError(f"max_programs_per_sm must be a positive integer, got {self.max_programs_per_sm!r}")
         g = self.sm_saturation_gap
-        if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 <= g < 1):
-            raise ConfigError(f"sm_saturation_gap must be a number in [0, 1), got {g!r}")
+        if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 <= g < 3):
+            raise ConfigError(f"sm_saturation_gap must be a number in [0, 3), got {g!r}")
         for d, o in self.occupancy_by_head_dim:
             if not (isinstance(d, int) and isinstance(o, int) and d > 0 and o >= 1):
                 raise ConfigError(f"occupancy_by_head_dim entries must be positive integers, got {d!r}: {o!r}")
