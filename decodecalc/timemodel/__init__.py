@@ -15,7 +15,8 @@ and the ``ref_*`` families of decodecalc's own kernels):
   kernel's registers and shared memory: data of the profile, one value per GPU and family).
   ``c = min(occupancy, ceil(N / num_sms))`` programs share the busiest SM.
 * One iteration of a program takes ``t_it = max(latency_s + b / program_bandwidth_bytes_per_s
-  + c * b / sm_bandwidth_bytes_per_s, n * b / hbm_bandwidth_bytes_per_s)``: an unloaded round
+  + min(c, occupancy - sm_saturation_gap) * b / sm_bandwidth_bytes_per_s, n * b / hbm_bandwidth_bytes_per_s)``
+  (``sm_saturation_gap``: the SM's load path saturates that many programs short of full occupancy): an unloaded round
   trip (the dependent loads of the loop body that the kernel's pipelining does not hide), the
   time one program's warps need to stream its tile (their own loads in flight and the math on
   them, so it scales with the head dim), and the time the SM's load path needs to take in the
