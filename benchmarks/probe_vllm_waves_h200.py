@@ -3,13 +3,14 @@ program count grows one batch at a time, and the registers / shared memory of ev
 of ``kernel_unified_attention`` and ``reduce_segments`` (what sets their resident programs per SM).
 
     tools/fetch_upstream.sh
-    python benchmarks/probe_vllm_waves_h200.py --out benchmarks/results/probe-vllm-waves-h200.json
+    PYTHONPATH=. python benchmarks/probe_vllm_waves_h200.py --out benchmarks/results/timemodel-h200-probe-waves.json
 
 Each row: one (h, h_kv, d, batch, segments, length) launch of ``unified_attention`` (3D: segments > 1), timed
 as the other H200 scripts time (decodecalc.verify.timing: a CUDA graph over rotating KV copies, median of
 replays). Every program of a row reads the same number of KV tiles, so the time over the program count shows
-the waves and the cost of one more resident program per SM. The rows have the fields of
-benchmarks/results/timemodel-h200-*.json (fit_timemodel.py reads them with ``--data``).
+the waves and the cost of one more resident program per SM. The rows have the fields of the other
+benchmarks/results/timemodel-h200-*.json files, which fit_timemodel.py reads; it also takes the 3D kernel's
+occupancy per head dim from ``specializations`` (``compiled_occupancy``).
 """
 
 from __future__ import annotations
@@ -100,15 +101,8 @@ def main() -> int:
         del kv
         torch.cuda.empty_cache()
     res = {}
-    for name in ("kernel_unified_attention", "reduce_segments"):
-        fn = getattr(vk.module, name, None) if hasattr(vk, "module") else None
-        if fn is None:
-            import sys as _s
-
-            for m in list(_s.modules.values()):
-                fn = getattr(m, name, None)
-                if fn is not None and hasattr(fn, "device_caches"):
-                    break
+    for name in ("kernel_unified_attention", "reduce_segments"):  # the JIT functions of the loaded module
+        fn = getattr(vk.module, name, None)
         specs = _resources(fn) if fn is not None else {}
         res[name] = [{"constexprs": constexprs(k), **v} for k, v in specs.items()]
     out = {"env": {"sm_count": sms, "device": torch.cuda.get_device_name(0), "torch": torch.__version__},
