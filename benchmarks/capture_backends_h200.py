@@ -55,13 +55,15 @@ def worked_examples() -> list[dict]:
     return ex
 
 
+def uniform_grid(configs: list[tuple[str, int]], batches: list[int], lengths: list[int], max_tokens: int,
+                 tag: str) -> list[dict]:
+    """Uniform batches of every (model, TP) x batch x length with at most ``max_tokens`` KV tokens."""
+    return [{"model": m, "tp": tp, "seq_lens": [L] * b, "tag": tag}
+            for m, tp in configs for b in batches for L in lengths if b * L <= max_tokens]
+
+
 def grid_shapes() -> list[dict]:
-    out = []
-    for m, tp in HEAD_CONFIGS:
-        for b in BATCHES:
-            for L in LENGTHS:
-                if b * L <= MAX_TOKENS:
-                    out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "grid"})
+    out = uniform_grid(HEAD_CONFIGS, BATCHES, LENGTHS, MAX_TOKENS, "grid")
     # ragged batches: lengths spread over 32x
     for m, tp in HEAD_CONFIGS[:3]:
         for b in (5, 24, 100):
@@ -72,13 +74,8 @@ def grid_shapes() -> list[dict]:
 
 
 def mla_shapes() -> list[dict]:
-    out = [{"model": "deepseek-v3", "tp": 1, "seq_lens": [2560], "tag": "worked"}]
-    for m, tp in MLA_CONFIGS:
-        for b in MLA_BATCHES:
-            for L in MLA_LENGTHS:
-                if b * L <= MAX_TOKENS:
-                    out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "grid"})
-    return out
+    return [{"model": "deepseek-v3", "tp": 1, "seq_lens": [2560], "tag": "worked"}] + \
+        uniform_grid(MLA_CONFIGS, MLA_BATCHES, MLA_LENGTHS, MAX_TOKENS, "grid")
 
 
 def mla_shapes_run2() -> list[dict]:
@@ -87,10 +84,7 @@ def mla_shapes_run2() -> list[dict]:
 
     out = []
     for m, tp in MLA_CONFIGS_2:
-        for b in MLA_BATCHES_2:
-            for L in MLA_LENGTHS_2:
-                if b * L <= MLA_MAX_TOKENS_2:
-                    out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "mla-grid"})
+        out += uniform_grid([(m, tp)], MLA_BATCHES_2, MLA_LENGTHS_2, MLA_MAX_TOKENS_2, "mla-grid")
         # ragged batches: lengths spread over 64x (and one long request among short ones)
         for b, span in ((4, 65536), (12, 16384), (48, 8192), (96, 4096), (160, 2048)):
             out.append({"model": m, "tp": tp, "seq_lens": [512 + (i * 7919) % span for i in range(b)],

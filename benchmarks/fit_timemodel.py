@@ -325,9 +325,10 @@ def main() -> int:
     t0 = time.time()
     # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
     # where measured): the starting occupancy; the search then picks it per family and head dim
-    fitted = fit_profile(train, base, occupancy=occ_measured or None, search_occupancy=not args.no_occupancy_search,
-                         max_evals=args.max_evals, launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle, saturating_kernels=saturating,
-                         fixed_occupancy=fixed_occ,
+    fit_options = dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
+                       restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle,
+                       saturating_kernels=saturating, fixed_occupancy=fixed_occ)
+    fitted = fit_profile(train, base, occupancy=occ_measured or None, **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
     res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys),
@@ -339,9 +340,7 @@ def main() -> int:
         print(json.dumps({"holdout": res["holdout_fit"]["holdout"]}, indent=1))
         return 0
     t0 = time.time()
-    final = fit_profile(ms, fitted, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
-                        launch_overhead_s=launch, restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle, saturating_kernels=saturating,
-                        fixed_occupancy=fixed_occ)
+    final = fit_profile(ms, fitted, **fit_options)  # type: ignore[arg-type]
     print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
     res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
     res["rows_detail"] = [

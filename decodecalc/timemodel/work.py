@@ -234,9 +234,10 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
 
 
 def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
-    """Resident programs per SM of vLLM's ``reduce_segments``: its (NUM_SEGMENTS_PER_SEQ, HEAD_SIZE_PADDED) fp32
-    tile lives in the registers of its 128 threads, so registers per thread grow with segments x head dim. Measured
-    on the H200 (Triton 3.6, benchmarks/results/timemodel-h200-extra.json and -probe-waves.json): about 16 +
+    """Resident programs per SM of vLLM's ``reduce_segments`` (triton_unified_attention.py 0.33.0 L700-797): its
+    (NUM_SEGMENTS_PER_SEQ, HEAD_SIZE_PADDED) fp32 tile lives in the registers of its 128 threads (4 warps: Triton's
+    default, the launch at L1211 sets none), so registers per thread grow with segments x head dim. Measured on the
+    H200 (Triton 3.6, benchmarks/results/timemodel-h200-extra.json and -probe-waves.json): about 16 +
     S * d_pad / 128 registers, at least 24 (d128: 32 / 45 / 80 / 150 at 16 / 32 / 64 / 128 segments; d256 at 128
     segments: 255 and spills); 4 warps, 2 KB of shared memory."""
     regs = min(255, max(24, 16 + segments * head_size_padded // 128))
