@@ -104,8 +104,10 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
                     variant = f"vllm-3d-S{s}" if launch["use_3d"] else "vllm-2d"
                 else:
                     splits = tuple(int(x) for x in launch["splits"])
+                    # the counts came from the engine's split-count kernel or (proposed rules) a copy
                     work = sglang_work(shape, splits=splits, max_kv_splits=int(launch["max_kv_splits"]),
-                                       adaptive=bool(launch["adaptive"]))
+                                       adaptive=bool(launch["adaptive"]),
+                                       aux_kernel="split-count" if r.get("engine_split_kernel", True) else "copy")
                     s = max(splits)
                     variant = f"sglang-step-M{launch['max_kv_splits']}{'-a' if launch['adaptive'] else ''}"
                 ms.append(Measurement(shape=shape, kernel=r["engine"], variant=variant, splits=s,
@@ -135,14 +137,19 @@ def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
     uncal = [f for f in on_disk.fit.get("uncalibrated_families") or () if not f.startswith(TRITON_PREFIXES)]
     if uncal:
         kept_fit["uncalibrated_families"] = uncal
+    physics: dict[str, Any] = {}
+    if "holdout_physics" in res["holdout_fit"]:  # the scores above include the residual map; these are without it
+        hp = res["holdout_fit"]["holdout_physics"]["all"]
+        physics = {"holdout_physics_median_abs_err": round(hp["median_abs_err"], 4),
+                   "holdout_physics_p90_abs_err": round(hp["p90_abs_err"], 4)}
     prof = dataclasses.replace(
         final, calibrated=True, families={**mine, **keep},
         source=(f"fitted by benchmarks/fit_timemodel.py on {res['rows']} H200 measurements ({res['shapes']} shapes"
                 f"{of_steps}) of vLLM 0.33.0 unified_attention and SGLang 0.5.23 decode_attention_fwd; CUDA-graph "
-                f"replay over rotating KV copies"),
+                f"replay over rotating KV copies" + (f"; residual map: {final.residuals.source}" if final.residuals else "")),
         fit={"rows": res["rows"], "shapes": res["shapes"], "median_abs_err": round(alls["median_abs_err"], 4),
              "p90_abs_err": round(alls["p90_abs_err"], 4), "holdout_median_abs_err": round(ho["median_abs_err"], 4),
-             "holdout_p90_abs_err": round(ho["p90_abs_err"], 4), **kept_fit})
+             "holdout_p90_abs_err": round(ho["p90_abs_err"], 4), **physics, **kept_fit})
     dest.write_text(dump_profile(prof))
     return dest
 
@@ -180,6 +187,41 @@ def compiled_occupancy(paths: list[Path]) -> dict[str, dict[int, int]]:
             if spec.get("n_regs", -1) > 0 and len(c) > 11 and c[9] == "16":  # TILE_SIZE 16: the 3D decode kernel
                 out.setdefault("vllm_3d", {})[int(c[11])] = occupancy(spec["n_regs"], spec["shared"], spec["num_warps"])
     return out
+
+
+#: the kernels whose launches the residual map covers (the ones tune searches; the backends meet their goals on the
+#: physics alone, benchmarks/fit_backends_h200.py)
+RESIDUAL_KERNELS = ("vllm", "sglang")
+
+
+def with_residuals(profile, ms, source: str = ""):  # type: ignore[no-untyped-def]
+    """``profile`` with a residual map (decodecalc.timemodel.residuals) of the physics' errors on ``ms``."""
+    from decodecalc.timemodel.predict import model_launch_time_s
+    from decodecalc.timemodel.residuals import build_residual_map
+
+    bare = dataclasses.replace(profile, residuals=None)
+    samples = [(m.work, m.time_s, model_launch_time_s(m.work, bare)) for m in ms if m.kernel in RESIDUAL_KERNELS]
+    return dataclasses.replace(bare, residuals=build_residual_map(samples, bare, source=source))
+
+
+def add_residuals(res: dict, ms, train, test, origin) -> tuple[Any, Any]:  # type: ignore[no-untyped-def]
+    """The residual maps of a fit result (in place): the held-out fit's from its training shapes only, scored on the
+    held-out shapes (``holdout_fit.holdout``: the model as shipped; ``holdout_physics``: without the map), and the
+    all-data fit's from every measurement (``all_fit.all`` is then in-sample). Returns both profiles."""
+    from decodecalc.timemodel import profile_from_mapping
+
+    bare_h = profile_from_mapping({**res["holdout_fit"]["profile"], "residuals": None}, origin="holdout fit")
+    bare_a = profile_from_mapping({**res["all_fit"]["profile"], "residuals": None}, origin="all-data fit")
+    fitted = with_residuals(bare_h, train, "training shapes of the held-out fit")
+    steps = len({m.shape.key for m in ms if origin.get(m.shape.key, "").startswith("validate_tune_h200_steps")})
+    final = with_residuals(bare_a, ms, f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} measured vLLM and SGLang "
+                           f"launches ({len({m.shape.key for m in ms})} shapes, {steps} of them sampled workload steps)")
+    res["residual_data"] = {"rows": len(ms), "shapes": len({m.shape.key for m in ms}), "step_shapes": steps}
+    res["holdout_fit"].update({"holdout_physics": summary(bare_h, test, origin), "holdout": summary(fitted, test, origin),
+                               "train": summary(fitted, train, origin), "profile": fitted.to_mapping()})
+    res["all_fit"].update({"all_physics": summary(bare_a, ms, origin), "all": summary(final, ms, origin),
+                           "profile": final.to_mapping()})
+    return fitted, final
 
 
 def is_holdout(key: str, frac: float) -> bool:
@@ -254,6 +296,9 @@ def main() -> int:
     ap.add_argument("--max-evals", type=int, default=2500)
     ap.add_argument("--no-occupancy-search", action="store_true")
     ap.add_argument("--restarts", type=int, default=2)
+    ap.add_argument("--residuals-only", action="store_true",
+                    help="no fit: rebuild the residual maps of --out's two profiles from the data, rescore and rewrite "
+                    "--out (and the profile with --write-profile)")
     ap.add_argument("--reevaluate", action="store_true",
                     help="no fit: recompute every statistic of --out from the profiles stored in it")
     args = ap.parse_args()
@@ -304,6 +349,18 @@ def main() -> int:
     print(f"{len(ms)} rows, {len(keys)} shapes from {', '.join(p.name for p in paths)}; "
           f"fit on {len(keys) - len(hold)} shapes, hold out {len(hold)}", flush=True)
 
+    if args.residuals_only:
+        res = json.loads(args.out.read_text())
+        hold = set(res["holdout_shapes"])
+        train = [m for m in ms if m.shape.key not in hold]
+        test = [m for m in ms if m.shape.key in hold]
+        _, final = add_residuals(res, ms, train, test, origin)
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(json.dumps({"holdout": res["holdout_fit"]["holdout"]["all"],
+                          "holdout_physics": res["holdout_fit"]["holdout_physics"]["all"]}, indent=1))
+        if args.write_profile:
+            print(f"wrote {write_profile(res, final, args.profile_dest)}")
+        return 0
     if args.reevaluate:
         from decodecalc.timemodel import profile_from_mapping
 
@@ -328,6 +385,7 @@ def main() -> int:
     fit_options = dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
                        restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle,
                        saturating_kernels=saturating, fixed_occupancy=fixed_occ)
+    base = dataclasses.replace(base, residuals=None)  # the fit fits the physics; the maps come after it
     fitted = fit_profile(train, base, occupancy=occ_measured or None, **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
@@ -343,6 +401,7 @@ def main() -> int:
     final = fit_profile(ms, fitted, **fit_options)  # type: ignore[arg-type]
     print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
     res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
+    fitted, final = add_residuals(res, ms, train, test, origin)
     res["rows_detail"] = [
         {"shape": m.shape.key, "model": m.model, "variant": m.variant, "kernel": m.kernel, "splits": m.splits,
          "measured_us": round(m.time_s * 1e6, 3), "holdout_pred_us": round(launch_time_s(m.work, fitted) * 1e6, 3),

@@ -180,8 +180,11 @@ def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> lis
             continue
         else:
             pred = list(s.times)
-        entries.append({"engine": s.engine, "name": name, "kind": s.kind, "setting": None, "specs": specs,
-                        "predicted": pred})
+        entry = {"engine": s.engine, "name": name, "kind": s.kind, "setting": None, "specs": specs, "predicted": pred}
+        if s.engine == "sglang" and not uses_engine_rule(entry):  # predicted as it runs here: counts by a copy
+            entry["predicted"] = [recipe_time_s(ctx, [], "sglang", i, launch_recipe(sp), engine_rule=False)
+                                  for i, sp in enumerate(specs)]
+        entries.append(entry)
     return entries
 
 
@@ -467,17 +470,21 @@ def case_trace(case: dict[str, Any]) -> Any:
     return StepTrace(steps=tr.steps[:case["steps"]], source=tr.source, notes=tr.notes)
 
 
-def recipe_time_s(ctx: Any, entries: list[dict[str, Any]], engine: str, i: int, recipe: dict[str, Any]) -> float:
-    """Today's predicted time of shape i under a stored launch (:func:`launch_recipe`): that of a search candidate or
-    heuristic making the same launch (its CUDA-graph padding included), else the launch forced as the bound forces
-    it (vLLM: 2D or 3D with these segments; SGLang: these splits, no split-count kernel)."""
+def recipe_time_s(ctx: Any, entries: list[dict[str, Any]], engine: str, i: int, recipe: dict[str, Any], *,
+                  engine_rule: bool = True) -> float:
+    """Today's predicted time of shape i under a stored launch (:func:`launch_recipe`) as this script runs it: an
+    SGLang launch with per-sequence counts behind the engine's split-count kernel (``engine_rule``) or a copy
+    (:func:`uses_engine_rule`); else that of a search candidate or heuristic making the same launch (its CUDA-graph
+    padding included), else the launch forced as the bound forces it (vLLM: 2D or 3D with these segments)."""
+    if engine == "sglang" and recipe["adaptive"]:
+        return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=True,
+                                       aux_kernel="split-count" if engine_rule else "copy")
     for e in entries:
         if e["engine"] == engine and launch_recipe(e["specs"][i]) == recipe:
             return float(e["predicted"][i])
     if engine == "vllm":
         return ctx.timer.vllm_forced(i, int(recipe["segments"]))
-    return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]),
-                                   adaptive=bool(recipe["adaptive"]))
+    return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=False)
 
 
 def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
@@ -498,15 +505,17 @@ def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
             for c in e.candidates:
                 pred[c.label] = c.stats.total_s
         scores = {sc.name: sc for sc in score_heuristics(ctx, result, select_heuristics(None, None))}
-        for sc in scores.values():
-            if not sc.name.endswith("-bound"):
-                pred[sc.name] = sc.stats.total_s
+        now = plan_entries(ctx, result, scores, -1)
+        order = list(ctx.shapes.step_shape)
+        for e in now:  # the heuristics as this script runs them (SGLang's proposed rules: counts by a copy)
+            if e["kind"] not in ("default", "tuned", "candidate", "bound"):
+                pred[e["name"]] = sum(e["predicted"][i] for i in order)
         if any(x.get("launches") for x in case["entries"]):
-            now = [e for e in plan_entries(ctx, result, scores, -1) if e["kind"] != "bound"]
-            order = list(ctx.shapes.step_shape)
+            now = [e for e in now if e["kind"] != "bound"]
             for x in case["entries"]:
                 if x.get("launches"):
-                    pred[x["name"]] = sum(recipe_time_s(ctx, now, x["engine"], i, x["launches"][i]) for i in order)
+                    pred[x["name"]] = sum(recipe_time_s(ctx, now, x["engine"], i, x["launches"][i],
+                                                        engine_rule=uses_engine_rule(x)) for i in order)
         meas = {(x["engine"], x["name"]): x for x in case["entries"]}
         for x in case["entries"]:
             # a bound measured before its launches were stored keeps the prediction of its day

@@ -117,7 +117,27 @@ def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer
     out: dict[str, Any] = {"predicted_time_s": t, "predicted_calibrated": calibrated and not warnings}
     if warnings:
         out["predicted_warnings"] = list(warnings)
+    corr = prof.residuals.correction(timemodel.work_for_plan(plan, work, kernel), prof) if prof.residuals else None
+    out["predicted_model_time_s"] = t / corr.factor if corr else t
+    out["predicted_residual_factor"] = corr.factor if corr else 1.0
+    out["_time_explain"] = _time_explain(t, corr, prof)
     return out
+
+
+def _time_explain(t: float, corr: Any, prof: Any) -> list[Derived]:
+    """The --explain records of a predicted time: the physics times the profile's residual correction."""
+    src = f"decodecalc.timemodel, profile {prof.path or 'built-in'}"
+    if corr is None:
+        return [Derived("predicted_time_s", t, "model_launch_time_s (no residual map in the profile)", source=src)]
+    return [
+        Derived("residual_factor", round(corr.factor, 4),
+                "exp(Gaussian-weighted mean of log(measured / modelled) over the measured launches of the cell near "
+                "(u, v), shrunk by prior_launches)", {"cell": corr.cell, "u": round(corr.u, 3), "v": round(corr.v, 3),
+                                                      "support_launches": round(corr.support_launches, 1)},
+                source=f"decodecalc.timemodel.residuals; {prof.residuals.source}"),
+        Derived("predicted_time_s", t, "model_launch_time_s * residual_factor",
+                {"model_launch_time_s": t / corr.factor, "residual_factor": round(corr.factor, 4)}, source=src),
+    ]
 
 
 def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings,
@@ -172,7 +192,8 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
         }
     data.update(_figures_json(fig))
     data.update(predicted(vp.plan, work, gpu, "vllm", layer))
-    return SystemResult("vllm", data, vp.plan.explain + fig.explain, model=vp, figures=fig)
+    return SystemResult("vllm", data, vp.plan.explain + fig.explain + tuple(data.pop("_time_explain", ())), model=vp,
+                        figures=fig)
 
 
 def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
@@ -206,7 +227,8 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
     }
     data.update(_figures_json(fig))
     data.update(predicted(sp.plan, work, gpu, "sglang", layer))
-    return SystemResult("sglang", data, sp.plan.explain + fig.explain, model=sp, figures=fig)
+    return SystemResult("sglang", data, sp.plan.explain + fig.explain + tuple(data.pop("_time_explain", ())), model=sp,
+                        figures=fig)
 
 
 def paging_figures(work: Workload, kernel_block_size: int | None) -> dict[str, Any]:

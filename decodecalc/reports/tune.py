@@ -168,7 +168,9 @@ def _search(ctx: TuneContext, engine: str, grid: Sequence[tuple[dict[str, Any], 
     cands = [default]
     for setting, label, fn in grid[1:]:
         cands.append(_candidate(ctx, engine, setting, label, fn(), dtimes, max_regression))
-    ok = [c for c in cands if c.allowed]
+    # a setting is only worth changing to where the nominal prediction agrees that it saves time
+    ok = [c for c in cands if c.allowed and (c is default or objective_value(c.stats, objective)
+                                             < objective_value(default.stats, objective))]
     # ranked by the robust score, as recommend ranks (occupancy, the least certain input, +-1); exact ties (the
     # same launches, e.g. every threshold above the largest batch) go to the default, then to the smallest knob
     # values (less split-K scratch)
@@ -237,7 +239,7 @@ def _apply(engine: str, best: Candidate, default: Candidate, ctx: TuneContext) -
                  f"{m} split{'s' * (m > 1)})",),
                 ("export SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1", f"--triton-attention-num-kv-splits {m}"))
     return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} (the "
-             "adaptive rule's maximum; leave SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS unset)",),
+             "maximum of the adaptive rule; leave SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS unset)",),
             ("unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", f"--triton-attention-num-kv-splits {m}"))
 
 

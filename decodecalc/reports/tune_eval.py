@@ -183,11 +183,13 @@ class StepTimer:
     def sglang(self, settings: SglangSettings) -> tuple[float, ...]:
         return tuple(self.time_of(lw, "sglang") for lw in self.sglang_works(settings))
 
-    def sglang_splits(self, i: int, splits: Sequence[int], max_kv_splits: int, *, adaptive: bool = True) -> float:
+    def sglang_splits(self, i: int, splits: Sequence[int], max_kv_splits: int, *, adaptive: bool = True,
+                      aux_kernel: str = "split-count") -> float:
         """Shape i with these per-sequence split counts (SGLang's kernel takes them as a tensor); the grid's
-        split dimension is ``max_kv_splits``; ``adaptive`` counts the split-count kernel's launch."""
+        split dimension is ``max_kv_splits``; ``adaptive``: a small kernel writes them first (``aux_kernel``: the
+        engine's split-count kernel, as an engine computing the rule would run it, or a copy)."""
         return self.time_of(sglang_work(self.work(i), splits=tuple(splits), max_kv_splits=max_kv_splits,
-                                      adaptive=adaptive), "sglang")
+                                      adaptive=adaptive, aux_kernel=aux_kernel), "sglang")
 
     def per_shape(self, fn: Callable[[int], float]) -> tuple[float, ...]:
         return tuple(fn(i) for i in range(len(self.shapes.shapes)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError, DecodecalcError
-from decodecalc.timemodel.predict import TIE_FRACTION, launch_time_s, robust_time_s
+from decodecalc.timemodel.predict import TIE_FRACTION, launch_time_s, model_launch_time_s, robust_time_s
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
 from decodecalc.launchers.sglang_triton import get_num_kv_splits
 from decodecalc.timemodel.work import LaunchWork, sglang_work, vllm_work
@@ -195,7 +195,8 @@ def _with_occupancy(profile: TimeProfile, fam: str, head_dim: int, occ: int) -> 
 
 
 def log_errors(profile: TimeProfile, ms: Sequence[Measurement]) -> list[float]:
-    return [math.log(launch_time_s(m.work, profile) / m.time_s) for m in ms]
+    """The physics' log errors (what the fit minimizes; a profile's residual map is not part of it)."""
+    return [math.log(model_launch_time_s(m.work, profile) / m.time_s) for m in ms]
 
 
 def _loss(profile: TimeProfile, ms: Sequence[Measurement]) -> float:

@@ -239,11 +239,22 @@ def _list_schedule_s(durations: list[tuple[float, int]], slots: int) -> float:
     return max(loads)
 
 
-def launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
+def model_launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
+    """The physics alone: launch gaps plus each kernel's :func:`kernel_time_s` (what the fit fits)."""
     t = (len(lw.kernels) + lw.extra_launches - lw.overlapped_launches) * profile.launch_overhead_s
     for kw in lw.kernels:
         t += kernel_time_s(kw, profile.family(kw.family), profile.num_sms, profile.idle_program_s,
                            profile.hbm_bandwidth_bytes_per_s, occupancy_delta)
+    return t
+
+
+def launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
+    """The predicted time of a launch: :func:`model_launch_time_s` times the profile's measured residual correction
+    for the launch's regime (:mod:`decodecalc.timemodel.residuals`; 1 where the profile has no map or the map no
+    measurements near the launch). Every command's predicted time comes from here."""
+    t = model_launch_time_s(lw, profile, occupancy_delta)
+    if profile.residuals is not None:
+        t *= profile.residuals.factor(lw, profile)
     return t
 
 

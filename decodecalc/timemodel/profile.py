@@ -17,6 +17,7 @@ from typing import Any
 from decodecalc.derived import cdiv
 from decodecalc.errors import ConfigError
 from decodecalc.specs.gpus import GPUSpec
+from decodecalc.timemodel.residuals import ResidualMap, residual_map_from_mapping
 from decodecalc.yamlio import load_yaml_file, safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
@@ -141,6 +142,8 @@ class TimeProfile:
     source: str = ""
     path: str = ""  # file it was read from ("" for built-in)
     fit: Mapping[str, Any] = field(default_factory=dict)  # fit statistics, informational
+    #: measured residuals of the physics on this GPU, by regime (decodecalc.timemodel.residuals); None: none
+    residuals: ResidualMap | None = None
 
     def family(self, name: str) -> FamilyParams:
         try:
@@ -161,6 +164,7 @@ class TimeProfile:
             "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s,
             "families": {k: v.as_dict() for k, v in self.families.items()},
             "fit": dict(self.fit),
+            **({"residuals": self.residuals.to_mapping()} if self.residuals is not None else {}),
         }
 
 
@@ -219,6 +223,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             source=str(data.get("source", "")),
             path=origin,
             fit=fit,
+            residuals=residual_map_from_mapping(data["residuals"], origin) if data.get("residuals") is not None else None,
         )
     except KeyError as e:
         raise ConfigError(f"time profile {origin}: missing field {e.args[0]!r}") from None
@@ -282,7 +287,8 @@ def dump_profile(profile: TimeProfile) -> str:
 
     header = ("# decodecalc time-model profile (see decodecalc/timemodel/__init__.py for what each number means)\n"
               "# units: seconds, bytes/s; max_programs_per_sm is resident programs per SM\n")
-    return header + yaml.safe_dump(profile.to_mapping(), sort_keys=False)
+    # leaf collections (a residual point, an occupancy table) on one line each: the residual map has thousands
+    return header + yaml.safe_dump(profile.to_mapping(), sort_keys=False, default_flow_style=None, width=120)
 
 
 def user_profile_dir() -> Path:

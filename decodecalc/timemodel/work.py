@@ -159,6 +159,12 @@ class LaunchWork:
     #: kernels whose launch overlaps the kernel before them (programmatic dependent launch): no launch gap counted
     overlapped_launches: int = 0
     label: str = ""
+    #: query heads per KV head (heads one program serves together in the grouped kernels)
+    group_size: int = 1
+    #: what the ``extra_launches`` are: "split-count" (SGLang's get_num_kv_splits_triton, one program over the
+    #: batch), "copy" (split counts written by a tensor copy, as benchmarks/validate_tune_h200.py runs the proposed
+    #: rules); they cost a launch gap each in the physics and differ in the measured residuals
+    aux_kernel: str = ""
 
 
 def _hist_weighted(pairs: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -209,7 +215,8 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
         order = planes_order([(1, 0, its[L], nq) for L, nq in zip(seq_lens, working_q_blocks)], 1, h_kv)
         main = KernelWork(family=f"{prefix}_2d", iters=_scaled(iters, h_kv), bytes_per_iter=tile * (d + dv) * kvb,
                           idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d), order=order)
-        return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D")
+        return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D",
+                          group_size=h // h_kv)
     tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=False)
     s = splits
     per: list[tuple[int, int]] = []  # (trip count, programs)
@@ -230,7 +237,8 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
     reduce = KernelWork(family=f"{prefix}_reduce", iters=((1, sum(q_lens) * h),), bytes_per_iter=s * (4 * d_pad + 8),
                         head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),),
                         occupancy=reduce_segments_occupancy(s, d_pad) if prefix == "vllm" else None)
-    return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}")
+    return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}",
+                      group_size=h // h_kv)
 
 
 def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
@@ -245,7 +253,8 @@ def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
 
 
 def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
-                adaptive: bool = False, prefix: str = "sglang", mha: bool | None = None) -> LaunchWork:
+                adaptive: bool = False, prefix: str = "sglang", mha: bool | None = None,
+                aux_kernel: str = "split-count") -> LaunchWork:
     """SGLang 0.5.23 ``decode_attention_fwd``: stage 1 (B, head_tiles, max_kv_splits) with per-sequence
     split counts, split length rounded up to 32 (empty splits exit), stage 2 (B, h); the rules are
     :mod:`decodecalc.launchers.sglang_triton`'s (``kv_len_per_split``, ``head_tiles``, ``stage1_block_n``).
@@ -255,7 +264,8 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     or, when num_heads == num_kv_heads (``mha``; from the shape when None), ``_fwd_kernel_stage1``
     (one query head per program, grid (B, h, max_kv_splits), BLOCK_N 64 keys of that head's K and V
     per iteration, an elementwise product and sum; family ``sglang_mha_stage1``). decodecalc's
-    reference kernels (``prefix`` ref_sglang) keep one stage-1 family."""
+    reference kernels (``prefix`` ref_sglang) keep one stage-1 family. ``adaptive``: a small kernel writes the
+    per-sequence split counts before stage 1 (``aux_kernel``: the engine's split-count kernel, or a copy)."""
     seq_lens = tuple(shape.seq_lens)
     n_i = tuple(splits) if not isinstance(splits, int) else (splits,) * len(seq_lens)
     max_s = max_kv_splits if max_kv_splits is not None else max(n_i)
@@ -289,4 +299,5 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
                         order=planes_order([(1, 0, ne, 1) for ne, *_ in cells], 1, h))
     label = f"adaptive (max {max_s})" if adaptive else f"static S={max_s}"
     return LaunchWork(kernel="sglang" if prefix == "sglang" else "reference-sglang", splits=max(n_i),
-                      kernels=(stage1, stage2), extra_launches=1 if adaptive else 0, label=label)
+                      kernels=(stage1, stage2), extra_launches=1 if adaptive else 0, label=label,
+                      group_size=h // h_kv, aux_kernel=aux_kernel if adaptive else "")

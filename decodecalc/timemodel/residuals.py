@@ -1,0 +1,206 @@
+"""What the time model's physics still gets wrong on one GPU, measured: a map of its residuals.
+
+The model (:mod:`decodecalc.timemodel.predict`) has a handful of numbers per kernel family. On the H200 its
+errors are not noise but bias that depends on the regime a launch is in: SGLang's grouped stage 1 at one
+program per SM runs 6-8% faster than predicted at 32:8 and 3% slower at 8:1; short splits in many waves
+run slower than predicted (benchmarks/results/validate_tune_h200_steps.json). Four numbers per family
+cannot follow that, and workload totals sum many launches of one regime, so the bias does not average out.
+
+A :class:`ResidualMap` stores, per *cell* (the launch's main kernel family, its query heads per KV head and
+its padded head dim), the measured log residuals ``log(measured / modelled)`` of the fit's launches, binned
+in two coordinates:
+
+* ``u = log2(mean loop iterations per working program)``: the work of one program;
+* ``v = log2(working programs / (occupancy * num_sms))``: the waves of the launch (negative: one partial wave).
+
+A launch's correction is ``exp(sum_i w_i n_i r_i / (sum_i w_i n_i + prior_launches))`` over the bins of its
+cell, with Gaussian weights ``w_i = exp(-d_i^2 / 2 bandwidth^2)`` of the distance in (u, v) (octaves): a
+smoothed local mean of the residuals of nearby measured launches, shrunk toward no correction where few were
+measured (``prior_launches``), and exactly 1 far from every measurement or in a cell nobody measured. The
+fit writes the map (``benchmarks/fit_timemodel.py``); ``--explain`` shows the factor and its support.
+
+Pure Python, no numpy: ``tune`` evaluates tens of thousands of launches, so lookups are memoized on a
+1/16-octave grid of (u, v) (a 4% step, far below the bandwidth).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from decodecalc.errors import ConfigError
+
+
+# what this module reads of a profile and a launch (TimeProfile and LaunchWork; protocols, because the profile
+# module imports this one to parse its ``residuals`` section)
+class TimeProfile(Protocol):
+    @property
+    def num_sms(self) -> int: ...
+    def family(self, name: str) -> Any: ...
+
+
+class LaunchWork(Protocol):
+    @property
+    def kernels(self) -> tuple[Any, ...]: ...
+    @property
+    def group_size(self) -> int: ...
+    @property
+    def extra_launches(self) -> int: ...
+    @property
+    def aux_kernel(self) -> str: ...
+
+#: width of the bins the measured residuals are pooled in (octaves of u and v)
+BIN_OCTAVES = 0.25
+#: Gaussian width of the smoothing (octaves); chosen on the fit's held-out shapes (benchmarks/fit_timemodel.py)
+DEFAULT_BANDWIDTH_OCTAVES = 0.35
+#: pseudo-launches of zero residual every correction is pooled with (shrinkage toward the physics)
+DEFAULT_PRIOR_LAUNCHES = 4.0
+#: bins further than this many bandwidths away do not count (their weight is below 1e-2)
+_CUTOFF_BANDWIDTHS = 3.0
+#: memo grid of lookups (octaves)
+_QUERY_STEP = 1 / 16
+#: a correction never leaves this range of factors (a map is data read from a file)
+MAX_LOG_FACTOR = math.log(1.5)
+#: the largest |log residual| a stored point may have (a bin measured 148x off the physics is a broken fit)
+MAX_LOG_RESIDUAL = 5.0
+
+Point = tuple[float, float, float, int]  # (u, v, mean log residual, launches)
+
+
+def cell_key(family: str, group_size: int, head_dim: int, aux_kernel: str = "") -> str:
+    """``family/g<group>/d<head dim>``, plus ``/<aux kernel>`` for launches behind a small kernel of their own (SGLang's
+    adaptive split counts): the measured residuals of those differ by that kernel's real cost."""
+    return f"{family}/g{group_size}/d{head_dim}" + (f"/{aux_kernel}" if aux_kernel else "")
+
+
+def launch_coordinates(lw: LaunchWork, profile: TimeProfile) -> tuple[str, float, float]:
+    """(cell, u, v) of a launch: its main kernel's family, query heads per KV head and padded head dim;
+    log2 of the mean loop iterations of its working programs and of its waves at the profile's occupancy."""
+    k = lw.kernels[0]
+    occ = k.occupancy or profile.family(k.family).occupancy_for(k.head_dim)
+    n = k.programs
+    mean_iters = sum(i * c for i, c in k.iters) / n if n else 1.0
+    u = math.log2(max(mean_iters, 1.0))
+    v = math.log2(max(n, 1) / (occ * profile.num_sms))
+    aux = (lw.aux_kernel or f"x{lw.extra_launches}") if lw.extra_launches else ""
+    return cell_key(k.family, lw.group_size, k.head_dim, aux), u, v
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    """One launch's residual correction and what it rests on."""
+
+    factor: float  # multiply the modelled time by this
+    cell: str
+    u: float
+    v: float
+    support_launches: float  # Gaussian-weighted count of measured launches behind it
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidualMap:
+    """Binned measured residuals per cell (module docstring). ``cells``: cell -> points (u, v, mean log residual,
+    launches), u and v at bin centres."""
+
+    cells: Mapping[str, tuple[Point, ...]]
+    bandwidth_octaves: float = DEFAULT_BANDWIDTH_OCTAVES
+    prior_launches: float = DEFAULT_PRIOR_LAUNCHES
+    source: str = ""
+    _memo: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.bandwidth_octaves, (int, float)) and 0.05 <= self.bandwidth_octaves <= 4):
+            raise ConfigError(f"residuals.bandwidth_octaves must be in [0.05, 4], got {self.bandwidth_octaves!r}")
+        if not (isinstance(self.prior_launches, (int, float)) and 0 <= self.prior_launches <= 1e6):
+            raise ConfigError(f"residuals.prior_launches must be in [0, 1e6], got {self.prior_launches!r}")
+
+    @property
+    def launches(self) -> int:
+        return sum(p[3] for pts in self.cells.values() for p in pts)
+
+    def _log_factor(self, cell: str, u: float, v: float) -> tuple[float, float]:
+        key = (cell, round(u / _QUERY_STEP), round(v / _QUERY_STEP))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        qu, qv = key[1] * _QUERY_STEP, key[2] * _QUERY_STEP
+        h2 = 2 * self.bandwidth_octaves ** 2
+        cut = (_CUTOFF_BANDWIDTHS * self.bandwidth_octaves) ** 2
+        num = den = 0.0
+        for pu, pv, r, n in self.cells.get(cell, ()):
+            d2 = (pu - qu) ** 2 + (pv - qv) ** 2
+            if d2 <= cut:
+                w = math.exp(-d2 / h2) * n
+                num += w * r
+                den += w
+        lf = num / (den + self.prior_launches) if den else 0.0
+        out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, lf)), den)
+        self._memo[key] = out
+        return out
+
+    def correction(self, lw: LaunchWork, profile: TimeProfile) -> Correction:
+        cell, u, v = launch_coordinates(lw, profile)
+        lf, support = self._log_factor(cell, u, v)
+        return Correction(factor=math.exp(lf), cell=cell, u=u, v=v, support_launches=support)
+
+    def factor(self, lw: LaunchWork, profile: TimeProfile) -> float:
+        cell, u, v = launch_coordinates(lw, profile)
+        return math.exp(self._log_factor(cell, u, v)[0])
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"bandwidth_octaves": self.bandwidth_octaves, "prior_launches": self.prior_launches,
+                "source": self.source, "bin_octaves": BIN_OCTAVES,
+                "cells": {c: [[round(u, 4), round(v, 4), round(r, 5), n] for u, v, r, n in pts]
+                          for c, pts in sorted(self.cells.items())}}
+
+
+def build_residual_map(samples: Iterable[tuple[LaunchWork, float, float]], profile: TimeProfile, *,
+                       bandwidth_octaves: float = DEFAULT_BANDWIDTH_OCTAVES,
+                       prior_launches: float = DEFAULT_PRIOR_LAUNCHES, source: str = "") -> ResidualMap:
+    """A map from measured launches: ``samples`` are (work, measured seconds, modelled seconds) with the
+    model's time *without* a residual correction (:func:`decodecalc.timemodel.predict.model_launch_time_s`)."""
+    bins: dict[str, dict[tuple[int, int], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for lw, measured_s, modelled_s in samples:
+        if measured_s <= 0 or modelled_s <= 0:
+            continue
+        cell, u, v = launch_coordinates(lw, profile)
+        bins[cell][(round(u / BIN_OCTAVES), round(v / BIN_OCTAVES))].append(math.log(measured_s / modelled_s))
+    # a bin's mean is kept within what a profile may hold (residual_map_from_mapping); corrections stop far below it
+    cells = {c: tuple((iu * BIN_OCTAVES, iv * BIN_OCTAVES, max(-MAX_LOG_RESIDUAL, min(MAX_LOG_RESIDUAL, sum(rs) / len(rs))),
+                       len(rs))
+                      for (iu, iv), rs in sorted(b.items()))
+             for c, b in bins.items()}
+    return ResidualMap(cells=cells, bandwidth_octaves=bandwidth_octaves, prior_launches=prior_launches, source=source)
+
+
+def residual_map_from_mapping(data: Any, origin: str) -> ResidualMap:
+    """Parse the ``residuals`` section of a profile; ConfigError naming the field on any problem."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"'residuals' must be a mapping, got {type(data).__name__}")
+    cells_raw = data.get("cells")
+    if not isinstance(cells_raw, Mapping):
+        raise ConfigError("'residuals.cells' must be a mapping of cell to points")
+    cells: dict[str, tuple[Point, ...]] = {}
+    for c, pts in cells_raw.items():
+        if not isinstance(pts, list):
+            raise ConfigError(f"residuals.cells.{c} must be a list of [u, v, log_residual, launches]")
+        out = []
+        for j, p in enumerate(pts):
+            ok = (isinstance(p, list) and len(p) == 4 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                              and math.isfinite(x) for x in p)
+                  and isinstance(p[3], int) and p[3] >= 1 and abs(p[2]) <= MAX_LOG_RESIDUAL and abs(p[0]) <= 64 and abs(p[1]) <= 64)
+            if not ok:
+                raise ConfigError(f"residuals.cells.{c}[{j}] must be [u, v, log_residual, launches] "
+                                  f"(finite numbers, |log_residual| <= 5, launches a positive integer), got {p!r}")
+            out.append((float(p[0]), float(p[1]), float(p[2]), int(p[3])))
+        cells[str(c)] = tuple(out)
+    try:
+        bw = float(data.get("bandwidth_octaves", DEFAULT_BANDWIDTH_OCTAVES))
+        prior = float(data.get("prior_launches", DEFAULT_PRIOR_LAUNCHES))
+    except (TypeError, ValueError):
+        raise ConfigError("residuals.bandwidth_octaves and residuals.prior_launches must be numbers") from None
+    return ResidualMap(cells=cells, bandwidth_octaves=bw, prior_launches=prior,
+                       source=str(data.get("source", "")) or origin)
