@@ -142,6 +142,8 @@ def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
         hp = res["holdout_fit"]["holdout_physics"]["all"]
         physics = {"holdout_physics_median_abs_err": round(hp["median_abs_err"], 4),
                    "holdout_physics_p90_abs_err": round(hp["p90_abs_err"], 4)}
+    if "residual_data" in res:  # the map's data (and the in-sample scores above): more rows than the physics fit
+        physics["residual_rows"] = res["residual_data"]["rows"]
     prof = dataclasses.replace(
         final, calibrated=True, families={**mine, **keep},
         source=(f"fitted by benchmarks/fit_timemodel.py on {res['rows']} H200 measurements ({res['shapes']} shapes"

@@ -352,10 +352,10 @@ def test_good_residual_section_edges_load(h200):
 def test_packaged_map_is_present_and_described(h200):
     rmap = h200.residuals
     assert rmap is not None and rmap.cells
-    assert "measured launches" in rmap.source
-    n = int(re.search(r"(\d+) measured launches", rmap.source).group(1))
+    assert "measured vLLM and SGLang launches" in rmap.source
+    n = int(re.search(r"(\d+) measured vLLM and SGLang launches", rmap.source).group(1))
     assert rmap.launches == n
-    assert h200.fit.get("rows", n) >= n  # the fit's rows include the reference kernels the map leaves out
+    assert h200.fit["residual_rows"] >= n  # the map's data include the reference kernels the map leaves out
     for cell, pts in rmap.cells.items():
         assert cell.split("/")[0] in ("vllm_2d", "vllm_3d", "sglang_stage1", "sglang_mha_stage1"), cell
         for u, v, r, k in pts:
@@ -368,12 +368,16 @@ def test_packaged_cells_of_launches(h200):
     assert launch_coordinates(vllm_work(s, splits=16, use_3d=True), h200)[0] == "vllm_3d/g4/d128"
     assert launch_coordinates(vllm_work(s, splits=1, use_3d=False), h200)[0] == "vllm_2d/g4/d128"
     adaptive = launch_coordinates(sglang_work(s, splits=(2,) * 64, max_kv_splits=8, adaptive=True), h200)[0]
-    assert adaptive.endswith("/x1") and adaptive == "sglang_stage1/g4/d128/x1"
+    assert adaptive == "sglang_stage1/g4/d128/split-count"  # the engine's split-count kernel runs first
+    copied = sglang_work(s, splits=(2,) * 64, max_kv_splits=8, adaptive=True, aux_kernel="copy")
+    assert launch_coordinates(copied, h200)[0] == "sglang_stage1/g4/d128/copy"
+    # both cells were measured, and the engine's kernel costs more than a copy in the same regime
+    assert copied.extra_launches == 1 and h200.residuals.cells["sglang_stage1/g8/d128/copy"]
     assert launch_coordinates(sglang_work(s, splits=8, max_kv_splits=8), h200)[0] == "sglang_stage1/g4/d128"
     assert launch_coordinates(vllm_work(gqa(4, 1000, h=8, h_kv=1), splits=4, use_3d=True), h200)[0] == "vllm_3d/g8/d128"
     assert launch_coordinates(sglang_work(gqa(4, 1000, h=32, h_kv=32), splits=4), h200)[0] == \
         "sglang_mha_stage1/g1/d128"
-    for cell in ("vllm_3d/g4/d128", "vllm_2d/g4/d128", "sglang_stage1/g4/d128", "sglang_stage1/g4/d128/x1",
+    for cell in ("vllm_3d/g4/d128", "vllm_2d/g4/d128", "sglang_stage1/g4/d128", "sglang_stage1/g4/d128/split-count",
                  "vllm_3d/g8/d128", "sglang_stage1/g8/d128"):
         assert cell in h200.residuals.cells
 
@@ -496,3 +500,17 @@ def test_any_built_map_reads_back(bare):
 def test_falsy_non_mapping_residuals_are_refused(h200, section):
     with pytest.raises(ConfigError, match="'residuals' must be a mapping"):
         profile_from_mapping({**h200.to_mapping(), "residuals": section}, origin="t")
+
+
+def test_a_fit_drops_the_map_of_its_starting_profile(h200):
+    """calibrate starts from the packaged H200 profile; the H200's residuals must not follow its fit to another GPU
+    (and a refitted physics makes any old map stale)."""
+    from decodecalc.timemodel.fit import fit_profile
+
+    s = gqa(8, 4096)
+    lw = vllm_work(s, splits=16, use_3d=True)
+    m = Measurement(shape=s, kernel="vllm", variant="vllm-3d-S16", splits=16, time_s=model_launch_time_s(lw, h200),
+                    work=lw)
+    assert h200.residuals is not None
+    fitted = fit_profile([m], h200, restarts=1, max_evals=20, search_occupancy=False, fit_globals=False)
+    assert fitted.residuals is None

@@ -103,12 +103,29 @@ def test_default_candidate_is_the_engine_default_and_best_is_the_minimum(setup):
         assert e.candidates[0] is e.default
         ref = ctx.timer.vllm(VllmSettings()) if engine == "vllm" else ctx.timer.sglang(SglangSettings())
         assert e.default.times == ref
-        # ranked as recommend ranks: by the robust score (occupancy +-1), reported with the plain prediction
-        assert e.best.score.mean_step_s == min(c.score.mean_step_s for c in e.candidates)
+        # ranked as recommend ranks: by the robust score (occupancy +-1), reported with the plain prediction, among
+        # the default and the candidates the plain prediction also finds faster than it
+        eligible = [c for c in e.candidates if c is e.default or c.stats.mean_step_s < e.default.stats.mean_step_s]
+        assert e.best.score.mean_step_s == min(c.score.mean_step_s for c in eligible)
+        assert e.best.stats.mean_step_s <= e.default.stats.mean_step_s
         assert e.best.score.mean_step_s >= e.best.stats.mean_step_s * 0.5
     # the vLLM grid varies both constants
     settings = {tuple(c.setting.values()) for c in res.engines["vllm"].candidates}
     assert (16, 128) in settings and (64, 4096) in settings and len(settings) == 40
+
+
+def test_a_setting_the_plain_prediction_finds_slower_is_never_picked(setup, monkeypatch):
+    """The robust score ranks; a candidate it prefers but the plain prediction finds slower than the default stays
+    unpicked (fresh3 of BENCHMARKS.md: such a pick cost 3.3% on 8B chat). Scores forced here: the slower a
+    candidate's plain prediction, the better its score."""
+    model, gpu, profile, work = setup
+    ctx = make_context(random_trace(6), work, gpu, profile)
+    monkeypatch.setattr(ctx.timer, "scores", lambda works: tuple(1.0 / ctx.timer.time_of(lw, "vllm") for lw in works))
+    res = tune(ctx, max_regression=None)
+    for e in res.engines.values():
+        slower = [c for c in e.candidates if c.stats.mean_step_s > e.default.stats.mean_step_s]
+        assert slower  # the forced scores prefer these
+        assert e.best.stats.mean_step_s <= e.default.stats.mean_step_s and e.best not in slower
 
 
 def test_guard_and_objective(setup):
@@ -119,7 +136,8 @@ def test_guard_and_objective(setup):
         assert all(b <= d * (1 + 1e-12) for b, d in zip(e.best.times, e.default.times))
     p99 = tune(ctx, objective="p99", max_regression=None)
     for e in p99.engines.values():
-        assert e.best.score.p99_step_s == min(c.score.p99_step_s for c in e.candidates)
+        eligible = [c for c in e.candidates if c is e.default or c.stats.p99_step_s < e.default.stats.p99_step_s]
+        assert e.best.score.p99_step_s == min(c.score.p99_step_s for c in eligible)
 
 
 def test_parse_regression():

@@ -8,11 +8,13 @@ launches of 120 steps of Llama-3.1-8B TP1 / 70B TP8 chat, long-doc-qa, agentic),
 benchmarks/results/validate_tune_h200_fresh.json (`--skip-steps 200`: steps 200-399 of the same presets, every
 candidate of the search and every heuristic, one CUDA graph per (workload, setting)) and
 benchmarks/results/validate_tune_h200_fresh2.json (`--skip-steps 400`: steps 400-599, measured after the profile
-was fitted; its bounds store their launches, so they are re-predicted too).
+was fitted; its bounds store their launches, so they are re-predicted too), and fresh3 / fresh4 / fresh5 (steps
+600-799, 1000-1199, 1200-1399; fresh5 measured after the last change to the model and the pick rule).
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from benchmarks.validate_tune_h200 import (
     plan_entries,
     recipe_time_s,
     repredict,
+    uses_engine_rule,
     vllm_forced,
     workload_trace,
 )
@@ -37,35 +40,55 @@ from decodecalc.workload import make_workload
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
+@functools.cache
+def _repredict(name: str) -> dict:
+    return repredict(RESULTS / name)
+
+
 def test_per_step_timings_are_predicted_within_their_recorded_accuracy():
     ms, _ = load_steps([RESULTS / "validate_tune_h200_steps.json"])
     assert len(ms) == 2697 and {m.kernel for m in ms} == {"vllm", "sglang"}
     prof = packaged_profile("h200")
     assert prof is not None
     errs = {k: [abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in ms if m.kernel == k] for k in ("vllm", "sglang")}
-    # BENCHMARKS.md "time model", per-step workload data: the shipped profile's median |error| per engine
-    assert statistics.median(errs["sglang"]) <= 0.035
-    assert statistics.median(errs["vllm"]) <= 0.028
+    # BENCHMARKS.md "time model", per-step workload data: the shipped profile's median |error| per engine (in-sample
+    # for the residual map, which these timings feed)
+    assert statistics.median(errs["sglang"]) <= 0.015
+    assert statistics.median(errs["vllm"]) <= 0.016
     assert max(max(e) for e in errs.values()) < 0.25
 
 
 # BENCHMARKS.md "tune on the H200": (settings, totals within 5% at least, median at most, worst at most, picks)
 FRESH_RUNS = {
-    "validate_tune_h200_fresh.json": (354, 285, 0.029, 0.125, 11),
-    "validate_tune_h200_fresh2.json": (354, 278, 0.029, 0.14, 11),
+    "validate_tune_h200_fresh.json": (354, 335, 0.012, 0.11, 12),
+    "validate_tune_h200_fresh2.json": (354, 333, 0.013, 0.08, 12),
+    "validate_tune_h200_fresh3.json": (354, 350, 0.012, 0.07, 12),
+    "validate_tune_h200_fresh4.json": (354, 344, 0.014, 0.085, 12),
+    "validate_tune_h200_fresh5.json": (354, 349, 0.013, 0.08, 12),
 }
+#: the runs whose bounds stored their launches (so every row is re-predicted with today's model): the issue's goal,
+#: every (workload, setting) that tune reports (default, pick, heuristics, bounds) within 5%
+GOAL_RUNS = ("validate_tune_h200_fresh3.json", "validate_tune_h200_fresh4.json", "validate_tune_h200_fresh5.json")
 
 
 @pytest.mark.parametrize("path", sorted(FRESH_RUNS))
 def test_workload_totals_of_unseen_steps(path):
     settings, within, median, worst, picks = FRESH_RUNS[path]
-    rep = repredict(RESULTS / path)
+    rep = _repredict(path)
     # totals within 5% and picks within 3% of the best measured, with the shipped profile
     assert rep["settings"] == settings
     assert rep["within_5pct"] >= within
     assert rep["median_abs_error"] <= median
     assert rep["max_abs_error"] <= worst
     assert rep["picks_within_3pct"] >= picks and rep["engines"] == 12
+
+
+@pytest.mark.parametrize("path", GOAL_RUNS)
+def test_every_reported_setting_within_5_percent(path):
+    rep = _repredict(path)
+    goal = [r for r in rep["rows"] if r["kind"] != "candidate"]
+    assert len(goal) == 58
+    assert [(r["model"], r["workload"], r["setting"], round(r["error"], 3)) for r in goal if abs(r["error"]) > 0.05] == []
 
 
 def test_stored_bound_launches_are_predicted_as_their_search_made_them():
@@ -80,7 +103,8 @@ def test_stored_bound_launches_are_predicted_as_their_search_made_them():
     entries = [e for e in plan_entries(ctx, result, scores, -1) if e["kind"] != "bound"]
     for e in entries:
         for i, spec in enumerate(e["specs"]):
-            assert recipe_time_s(ctx, entries, e["engine"], i, launch_recipe(spec)) == pytest.approx(e["predicted"][i])
+            assert recipe_time_s(ctx, entries, e["engine"], i, launch_recipe(spec),
+                                 engine_rule=uses_engine_rule(e)) == pytest.approx(e["predicted"][i])
     b = len(ctx.shapes.shapes[0])
     forced = launch_recipe(vllm_forced(128, b))  # 128 segments: no candidate of the search launches it
     assert not any(launch_recipe(e["specs"][0]) == forced for e in entries if e["engine"] == "vllm")

@@ -131,9 +131,12 @@ def _time_explain(t: float, corr: Any, prof: Any) -> list[Derived]:
         return [Derived("predicted_time_s", t, "model_launch_time_s (no residual map in the profile)", source=src)]
     return [
         Derived("residual_factor", round(corr.factor, 4),
-                "exp(Gaussian-weighted mean of log(measured / modelled) over the measured launches of the cell near "
-                "(u, v), shrunk by prior_launches)", {"cell": corr.cell, "u": round(corr.u, 3), "v": round(corr.v, 3),
-                                                      "support_launches": round(corr.support_launches, 1)},
+                "exp(sum_i w_i n_i log(measured_i / modelled_i) / (support_launches + prior_launches)) over the "
+                "measured bins i of cell, w_i = exp(-|(u, v) - (u_i, v_i)|^2 / 2 bandwidth_octaves^2), "
+                "support_launches = sum_i w_i n_i",
+                {"cell": corr.cell, "u": round(corr.u, 3), "v": round(corr.v, 3),
+                 "support_launches": round(corr.support_launches, 1), "prior_launches": prof.residuals.prior_launches,
+                 "bandwidth_octaves": prof.residuals.bandwidth_octaves},
                 source=f"decodecalc.timemodel.residuals; {prof.residuals.source}"),
         Derived("predicted_time_s", t, "model_launch_time_s * residual_factor",
                 {"model_launch_time_s": t / corr.factor, "residual_factor": round(corr.factor, 4)}, source=src),

@@ -29,6 +29,9 @@ and the ``ref_*`` families of decodecalc's own kernels):
   concurrency (the tail). Ragged work is scheduled as a list over the slots.
 * Each kernel of the launch adds ``launch_overhead_s`` (graph replay, so no CPU cost); a
   two-kernel split launch pays its merge kernel with the same model.
+* That physics (:func:`~decodecalc.timemodel.predict.model_launch_time_s`, what the fit fits) is multiplied by
+  the profile's measured residual factor for the launch's regime (:mod:`.residuals`: per kernel cell, a smoothed
+  mean of ``log(measured / modelled)`` over work per program and waves; 1 where nothing was measured).
 
 Parameters live in a :class:`TimeProfile` (YAML, ``decodecalc/profiles/<gpu>.yaml`` packaged,
 or ``$XDG_CONFIG_HOME/decodecalc/profiles/<gpu>.yaml`` from ``decodecalc calibrate``).
@@ -36,7 +39,8 @@ A GPU with neither falls back to datasheet figures and every prediction is marke
 uncalibrated.
 
 The package: :mod:`.profile` (parameters and where they come from), :mod:`.work` (the work a launch
-plan does), :mod:`.predict` (the time of that work), :mod:`.fit` (fitting a profile to measured launches).
+plan does), :mod:`.predict` (the time of that work), :mod:`.residuals` (the measured residual map),
+:mod:`.fit` (fitting a profile to measured launches).
 """
 
 from __future__ import annotations

@@ -286,9 +286,12 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
     ``own_idle_kernels``: kernels whose families with idle programs get their own idle-program cost.
     ``saturating_kernels``: kernels whose working families (not their merge kernels) get their own
     ``sm_saturation_gap``. ``fixed_occupancy``: family -> {padded head dim: resident programs per SM}
-    measured from the compiled kernels; set as given and left out of the occupancy search."""
+    measured from the compiled kernels; set as given and left out of the occupancy search. The result has no
+    residual map: a map belongs to the physics it was measured against (benchmarks/fit_timemodel.py builds one
+    after the fit)."""
     if not ms:
         raise DecodecalcError("no measurements to fit the time model to")
+    base = dataclasses.replace(base, residuals=None)
     if launch_overhead_s is not None:
         base = dataclasses.replace(base, launch_overhead_s=float(launch_overhead_s))
     families = dict(base.families)
