@@ -191,48 +191,24 @@ def main() -> int:
     return 0
 
 
-def write_profile(prof, doc: dict) -> None:
-    """Insert the new families into the shipped H200 profile as text, leaving every existing line as it is."""
-    import yaml
+def write_profile(prof, doc: dict, dest: Path | None = None) -> None:
+    """The shipped H200 profile with the new families and their fit statistics (``fit.backend_families``) put in;
+    every other family, fit entry and the residual map stay as the file has them."""
+    from decodecalc.timemodel import dump_profile, load_profile_file
 
-    lines = PROFILE.read_text(encoding="utf-8").splitlines(keepends=True)
-    lines = _drop_block(lines, NEW_FAMILIES)
-    at = next(i for i, line in enumerate(lines) if line.startswith("fit:"))
-    fams = yaml.safe_dump({f: prof.families[f].as_dict() for f in NEW_FAMILIES}, sort_keys=False)
-    block = "".join("  " + line if line.strip() else line for line in fams.splitlines(keepends=True))
-    fit = {"backend_families": {"source": "benchmarks/fit_backends_h200.py on " + ", ".join(doc["data"]),
-                                "heldout": doc["heldout"], "recommendation_heldout": doc["recommendation_heldout"],
-                                "domain": doc["domain"]}}
+    dest = dest or PROFILE
+    on_disk = load_profile_file(dest)
+    fams = {**on_disk.families, **{f: prof.families[f] for f in NEW_FAMILIES}}
+    fit = {k: v for k, v in on_disk.fit.items() if k not in ("backend_families", "uncalibrated_families")}
+    fit["backend_families"] = {"source": "benchmarks/fit_backends_h200.py on " + ", ".join(doc["data"]),
+                               "heldout": doc["heldout"], "recommendation_heldout": doc["recommendation_heldout"],
+                               "domain": doc["domain"]}
     # other families' entries (a Triton family another fit marked) stay
-    from decodecalc.yamlio import safe_load
-
-    old = (safe_load(PROFILE.read_text(encoding="utf-8")).get("fit") or {}).get("uncalibrated_families") or []
+    old = on_disk.fit.get("uncalibrated_families") or []
     uncal = sorted({*(f for f in old if f not in NEW_FAMILIES), *doc["uncalibrated_families"]})
     if uncal:
         fit["uncalibrated_families"] = uncal
-    tail = "".join("  " + line for line in yaml.safe_dump(fit, sort_keys=False).splitlines(keepends=True))
-    body = lines[:at] + [block] + lines[at:]
-    body = [line for line in body if line]
-    text = "".join(body)
-    if not text.endswith("\n"):
-        text += "\n"
-    PROFILE.write_text(text + tail, encoding="utf-8")
-
-
-def _drop_block(lines: list[str], names: tuple[str, ...]) -> list[str]:
-    """Lines without earlier copies of the new families and of the fit keys this script writes (re-runs)."""
-    out, skip = [], False
-    for line in lines:
-        # a key two spaces in; "  - item" lines continue the list of the key above them
-        key = line[2:].split(":")[0] if line.startswith("  ") and line[2:3] not in (" ", "-") else None
-        if key is not None:
-            skip = key in names or key in ("backend_families", "uncalibrated_families")
-        elif not line.startswith("  "):
-            skip = False
-        if not skip:
-            out.append(line)
-    return out
-
+    dest.write_text(dump_profile(dataclasses.replace(on_disk, families=fams, fit=fit)), encoding="utf-8")
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -514,3 +514,24 @@ def test_a_fit_drops_the_map_of_its_starting_profile(h200):
     assert h200.residuals is not None
     fitted = fit_profile([m], h200, restarts=1, max_evals=20, search_occupancy=False, fit_globals=False)
     assert fitted.residuals is None
+
+
+def test_the_backend_fit_keeps_the_map(tmp_path):
+    """benchmarks/fit_backends_h200.py --write-profile rewrites the backends' families and fit entry of the shipped
+    profile; the residual map (after them in the file) and every other family must survive it."""
+    import shutil
+
+    from benchmarks import fit_backends_h200 as fb
+    from decodecalc.timemodel import load_profile_file
+
+    dest = tmp_path / "h200.yaml"
+    shutil.copy(fb.PROFILE, dest)
+    before = load_profile_file(dest)
+    doc = {"data": ["x.json"], "heldout": {"fa3": {"median_abs_err": 0.05}}, "recommendation_heldout": {},
+           "domain": {}, "uncalibrated_families": list(before.fit.get("uncalibrated_families") or [])}
+    fb.write_profile(before, doc, dest)
+    after = load_profile_file(dest)
+    assert after.residuals == before.residuals and after.families == before.families
+    assert after.fit["backend_families"]["heldout"] == {"fa3": {"median_abs_err": 0.05}}
+    assert {k: v for k, v in after.fit.items() if k != "backend_families"} == \
+        {k: v for k, v in before.fit.items() if k != "backend_families"}
