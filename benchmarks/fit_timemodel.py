@@ -86,7 +86,7 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     the grid's max_kv_splits and whether a split-count kernel ran) by today's work functions."""
     from decodecalc.specs.models import resolve_model
     from decodecalc.timemodel.fit import Shape
-    from decodecalc.timemodel.work import sglang_work, vllm_work
+    from decodecalc.timemodel.work import COPY_KERNEL, SPLIT_COUNT_KERNEL, sglang_work, vllm_work
     from decodecalc.workload import make_workload
 
     ms: list[Measurement] = []
@@ -107,7 +107,8 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
                     # the counts came from the engine's split-count kernel or (proposed rules) a copy
                     work = sglang_work(shape, splits=splits, max_kv_splits=int(launch["max_kv_splits"]),
                                        adaptive=bool(launch["adaptive"]),
-                                       aux_kernel="split-count" if r.get("engine_split_kernel", True) else "copy")
+                                       aux_kernel=SPLIT_COUNT_KERNEL if r.get("engine_split_kernel", True)
+                                       else COPY_KERNEL)
                     s = max(splits)
                     variant = f"sglang-step-M{launch['max_kv_splits']}{'-a' if launch['adaptive'] else ''}"
                 ms.append(Measurement(shape=shape, kernel=r["engine"], variant=variant, splits=s,
@@ -215,10 +216,11 @@ def add_residuals(res: dict, ms, train, test, origin) -> tuple[Any, Any]:  # typ
     bare_h = profile_from_mapping({**res["holdout_fit"]["profile"], "residuals": None}, origin="holdout fit")
     bare_a = profile_from_mapping({**res["all_fit"]["profile"], "residuals": None}, origin="all-data fit")
     fitted = with_residuals(bare_h, train, "training shapes of the held-out fit")
+    shapes = len({m.shape.key for m in ms})
     steps = len({m.shape.key for m in ms if origin.get(m.shape.key, "").startswith("validate_tune_h200_steps")})
     final = with_residuals(bare_a, ms, f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} measured vLLM and SGLang "
-                           f"launches ({len({m.shape.key for m in ms})} shapes, {steps} of them sampled workload steps)")
-    res["residual_data"] = {"rows": len(ms), "shapes": len({m.shape.key for m in ms}), "step_shapes": steps}
+                           f"launches ({shapes} shapes, {steps} of them sampled workload steps)")
+    res["residual_data"] = {"rows": len(ms), "shapes": shapes, "step_shapes": steps}
     res["holdout_fit"].update({"holdout_physics": summary(bare_h, test, origin), "holdout": summary(fitted, test, origin),
                                "train": summary(fitted, train, origin), "profile": fitted.to_mapping()})
     res["all_fit"].update({"all_physics": summary(bare_a, ms, origin), "all": summary(final, ms, origin),
@@ -387,7 +389,6 @@ def main() -> int:
     fit_options = dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
                        restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle,
                        saturating_kernels=saturating, fixed_occupancy=fixed_occ)
-    base = dataclasses.replace(base, residuals=None)  # the fit fits the physics; the maps come after it
     fitted = fit_profile(train, base, occupancy=occ_measured or None, **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)

@@ -50,6 +50,7 @@ from decodecalc.reports.tune import make_context, tune
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import resolve_profile
+from decodecalc.timemodel.work import COPY_KERNEL, SPLIT_COUNT_KERNEL
 from decodecalc.traffic import PRESETS, generate
 from decodecalc.verify.timing import graph_replay_seconds
 from decodecalc.workload import make_workload
@@ -478,7 +479,7 @@ def recipe_time_s(ctx: Any, entries: list[dict[str, Any]], engine: str, i: int, 
     padding included), else the launch forced as the bound forces it (vLLM: 2D or 3D with these segments)."""
     if engine == "sglang" and recipe["adaptive"]:
         return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=True,
-                                       aux_kernel="split-count" if engine_rule else "copy")
+                                       aux_kernel=SPLIT_COUNT_KERNEL if engine_rule else COPY_KERNEL)
     for e in entries:
         if e["engine"] == engine and launch_recipe(e["specs"][i]) == recipe:
             return float(e["predicted"][i])

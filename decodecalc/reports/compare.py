@@ -174,9 +174,7 @@ def _backend_predicted(name: str, w: Workload, gpu: GPUSpec, plan: LaunchPlan, o
         return {}
     from decodecalc.reports.grid import predicted
 
-    out = predicted(plan, w, gpu, name, opts.layer)
-    out.pop("_time_explain", None)  # compare's --explain shows the launch formulas
-    return out
+    return predicted(plan, w, gpu, name, opts.layer)
 
 
 def _const(key: str, default: int) -> Callable[[Workload, LaunchPlan], int]:

@@ -93,7 +93,13 @@ def _launches_json(plan: LaunchPlan) -> list[dict[str, Any]]:
 
 
 def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global") -> dict[str, Any]:
-    """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note.
+    """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note."""
+    return _predicted(plan, work, gpu, kernel, layer)[0]
+
+
+def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
+               layer: str = "global") -> tuple[dict[str, Any], tuple[Derived, ...]]:
+    """The time model's prediction for a launch, as JSON keys, and its --explain records.
 
     A malformed user profile is reported by `recommend`/`calibrate` as an error; here it must not
     hide the launch report, so it is carried as ``predicted_time_error``. Outside the profile's
@@ -104,32 +110,32 @@ def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer
 
     try:
         prof = timemodel.resolve_profile(gpu)
-        t, calibrated = timemodel.predict_time_s(plan, work, gpu, kernel, profile=prof)
+        p = timemodel.predict_plan(plan, work, gpu, kernel, profile=prof)
     except DecodecalcError as exc:
-        return {"predicted_time_error": str(exc)}
+        return {"predicted_time_error": str(exc)}, ()
     warnings = domain_warnings(work, gpu, prof, layer=layer, kernel=kernel)
     if not prof.calibrated:
         warnings = (f"no calibrated time profile for {gpu.name}: datasheet figures and H200 latencies; run "
                     "'decodecalc calibrate' on this GPU", *warnings)
-    elif not calibrated:
+    elif not p.calibrated:
         warnings = ("a kernel family of this launch is not calibrated in the profile "
                     f"({prof.path or 'built-in'}); re-run 'decodecalc calibrate'", *warnings)
-    out: dict[str, Any] = {"predicted_time_s": t, "predicted_calibrated": calibrated and not warnings}
+    out: dict[str, Any] = {"predicted_time_s": p.time_s, "predicted_calibrated": p.calibrated and not warnings}
     if warnings:
         out["predicted_warnings"] = list(warnings)
-    corr = prof.residuals.correction(timemodel.work_for_plan(plan, work, kernel), prof) if prof.residuals else None
-    out["predicted_model_time_s"] = t / corr.factor if corr else t
-    out["predicted_residual_factor"] = corr.factor if corr else 1.0
-    out["_time_explain"] = _time_explain(t, corr, prof)
-    return out
+    out["predicted_model_time_s"] = p.model_time_s
+    out["predicted_residual_factor"] = p.correction.factor if p.correction else 1.0
+    return out, _time_explain(p, prof)
 
 
-def _time_explain(t: float, corr: Any, prof: Any) -> list[Derived]:
+def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:
     """The --explain records of a predicted time: the physics times the profile's residual correction."""
     src = f"decodecalc.timemodel, profile {prof.path or 'built-in'}"
+    corr = p.correction
     if corr is None:
-        return [Derived("predicted_time_s", t, "model_launch_time_s (no residual map in the profile)", source=src)]
-    return [
+        return (Derived("predicted_time_s", p.time_s, "model_launch_time_s (no residual map in the profile)",
+                        source=src),)
+    return (
         Derived("residual_factor", round(corr.factor, 4),
                 "exp(sum_i w_i n_i log(measured_i / modelled_i) / (support_launches + prior_launches)) over the "
                 "measured bins i of cell, w_i = exp(-|(u, v) - (u_i, v_i)|^2 / 2 bandwidth_octaves^2), "
@@ -138,9 +144,9 @@ def _time_explain(t: float, corr: Any, prof: Any) -> list[Derived]:
                  "support_launches": round(corr.support_launches, 1), "prior_launches": prof.residuals.prior_launches,
                  "bandwidth_octaves": prof.residuals.bandwidth_octaves},
                 source=f"decodecalc.timemodel.residuals; {prof.residuals.source}"),
-        Derived("predicted_time_s", t, "model_launch_time_s * residual_factor",
-                {"model_launch_time_s": t / corr.factor, "residual_factor": round(corr.factor, 4)}, source=src),
-    ]
+        Derived("predicted_time_s", p.time_s, "model_launch_time_s * residual_factor",
+                {"model_launch_time_s": p.model_time_s, "residual_factor": round(corr.factor, 4)}, source=src),
+    )
 
 
 def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings,
@@ -194,9 +200,9 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
             "partial_state_bytes_per_layer": r.plan.partial_state_bytes,
         }
     data.update(_figures_json(fig))
-    data.update(predicted(vp.plan, work, gpu, "vllm", layer))
-    return SystemResult("vllm", data, vp.plan.explain + fig.explain + tuple(data.pop("_time_explain", ())), model=vp,
-                        figures=fig)
+    pred, time_explain = _predicted(vp.plan, work, gpu, "vllm", layer)
+    data.update(pred)
+    return SystemResult("vllm", data, vp.plan.explain + fig.explain + time_explain, model=vp, figures=fig)
 
 
 def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
@@ -229,9 +235,9 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
         "window_kv_lens": list(sp.window_kv_lens) if sp.window_kv_lens is not None else None,
     }
     data.update(_figures_json(fig))
-    data.update(predicted(sp.plan, work, gpu, "sglang", layer))
-    return SystemResult("sglang", data, sp.plan.explain + fig.explain + tuple(data.pop("_time_explain", ())), model=sp,
-                        figures=fig)
+    pred, time_explain = _predicted(sp.plan, work, gpu, "sglang", layer)
+    data.update(pred)
+    return SystemResult("sglang", data, sp.plan.explain + fig.explain + time_explain, model=sp, figures=fig)
 
 
 def paging_figures(work: Workload, kernel_block_size: int | None) -> dict[str, Any]:

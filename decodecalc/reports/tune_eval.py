@@ -32,6 +32,7 @@ from decodecalc.timemodel import (
     vllm_work,
     work_for_plan,
 )
+from decodecalc.timemodel.work import SPLIT_COUNT_KERNEL
 from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
 
@@ -184,7 +185,7 @@ class StepTimer:
         return tuple(self.time_of(lw, "sglang") for lw in self.sglang_works(settings))
 
     def sglang_splits(self, i: int, splits: Sequence[int], max_kv_splits: int, *, adaptive: bool = True,
-                      aux_kernel: str = "split-count") -> float:
+                      aux_kernel: str = SPLIT_COUNT_KERNEL) -> float:
         """Shape i with these per-sequence split counts (SGLang's kernel takes them as a tensor); the grid's
         split dimension is ``max_kv_splits``; ``adaptive``: a small kernel writes them first (``aux_kernel``: the
         engine's split-count kernel, as an engine computing the rule would run it, or a copy)."""

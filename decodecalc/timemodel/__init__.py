@@ -45,7 +45,15 @@ plan does), :mod:`.predict` (the time of that work), :mod:`.residuals` (the meas
 
 from __future__ import annotations
 
-from decodecalc.timemodel.predict import TIE_FRACTION, kernel_time_s, launch_time_s, predict_time_s, robust_time_s
+from decodecalc.timemodel.predict import (
+    TIE_FRACTION,
+    Prediction,
+    kernel_time_s,
+    launch_time_s,
+    predict_plan,
+    predict_time_s,
+    robust_time_s,
+)
 from decodecalc.timemodel.profile import (
     FAMILIES,
     FAMILY_FALLBACKS,
@@ -74,6 +82,6 @@ from decodecalc.timemodel.work import (
 __all__ = [
     "TIE_FRACTION", "FAMILIES", "FAMILY_FALLBACKS", "KERNEL_FAMILIES", "PROFILE_SCHEMA", "FamilyParams", "KernelWork", "LaunchWork", "WorkShape",
     "TimeProfile", "datasheet_profile", "dump_profile", "kernel_time_s", "launch_time_s", "load_profile_file",
-    "occupancy", "packaged_profile", "predict_time_s", "profile_from_mapping", "resolve_profile", "robust_time_s",
+    "occupancy", "packaged_profile", "Prediction", "predict_plan", "predict_time_s", "profile_from_mapping", "resolve_profile", "robust_time_s",
     "sglang_work", "user_profile_dir", "vllm_work", "work_for_plan",
 ]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from decodecalc.derived import cdiv
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
 from decodecalc.timemodel.plan_work import work_for_plan
+from decodecalc.timemodel.residuals import Correction
 from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row
 from decodecalc.workload import Workload
 
@@ -267,13 +269,33 @@ def robust_time_s(lw: LaunchWork, profile: TimeProfile) -> float:
     return math.exp(sum(math.log(t) for t in ts) / len(ts))
 
 
-def predict_time_s(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,
-                   profile: TimeProfile | None = None) -> tuple[float, bool]:
-    """Predicted time of ``plan`` (a LaunchPlan for ``workload`` on ``gpu``) in seconds, and whether
-    the prediction comes from a calibrated profile of this GPU (and of these kernels).
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A launch plan's predicted time and what it is made of."""
+
+    time_s: float  # model_time_s * the residual correction's factor
+    model_time_s: float  # the physics alone (model_launch_time_s)
+    correction: Correction | None  # the profile's residual correction for this launch; None: the profile has no map
+    calibrated: bool  # from a calibrated profile of this GPU and of these kernels
+
+
+def predict_plan(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,
+            profile: TimeProfile | None = None) -> Prediction:
+    """The prediction for ``plan`` (a LaunchPlan for ``workload`` on ``gpu``), with its parts.
     ``kernel``: vllm | sglang | reference (decodecalc's own kernels, in the plan's layout)."""
     prof = profile if profile is not None else resolve_profile(gpu)
     lw = work_for_plan(plan, workload, kernel)
     uncal = set(prof.fit.get("uncalibrated_families", ()) or ())
     calibrated = prof.calibrated and not (uncal & {k.family for k in lw.kernels})
-    return launch_time_s(lw, prof), calibrated
+    model = model_launch_time_s(lw, prof)
+    corr = prof.residuals.correction(lw, prof) if prof.residuals is not None else None
+    return Prediction(time_s=model * (corr.factor if corr else 1.0), model_time_s=model, correction=corr,
+                      calibrated=calibrated)
+
+
+def predict_time_s(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,
+                   profile: TimeProfile | None = None) -> tuple[float, bool]:
+    """Predicted time of ``plan`` in seconds, and whether the prediction comes from a calibrated profile of this
+    GPU (and of these kernels): :func:`predict_plan` without its parts."""
+    p = predict_plan(plan, workload, gpu, kernel, profile=profile)
+    return p.time_s, p.calibrated

@@ -150,6 +150,13 @@ class KernelWork:
         return sum(i * n for i, n in self.iters) * b
 
 
+#: SGLang 0.5.23's ``get_num_kv_splits_triton`` (sglang/kernels/ops/attention/metadata.py), launched on a (1,) grid
+#: by ``TritonAttnBackend.get_num_kv_splits`` before each adaptive decode: one program over the batch
+SPLIT_COUNT_KERNEL = "split-count"
+#: per-sequence split counts written by a tensor copy, as benchmarks/validate_tune_h200.py runs the proposed rules
+COPY_KERNEL = "copy"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaunchWork:
     kernel: str  # "vllm" | "sglang" | "reference"
@@ -161,9 +168,8 @@ class LaunchWork:
     label: str = ""
     #: query heads per KV head (heads one program serves together in the grouped kernels)
     group_size: int = 1
-    #: what the ``extra_launches`` are: "split-count" (SGLang's get_num_kv_splits_triton, one program over the
-    #: batch), "copy" (split counts written by a tensor copy, as benchmarks/validate_tune_h200.py runs the proposed
-    #: rules); they cost a launch gap each in the physics and differ in the measured residuals
+    #: what the ``extra_launches`` are (SPLIT_COUNT_KERNEL or COPY_KERNEL; "" for none): they cost a launch gap
+    #: each in the physics and differ in the measured residuals
     aux_kernel: str = ""
 
 
@@ -254,7 +260,7 @@ def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
 
 def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
                 adaptive: bool = False, prefix: str = "sglang", mha: bool | None = None,
-                aux_kernel: str = "split-count") -> LaunchWork:
+                aux_kernel: str = SPLIT_COUNT_KERNEL) -> LaunchWork:
     """SGLang 0.5.23 ``decode_attention_fwd``: stage 1 (B, head_tiles, max_kv_splits) with per-sequence
     split counts, split length rounded up to 32 (empty splits exit), stage 2 (B, h); the rules are
     :mod:`decodecalc.launchers.sglang_triton`'s (``kv_len_per_split``, ``head_tiles``, ``stage1_block_n``).
