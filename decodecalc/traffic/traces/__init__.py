@@ -1,0 +1,79 @@
+"""Request-trace readers: the traces people have, turned into one :class:`RequestTable`.
+
+:func:`read_requests` reads a file of any of :data:`FORMATS` (detected from its content when no
+format is given) or any other CSV / JSON Lines / JSON-array file through a ``columns`` mapping, and
+returns the requests sorted by arrival as flat arrays (prompt tokens, output tokens, arrival in
+seconds after the first request, and where each came from), with notes on what was ignored,
+skipped, assumed or sorted. Files are read as streams: memory follows the requests kept, not the
+file's size. Every problem is a one-line :class:`~decodecalc.errors.ConfigError` naming the file,
+the line or record, and the field.
+
+Formats (one module each, citing its source): ``native`` (:mod:`.native`), ``azure``
+(:mod:`.azure`), ``burstgpt`` (:mod:`.burstgpt`), ``mooncake`` (:mod:`.mooncake`), ``vllm-bench``
+(:mod:`.vllm_bench`), ``sglang-bench`` (:mod:`.sglang_bench`), ``sharegpt`` (:mod:`.sharegpt`).
+User guide: docs/traces.md. Pure Python and the standard library (``tokenizers`` optional, for
+ShareGPT, imported lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from os import PathLike
+from pathlib import Path
+
+from decodecalc.errors import ConfigError, UnknownNameError
+from decodecalc.traffic.traces.bench import read_bench
+from decodecalc.traffic.traces.columns import COLUMN_KEYS, parse_columns
+from decodecalc.traffic.traces.detect import FORMATS, RECORD_SCHEMAS, detect
+from decodecalc.traffic.traces.records import read_records
+from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
+from decodecalc.traffic.traces.sharegpt import read_sharegpt
+from decodecalc.traffic.traces.table import RequestTable
+from decodecalc.traffic.traces.textio import check_file, container_of
+from decodecalc.traffic.traces.vllm_bench import VLLM_BENCH
+
+__all__ = ["COLUMN_KEYS", "FORMATS", "RequestTable", "read_requests"]
+
+_BENCH = {"vllm-bench": VLLM_BENCH, "sglang-bench": SGLANG_BENCH}
+
+
+def read_requests(path: str | PathLike[str], *, fmt: str | None = None,
+                  columns: str | Mapping[str, str] | None = None, tokenizer: str | None = None,
+                  model_hint: str | None = None, limit: int | None = None) -> RequestTable:
+    """The requests of the trace at ``path``.
+
+    ``fmt``: one of :data:`FORMATS`, or None to detect it from the content. ``columns``:
+    ``"prompt=COL,output=COL[,arrival=COL][,unit=s|ms|us|ns]"`` (or a mapping with those keys) to
+    read any other CSV, JSON Lines or JSON-array file; not with ``fmt``. ``tokenizer`` (a
+    tokenizer.json) / ``model_hint`` (a Hugging Face repo id looked up in the local cache): how
+    ShareGPT text is counted (estimated otherwise). ``limit``: keep the first N requests in file
+    order and stop reading."""
+    p = Path(path)
+    check_file(p)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit must be a positive integer (requests to keep), got {limit!r}")
+    if columns is not None:
+        if fmt is not None:
+            raise ConfigError(f"give a format or columns, not both: --columns reads the fields it names, "
+                              f"--format {fmt} its own")
+        table = read_records(p, parse_columns(columns), container_of(p), limit)
+        return _with_unused(table, tokenizer, model_hint)
+    if fmt is None:
+        fmt = detect(p).format
+    elif not isinstance(fmt, str) or fmt not in FORMATS:
+        raise UnknownNameError("trace format", str(fmt), FORMATS)
+    if fmt == "sharegpt":
+        return read_sharegpt(p, tokenizer, model_hint, limit)
+    if fmt in _BENCH:
+        table = read_bench(p, _BENCH[fmt], limit)
+    else:
+        table = read_records(p, RECORD_SCHEMAS[fmt], container_of(p), limit)
+    return _with_unused(table, tokenizer, model_hint)
+
+
+def _with_unused(table: RequestTable, tokenizer: str | None, model_hint: str | None) -> RequestTable:
+    """The table, with a note when a tokenizer was given for a format that holds token counts."""
+    if tokenizer is None and model_hint is None:
+        return table
+    return replace(table, notes=table.notes + (f"tokenizer not used: a {table.format} trace holds token counts",))

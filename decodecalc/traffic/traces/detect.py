@@ -1,0 +1,125 @@
+"""Which trace format a file is, from its beginning: the CSV header, or the keys of the first JSON record.
+
+Deterministic and content-only (the file name plays no part). The first non-blank character picks
+the container: ``[`` a JSON array (ShareGPT, or records), ``{`` JSON objects (JSON Lines records or
+a benchmark result), anything else CSV. Record formats are recognized by their required fields,
+tried in :data:`FORMATS` order; a benchmark result by keys only its tool writes. Reading stops at
+the first record, or after :data:`DETECT_CHARS` of a large first object. A file that matches
+nothing gets one error naming the closest format and what it lacks.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from decodecalc.errors import ConfigError
+from decodecalc.traffic.traces.azure import AZURE
+from decodecalc.traffic.traces.burstgpt import BURSTGPT
+from decodecalc.traffic.traces.jsonstream import JsonStream
+from decodecalc.traffic.traces.mooncake import MOONCAKE
+from decodecalc.traffic.traces.native import NATIVE
+from decodecalc.traffic.traces.records import RecordSchema
+from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
+from decodecalc.traffic.traces.textio import sniff
+from decodecalc.traffic.traces.vllm_bench import VLLM_BENCH
+
+FORMATS = ("native", "azure", "burstgpt", "mooncake", "vllm-bench", "sglang-bench", "sharegpt")
+RECORD_SCHEMAS: dict[str, RecordSchema] = {"native": NATIVE, "azure": AZURE, "burstgpt": BURSTGPT,
+                                           "mooncake": MOONCAKE}
+#: the fields that identify each format (for the "closest is ..." message)
+SIGNATURES: dict[str, tuple[str, ...]] = {
+    **{name: tuple(f for f in s.fields if not (f == s.arrival and s.arrival_optional))
+       for name, s in RECORD_SCHEMAS.items()},
+    "vllm-bench": ("input_lens", "output_lens", "start_times"),
+    "sglang-bench": ("input_lens", "output_lens", "dataset_name"),
+    "sharegpt": ("conversations",),
+}
+#: characters of a first JSON object read before deciding (benchmark results name their tool first)
+DETECT_CHARS = 2**20
+_HINT = "give --format NAME or --columns prompt=COL,output=COL[,arrival=COL]"
+
+
+@dataclass(frozen=True, slots=True)
+class Detected:
+    format: str
+    container: str  # csv, jsonl, json-array, or json-doc (a benchmark result, read as a document)
+
+
+def detect(path: Path) -> Detected:
+    head = sniff(path).lstrip()
+    if not head:
+        raise ConfigError(f"{path}: no requests (the file is empty)")
+    if head[0] == "[":
+        keys = _first_element_keys(path)
+        if "conversations" in keys:
+            return Detected("sharegpt", "json-document")
+        return _record_format(path, keys, "json-array")
+    if head[0] == "{":
+        keys = _first_object_keys(path)
+        record = _match_record(keys)
+        if record:
+            return Detected(record, "jsonl")
+        vllm, sglang = len(keys & VLLM_BENCH.markers), len(keys & SGLANG_BENCH.markers)
+        if sglang > vllm:
+            return Detected("sglang-bench", "json-document")
+        if vllm or {"input_lens", "output_lens"} & keys:
+            return Detected("vllm-bench", "json-document")
+        return _record_format(path, keys, "jsonl")
+    return _record_format(path, _csv_header(head), "csv")
+
+
+def _match_record(fields: set[str]) -> str | None:
+    for name, schema in RECORD_SCHEMAS.items():
+        if set(SIGNATURES[name]) <= fields:
+            return name
+    return None
+
+
+def _record_format(path: Path, fields: set[str], container: str) -> Detected:
+    name = _match_record(fields)
+    if name is None:
+        raise not_a_trace(path, fields)
+    return Detected(name, container)
+
+
+def not_a_trace(path: Path, fields: set[str]) -> ConfigError:
+    # closest: the most signature fields present (ties: FORMATS order)
+    best = max(FORMATS, key=lambda f: (sum(k in fields for k in SIGNATURES[f]), -FORMATS.index(f)))
+    has = [k for k in SIGNATURES[best] if k in fields]
+    lacks = [k for k in SIGNATURES[best] if k not in fields]
+    parts = ([f"has {', '.join(has)}"] if has else []) + [f"lacks {', '.join(lacks)}"]
+    return ConfigError(f"{path}: not a known request-trace format; closest is {best} ({', '.join(parts)}); {_HINT}")
+
+
+def _csv_header(head: str) -> set[str]:
+    for line in head.splitlines():
+        if line.strip():
+            try:
+                return {c.strip() for c in next(csv.reader([line]))}
+            except (csv.Error, StopIteration):
+                return set()
+    return set()
+
+
+def _first_element_keys(path: Path) -> set[str]:
+    with open(path, "rb") as f:
+        stream = JsonStream(f, str(path))
+        for element in stream.array_items():
+            if not isinstance(element, dict):
+                raise ConfigError(f"{path}, record 1: expected a JSON object per element, got {type(element).__name__}")
+            return set(element)
+    raise ConfigError(f"{path}: no requests (an empty JSON array)")
+
+
+def _first_object_keys(path: Path) -> set[str]:
+    keys: set[str] = set()
+    with open(path, "rb") as f:
+        stream = JsonStream(f, str(path))
+        for key in stream.object_members():
+            keys.add(key)
+            if stream.offset > DETECT_CHARS:
+                break
+            stream.skip()
+    return keys

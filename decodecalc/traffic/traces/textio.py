@@ -1,0 +1,96 @@
+"""Reading a trace file as text: UTF-8 only, bounded lines, the first bytes for detection.
+
+Every reader goes through here, so a binary file, a file that is not UTF-8 and a line too long to be
+a request are refused the same way, with a one-line ``ConfigError`` naming the file and the line.
+Lines are read in binary with a bounded ``readline`` so that a giant line (a damaged file, a whole
+JSON document on one line where lines are expected) costs at most the bound, never the whole line.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator
+from pathlib import Path
+
+from decodecalc.errors import ConfigError
+
+#: the longest line a line-based trace may have (a Mooncake line with 2,000 block hashes is ~16 KB)
+MAX_LINE_BYTES = 4 * 2**20
+#: bytes read at once by the JSON document reader
+READ_CHUNK_BYTES = 2**20
+#: bytes read to detect the format
+SNIFF_BYTES = 64 * 2**10
+
+BOM = "\ufeff"
+
+
+def check_file(path: Path) -> None:
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file")
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a regular file (a request trace is a CSV, JSON Lines or JSON file)")
+
+
+def binary_error(path: Path | str, where: str) -> ConfigError:
+    return ConfigError(f"{path}: a binary file, not a text request trace (a NUL byte {where})")
+
+
+def not_utf8_error(path: Path | str, where: str) -> ConfigError:
+    return ConfigError(f"{path}, {where}: not UTF-8 text (a request trace is a UTF-8 CSV, JSON Lines or JSON file)")
+
+
+def lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text with its line end) of every line; the BOM of line 1 is dropped."""
+    with open(path, "rb") as f:
+        n = 0
+        while True:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            n += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                raise ConfigError(f"{path}, line {n}: longer than {MAX_LINE_BYTES // 2**20} MiB; not a line of a "
+                                  "request trace (a damaged file, or a JSON document where lines were expected)")
+            if b"\0" in raw:
+                raise binary_error(path, f"on line {n}")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise not_utf8_error(path, f"line {n}, byte {e.start + 1}") from None
+            if n == 1 and text.startswith(BOM):
+                text = text[1:]
+            yield n, text
+
+
+def sniff(path: Path) -> str:
+    """The first :data:`SNIFF_BYTES` of the file as text (BOM dropped), or ConfigError for binary / non-UTF-8."""
+    with open(path, "rb") as f:
+        raw = f.read(SNIFF_BYTES)
+    if b"\0" in raw:
+        raise binary_error(path, "in its first bytes")
+    try:
+        # final=False: a multi-byte character cut by the read is not an error
+        text = codecs.getincrementaldecoder("utf-8")().decode(raw, final=False)
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise not_utf8_error(path, f"line {line}") from None
+    return text.removeprefix(BOM)
+
+
+def container_of(path: Path) -> str:
+    """How the file holds its records, from its first character: ``json-array`` ('['), ``jsonl`` ('{')
+    or ``csv`` (anything else)."""
+    head = sniff(path).lstrip()
+    if not head:
+        raise ConfigError(f"{path}: no requests (the file is empty)")
+    if head[0] == "[":
+        return "json-array"
+    if head[0] == "{":
+        return "jsonl"
+    return "csv"
+
+
+def show(value: object, width: int = 40) -> str:
+    """repr of a value for an error message, cut to ``width`` characters."""
+    r = repr(value)
+    return r if len(r) <= width else r[: width - 3] + "..."

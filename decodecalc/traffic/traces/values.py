@@ -1,0 +1,126 @@
+"""Token counts and timestamps read from a trace cell or a JSON value, with one-line errors.
+
+A CSV cell is a string and a JSON value is typed; both go through the same checks, so every format
+refuses the same things the same way: a non-integer token count, a negative one, one over 2**31
+(no real request has two billion tokens), a timestamp that is not a finite number, a date that
+does not exist. ``where`` is "file, line n" (or "file, record n"); every message names the field.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from typing import Any
+
+from decodecalc.errors import ConfigError
+from decodecalc.traffic.traces.textio import show
+
+#: the largest token count accepted: 2**31 tokens is not a real request (and fits the int64 arrays)
+MAX_TOKENS = 2**31
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# 2023-11-16 18:15:46.6805900 (Azure 2023, seven fraction digits), 2024-05-10 00:00:00.009930+00:00
+# (Azure 2024), ISO 8601 with a T or a Z
+_DATETIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                       r"(?:[.,]([0-9]{1,9}))?[ ]?(Z|[+-][0-9]{2}(?::?[0-9]{2})?)?")
+UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+
+
+def token_count(raw: Any, where: str, field: str, minimum: int = 0) -> int:
+    """An integer token count in [minimum, 2**31] from a JSON integer or a cell of digits."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if not _INTEGER.fullmatch(text):
+            raise ConfigError(f"{where}, field '{field}': expected an integer, got {show(raw)}")
+        if len(text) > 19:  # int() of thousands of digits is slow, and the bound says no anyway
+            raise ConfigError(f"{where}, field '{field}': {show(text, 24)} tokens is over 2**31, not a real request")
+        value = int(text)
+    elif isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        raise ConfigError(f"{where}, field '{field}': expected an integer, got {show(raw)}")
+    if value < minimum:
+        raise ConfigError(f"{where}, field '{field}': must be >= {minimum}, got {value}")
+    if value > MAX_TOKENS:
+        raise ConfigError(f"{where}, field '{field}': {value} tokens is over 2**31, not a real request")
+    return value
+
+
+def number(raw: Any, where: str, field: str, unit: str = "s", *, nonnegative: bool = True) -> float:
+    """A finite number of ``unit`` (s, ms, us, ns) converted to seconds."""
+    value: float | None = None
+    if isinstance(raw, str):
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            value = None
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer too large for a float
+            value = None
+    bound = " >= 0" if nonnegative else ""
+    if value is None or not math.isfinite(value) or (nonnegative and value < 0):
+        raise ConfigError(f"{where}, field '{field}': expected a number of {UNIT_NAMES[unit]}{bound}, got {show(raw)}")
+    return value * UNIT_SECONDS[unit]
+
+
+def is_datetime(raw: Any) -> bool:
+    return isinstance(raw, str) and _DATETIME.fullmatch(raw.strip()) is not None
+
+
+def datetime_ns(raw: Any, where: str, field: str) -> int:
+    """Nanoseconds since 0001-01-01 UTC of a date-time string (no offset: read as UTC). Integer
+    arithmetic: a float of seconds since 1970 would lose the seventh fraction digit Azure writes."""
+    m = _DATETIME.fullmatch(raw.strip()) if isinstance(raw, str) else None
+    if m is None:
+        raise ConfigError(f"{where}, field '{field}': expected a date-time such as 2023-11-16 18:15:46.6805900, "
+                          f"got {show(raw)}")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    try:
+        days = datetime.date(year, month, day).toordinal()
+    except ValueError:
+        raise ConfigError(f"{where}, field '{field}': {show(raw)} is not a calendar date") from None
+    if hour > 23 or minute > 59 or second > 60:  # 60: a leap second
+        raise ConfigError(f"{where}, field '{field}': {show(raw)} is not a time of day")
+    fraction = int((m.group(7) or "0").ljust(9, "0"))
+    offset_s = 0
+    if m.group(8) and m.group(8) != "Z":
+        tz = m.group(8).replace(":", "")
+        sign = -1 if tz[0] == "-" else 1
+        offset_s = sign * (int(tz[1:3]) * 3600 + int(tz[3:5] or 0) * 60)
+    seconds = ((days * 24 + hour) * 60 + minute) * 60 + second - offset_s
+    return seconds * 1_000_000_000 + fraction
+
+
+class Clock:
+    """Arrival times of one column in seconds. Date-times are taken relative to the first one read
+    (exact integer nanoseconds before the subtraction), numbers as they are; the table later shifts
+    every arrival so the earliest is 0. ``unit`` is s/ms/us/ns, ``datetime``, or ``auto`` (date-time
+    or seconds, decided by the first value)."""
+
+    __slots__ = ("unit", "field", "kind", "base_ns")
+
+    def __init__(self, unit: str, field: str) -> None:
+        self.unit = unit
+        self.field = field
+        self.kind: str | None = None if unit == "auto" else ("datetime" if unit == "datetime" else "number")
+        self.base_ns: int | None = None
+
+    def seconds(self, raw: Any, where: str) -> float:
+        if self.kind is None:
+            self.kind = "datetime" if is_datetime(raw) else "number"
+        if self.kind == "number":
+            if self.unit == "auto" and is_datetime(raw):
+                raise ConfigError(f"{where}, field '{self.field}': a date-time in a column of numbers, {show(raw)}")
+            return number(raw, where, self.field, "s" if self.unit in ("auto", "datetime") else self.unit)
+        ns = datetime_ns(raw, where, self.field)
+        if self.base_ns is None:
+            self.base_ns = ns
+        return (ns - self.base_ns) / 1e9
+
+    def describe(self) -> str:
+        if self.kind == "datetime":
+            return f"arrivals from '{self.field}' read as date-times (UTC where no offset is written)"
+        return f"arrivals from '{self.field}' read as {UNIT_NAMES.get(self.unit, 'seconds')}"
