@@ -30,8 +30,10 @@ RECORD_SCHEMAS: dict[str, RecordSchema] = {"native": NATIVE, "azure": AZURE, "bu
                                            "mooncake": MOONCAKE}
 #: the fields that identify each format (for the "closest is ..." message)
 SIGNATURES: dict[str, tuple[str, ...]] = {
-    **{name: tuple(f for f in s.fields if not (f == s.arrival and s.arrival_optional))
-       for name, s in RECORD_SCHEMAS.items()},
+    "native": ("prompt_tokens", "output_tokens"),
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+    "mooncake": ("timestamp", "input_length", "output_length"),
     "vllm-bench": ("input_lens", "output_lens", "start_times"),
     "sglang-bench": ("input_lens", "output_lens", "dataset_name"),
     "sharegpt": ("conversations",),

@@ -84,7 +84,7 @@ def _objects(path: Path, container: str) -> Iterator[tuple[int, str, dict[str, A
             if not text.strip():
                 continue
             where = f"{path}, line {n}"
-            rec = _json_line(text, where)
+            rec = _json_line(text.rstrip(), where)
             if not isinstance(rec, dict):
                 raise ConfigError(f"{where}: expected a JSON object per line, got {type(rec).__name__}")
             yield n, where, rec
@@ -165,7 +165,7 @@ def _read_csv(path: Path, schema: RecordSchema, rows: _Rows) -> tuple[bool, str]
             missing = [f for f in schema.fields if f not in header and not (f == schema.arrival and schema.arrival_optional)]
             if missing:
                 raise ConfigError(f"{path}, line {n}: the header lacks {', '.join(repr(m) for m in missing)} "
-                                  f"(a {schema.format} trace has {', '.join(schema.fields)}; header: "
+                                  f"(the {schema.format} format has {', '.join(schema.fields)}; header: "
                                   f"{', '.join(header)[:120]})")
             arrival_at = header.index(schema.arrival) if schema.arrival in header else None
             columns = (header.index(schema.prompt), header.index(schema.output), arrival_at)
