@@ -25,7 +25,7 @@ from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.table import RequestTable, TableBuilder
 from decodecalc.traffic.traces.textio import show
-from decodecalc.traffic.traces.values import number, token_count
+from decodecalc.traffic.traces.values import token_count
 
 _SETTINGS = ("request_rate", "burstiness", "max_concurrency", "ramp_up_strategy")
 
@@ -64,8 +64,8 @@ def _read_result(stream: JsonStream, path: Path) -> _Result:
         if key in ("input_lens", "output_lens"):
             setattr(result, key, _lengths(stream, where, key))
         elif key == "start_times" and stream.peek() == "[":
-            result.start_times = array("d", (number(v, where, f"start_times[{i}]", nonnegative=False)
-                                             for i, v in enumerate(stream.array_items())))
+            # a failed request may have no start time: NaN here, an error only if the request is kept
+            result.start_times = array("d", (_start(v) for v in stream.array_items()))
         elif key == "errors" and stream.peek() == "[":
             # "" (vLLM, SGLang) or null on success, the error text on failure
             result.failed = bytearray(1 if v else 0 for v in stream.array_items())
@@ -74,6 +74,15 @@ def _read_result(stream: JsonStream, path: Path) -> _Result:
         else:
             stream.skip()
     return result
+
+
+def _start(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.nan
+    return math.nan
 
 
 def _rate(value: Any) -> float | str | None:
@@ -128,8 +137,13 @@ def read_bench(path: Path, schema: BenchSchema, limit: int | None) -> RequestTab
             builder.skip("failed: an error, or 0 output tokens", i + 1)
         elif inputs[i] == 0:
             builder.skip("0 input tokens", i + 1)
-        elif not builder.add(arrivals(i), inputs[i], outputs[i], i + 1):
-            break
+        else:
+            arrival = arrivals(i)
+            if not math.isfinite(arrival):
+                raise ConfigError(f"{where}, field 'start_times[{i}]': expected a number of seconds for a request "
+                                  "that did not fail")
+            if not builder.add(arrival, inputs[i], outputs[i], i + 1):
+                break
     return builder.finish(has_arrivals=has_arrivals, empty="the result holds no requests")
 
 
