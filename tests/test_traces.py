@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tracemalloc
 from array import array
 from pathlib import Path
@@ -247,6 +248,13 @@ def test_binary_non_utf8_and_long_lines(tmp_path):
     long = write(tmp_path, "long.csv", NATIVE_HEAD + "5,3," + "1" * (5 * 2**20) + "\n")
     assert "long.csv, line 2: longer than 4 MiB" in error(long)
     assert "no such file" in error(tmp_path / "missing.csv")
+    locked = write(tmp_path, "locked.csv", NATIVE_HEAD + "5,3,0\n")
+    locked.chmod(0)
+    try:
+        if not os.access(locked, os.R_OK):  # root reads anyway
+            assert "locked.csv: cannot read the file (Permission denied)" in error(locked)
+    finally:
+        locked.chmod(0o644)
     assert "not a regular file" in error(tmp_path)
 
 
@@ -282,6 +290,15 @@ def test_bench_results_errors(tmp_path):
     assert "line 1: not valid JSON (" in error(p)
     p = write(tmp_path, "u.json", json.dumps({"date": "x", "input_lens": 5, "output_lens": [3]}))
     assert "field 'input_lens': expected a list of token counts, got 5" in error(p)
+
+
+def test_bench_start_times_of_failed_requests(tmp_path):
+    res = {"date": "x", "input_lens": [5, 6, 7], "output_lens": [3, 0, 2], "start_times": [10.5, None, 11.0],
+           "errors": ["", "timeout", ""]}
+    assert rows(read_requests(write(tmp_path, "r.json", json.dumps(res)))) == [(0.0, 5, 3, 1), (0.5, 7, 2, 3)]
+    res["errors"][1], res["output_lens"][1] = "", 4
+    assert "field 'start_times[1]': expected a number of seconds for a request that did not fail" in error(
+        write(tmp_path, "s.json", json.dumps(res)))
 
 
 def test_bench_appended_runs_and_rates(tmp_path):
@@ -396,6 +413,14 @@ def test_sharegpt_with_a_cached_model(tmp_path, monkeypatch):
     other = read_requests(p, model_hint="acme/other")
     assert other.tokens_estimated and rows(other) == [(0.0, 3, 3, 1)]
     assert any("no tokenizer.json for acme/other in the Hugging Face cache" in n for n in other.notes)
+
+
+def test_sharegpt_text_the_tokenizer_cannot_encode(tmp_path):
+    file = _word_tokenizer(tmp_path / "tok")
+    p = write(tmp_path, "s.json", '[{"conversations": [{"value": "hello \\ud800"}, {"value": "hello"}]}]')
+    assert "s.json, record 1, field 'conversations[0].value': the tokenizer cannot encode it" in error(
+        p, tokenizer=str(file))
+    assert rows(read_requests(p)) == [(0.0, 3, 2, 1)]  # the estimate counts the lone surrogate as one
 
 
 def test_tokenizer_is_noted_unused_for_counted_formats():

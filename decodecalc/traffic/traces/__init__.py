@@ -51,6 +51,16 @@ def read_requests(path: str | PathLike[str], *, fmt: str | None = None,
     order and stop reading."""
     p = Path(path)
     check_file(p)
+    try:
+        return _read(p, fmt, columns, tokenizer, model_hint, limit)
+    except OSError as e:  # unreadable (permissions, an I/O error): still one line
+        raise ConfigError(f"{p}: cannot read the file ({e.strerror or e})") from None
+    except MemoryError:
+        raise ConfigError(f"{p}: more requests than fit in memory; read a part with limit") from None
+
+
+def _read(p: Path, fmt: str | None, columns: str | Mapping[str, str] | None, tokenizer: str | None,
+          model_hint: str | None, limit: int | None) -> RequestTable:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"limit must be a positive integer (requests to keep), got {limit!r}")
     if columns is not None:

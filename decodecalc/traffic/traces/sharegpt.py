@@ -27,7 +27,7 @@ from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.table import RequestTable, TableBuilder
 from decodecalc.traffic.traces.textio import show
-from decodecalc.traffic.traces.tokens import make_counter
+from decodecalc.traffic.traces.tokens import Counter, make_counter
 
 
 def _turn_text(turns: list[Any], i: int, where: str) -> str:
@@ -39,6 +39,15 @@ def _turn_text(turns: list[Any], i: int, where: str) -> str:
     if not isinstance(text, str):
         raise ConfigError(f"{where}, field 'conversations[{i}].value': expected a string, got {show(text)}")
     return text
+
+
+def _count(count: Counter, turns: list[Any], i: int, where: str) -> int:
+    text = _turn_text(turns, i, where)
+    try:
+        return count(text)
+    except Exception as e:  # the tokenizers library raises its own types (a lone surrogate from a \ud800 escape)
+        raise ConfigError(f"{where}, field 'conversations[{i}].value': the tokenizer cannot encode it "
+                          f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
 
 
 def read_sharegpt(path: Path, tokenizer: str | None, model_hint: str | None, limit: int | None) -> RequestTable:
@@ -61,8 +70,8 @@ def read_sharegpt(path: Path, tokenizer: str | None, model_hint: str | None, lim
             if len(turns) < 2:
                 builder.skip("fewer than 2 turns: vLLM's rule", record)
                 continue
-            prompt = count(_turn_text(turns, 0, where))
-            output = count(_turn_text(turns, 1, where))
+            prompt = _count(count, turns, 0, where)
+            output = _count(count, turns, 1, where)
             if prompt == 0 or output == 0:
                 builder.skip("an empty first or second turn", record)
                 continue

@@ -9,6 +9,7 @@ does not exist. ``where`` is "file, line n" (or "file, record n"); every message
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import re
 from typing import Any
@@ -72,6 +73,15 @@ def is_datetime(raw: Any) -> bool:
     return isinstance(raw, str) and _DATETIME.fullmatch(raw.strip()) is not None
 
 
+@functools.lru_cache(maxsize=4096)
+def _days(year: str, month: str, day: str) -> int | None:
+    """Days since 0001-01-01 (cached: a trace has few distinct dates and millions of timestamps)."""
+    try:
+        return datetime.date(int(year), int(month), int(day)).toordinal()
+    except ValueError:
+        return None
+
+
 def datetime_ns(raw: Any, where: str, field: str) -> int:
     """Nanoseconds since 0001-01-01 UTC of a date-time string (no offset: read as UTC). Integer
     arithmetic: a float of seconds since 1970 would lose the seventh fraction digit Azure writes."""
@@ -79,20 +89,20 @@ def datetime_ns(raw: Any, where: str, field: str) -> int:
     if m is None:
         raise ConfigError(f"{where}, field '{field}': expected a date-time such as 2023-11-16 18:15:46.6805900, "
                           f"got {show(raw)}")
-    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
-    try:
-        days = datetime.date(year, month, day).toordinal()
-    except ValueError:
-        raise ConfigError(f"{where}, field '{field}': {show(raw)} is not a calendar date") from None
-    if hour > 23 or minute > 59 or second > 60:  # 60: a leap second
+    year, month, day, hour, minute, second, fraction_digits, tz = m.groups()
+    days = _days(year, month, day)
+    if days is None:
+        raise ConfigError(f"{where}, field '{field}': {show(raw)} is not a calendar date")
+    h, mi, sec = int(hour), int(minute), int(second)
+    if h > 23 or mi > 59 or sec > 60:  # 60: a leap second
         raise ConfigError(f"{where}, field '{field}': {show(raw)} is not a time of day")
-    fraction = int((m.group(7) or "0").ljust(9, "0"))
+    fraction = int(fraction_digits.ljust(9, "0")) if fraction_digits else 0
     offset_s = 0
-    if m.group(8) and m.group(8) != "Z":
-        tz = m.group(8).replace(":", "")
+    if tz and tz != "Z":
+        tz = tz.replace(":", "")
         sign = -1 if tz[0] == "-" else 1
         offset_s = sign * (int(tz[1:3]) * 3600 + int(tz[3:5] or 0) * 60)
-    seconds = ((days * 24 + hour) * 60 + minute) * 60 + second - offset_s
+    seconds = ((days * 24 + h) * 60 + mi) * 60 + sec - offset_s
     return seconds * 1_000_000_000 + fraction
 
 
