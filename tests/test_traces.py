@@ -101,6 +101,24 @@ def test_detection_ignores_the_file_name(tmp_path, name, fmt):
     assert read_requests(p).format == fmt
 
 
+def test_detection_reads_only_the_beginning(tmp_path):
+    # a vLLM result names its tool first: what follows (here broken JSON 3 MB on) is not read to detect it
+    p = write(tmp_path, "r.json", '{"date": "x", "endpoint_type": "openai", "pad": "' + "x" * (3 * 2**20) + '", oops')
+    assert detect(p).format == "vllm-bench"
+    assert "not valid JSON" in error(p)
+    c = write(tmp_path, "c.csv", NATIVE_HEAD + "5,3,0\n" * 20_000 + "\x00 binary tail\n")
+    assert detect(c).format == "native"
+    assert "a binary file" in error(c)
+
+
+def test_crlf_jsonl_and_bom_json(tmp_path):
+    jl = write(tmp_path, "a.jsonl", '\ufeff{"timestamp": 0, "input_length": 5, "output_length": 2}\r\n\r\n'
+                                    '{"timestamp": 500, "input_length": 6, "output_length": 3}\r\n')
+    assert rows(read_requests(jl)) == [(0.0, 5, 2, 1), (0.5, 6, 3, 3)]
+    sg = write(tmp_path, "s.json", "\ufeff" + (EXAMPLES / "sharegpt.json").read_text(encoding="utf-8"))
+    assert read_requests(sg).format == "sharegpt"
+
+
 def test_detection_of_record_formats_in_other_containers(tmp_path):
     assert read_requests(write(tmp_path, "a.jsonl", '{"TIMESTAMP": "2024-05-10 00:00:00+00:00", '
                                                     '"ContextTokens": 5, "GeneratedTokens": 2}\n')).format == "azure"

@@ -46,7 +46,7 @@ _HINT = "give --format NAME or --columns prompt=COL,output=COL[,arrival=COL]"
 @dataclass(frozen=True, slots=True)
 class Detected:
     format: str
-    container: str  # csv, jsonl, json-array, or json-doc (a benchmark result, read as a document)
+    container: str  # csv, jsonl, json-array, or json-document (ShareGPT, a benchmark result)
 
 
 def detect(path: Path) -> Detected:
@@ -121,7 +121,7 @@ def _first_object_keys(path: Path) -> set[str]:
         stream = JsonStream(f, str(path))
         for key in stream.object_members():
             keys.add(key)
+            stream.skip()
             if stream.offset > DETECT_CHARS:
                 break
-            stream.skip()
     return keys
