@@ -21,6 +21,9 @@ MAX_FILE_DEPTH = 32
 MAX_FILE_VALUES = 100_000
 #: integers and floats in files: exact in a float64
 MAX_FILE_NUMBER = 2**53
+#: bytes read from one Prometheus /metrics scrape (tune --metrics; a vLLM server's is 50-500 kB, and
+#: prometheus_client parses about 4 MB/s, so the limit parses in about 4 s)
+MAX_METRICS_BYTES = 16 << 20
 
 # --- model shape fields (any source) ---------------------------------------------------------
 MAX_LAYERS = 100_000
