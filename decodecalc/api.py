@@ -14,7 +14,7 @@ Pure: no typer, no rich. Errors are :class:`decodecalc.errors.DecodecalcError` s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Union
@@ -320,8 +320,11 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
 
 def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_regression: str | float | None = "5%",
              heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None,
-             engine: str | None = None, profile: str | Path | None = None, max_shapes: int = 4000) -> TuneResult:
-    """`tune` from already-built inputs and a loaded workload (the CLI's path)."""
+             engine: str | None = None, profile: str | Path | None = None, max_shapes: int | None = None,
+             exact: bool = False, progress: Callable[[str], None] | None = None) -> TuneResult:
+    """`tune` from already-built inputs and a loaded workload (the CLI's path). ``max_shapes``: steps each setting
+    may time with the scalar model before the rest are estimated (default: automatic); ``exact``: time every step
+    with it; ``progress``: called with what is being timed."""
     import dataclasses
 
     from decodecalc.reports.heuristics import score_heuristics, select_heuristics
@@ -342,8 +345,10 @@ def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_r
         names = "none"  # heuristics=[]
     chosen = select_heuristics(names, Path(rule) if rule is not None else None)
     prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None)
+    if max_shapes is not None and (isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1):
+        raise ConfigError(f"--max-shapes must be a positive integer, got {max_shapes!r}")
     ctx = make_context(trace, inputs.work, inputs.gpu, prof, vllm=inputs.vllm, sglang=inputs.sglang,
-                       max_shapes=max_shapes)
+                       max_anchors=0 if exact else max_shapes, progress=progress)
     result = _tune(ctx, objective=objective, max_regression=guard, engines=engines)
     return dataclasses.replace(result, heuristics=score_heuristics(ctx, result, chosen))
 
@@ -352,7 +357,8 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
          concurrency: int | None = None, draft_acceptance_rate: float | None = None, objective: str = "mean",
          max_regression: str | float | None = "5%",
          heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None, engine: str | None = None,
-         profile: str | Path | None = None, max_shapes: int = 4000, **options: Unpack[TuneParams]) -> TuneResult:
+         profile: str | Path | None = None, max_shapes: int | None = None, exact: bool = False,
+         **options: Unpack[TuneParams]) -> TuneResult:
     """`decodecalc tune`: the best global engine setting for a whole decode workload, and what-if heuristics.
 
     Give exactly one workload: ``steps`` (a file, or a list of steps), ``requests`` (a file, or a list of requests)
@@ -369,7 +375,7 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
                           num_speculative_tokens=options.get("num_speculative_tokens", 0),
                           draft_acceptance_rate=draft_acceptance_rate)
     return tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
-                    rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
+                    rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact)
 
 
 __all__ = ["CompareResult", "GridResult", "RecommendResult", "WorkloadParams", "compare", "compare_for", "grid",

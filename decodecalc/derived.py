@@ -13,6 +13,33 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _is_array(x: Any) -> bool:
+    return hasattr(x, "shape")
+
+
+def maximum(a: Any, b: Any) -> Any:
+    """``max(a, b)``; elementwise when either is an array. The upstream rules use it so that one function serves
+    one value and a whole workload's arrays (tune's batch evaluator) alike: arrays go through their own arithmetic,
+    so this module never imports numpy."""
+    if not (_is_array(a) or _is_array(b)):
+        return a if a >= b else b
+    return a + (b > a) * (b - a)
+
+
+def minimum(a: Any, b: Any) -> Any:
+    """``min(a, b)``; elementwise when either is an array (see :func:`maximum`)."""
+    if not (_is_array(a) or _is_array(b)):
+        return a if a <= b else b
+    return b + (a < b) * (a - b)
+
+
+def select(cond: Any, a: Any, b: Any) -> Any:
+    """``a if cond else b``; elementwise when ``cond`` is an array of booleans (see :func:`maximum`)."""
+    if not _is_array(cond):
+        return a if cond else b
+    return cond * a + (1 - cond) * b
+
+
 def next_power_of_2(n: int) -> int:
     """``triton.next_power_of_2``: the smallest power of two >= n (1 for n <= 1)."""
     return 1 if n <= 1 else 1 << (n - 1).bit_length()

@@ -65,9 +65,13 @@ EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Only one eng
                                                   "both).", rich_help_panel=SEARCH)]
 ProfileOpt = Annotated[Optional[Path], typer.Option("--profile", help="Time-model profile YAML (default: the user's "
                                                     "calibrated one, then the packaged one).", rich_help_panel=SEARCH)]
-MaxShapesOpt = Annotated[int, typer.Option("--max-shapes", help="Evaluate at most this many distinct step shapes "
-                                           "(more: a sample in (batch, KV tokens) order, said in the output).",
-                                           rich_help_panel=SEARCH)]
+MaxShapesOpt = Annotated[Optional[int], typer.Option("--max-shapes", help="Steps each setting may time with the "
+                                                     "scalar model before the rest are estimated from them (default: "
+                                                     "until every total is within 0.03%, at most 600).",
+                                                     rich_help_panel=SEARCH, show_default=False)]
+ExactOpt = Annotated[bool, typer.Option("--exact", help="Time every step with the scalar model (slow on large "
+                                        "workloads; the default estimates and says how closely).",
+                                        rich_help_panel=SEARCH)]
 WHATIF = "What-if split heuristics"
 #: the built-in heuristics' names, for --help without importing the core (tests/test_tune.py checks the list)
 HEURISTIC_NAMES = ("vllm-default", "vllm-tuned", "vllm-pr47520", "vllm-bound", "sglang-default", "sglang-tuned",
@@ -100,7 +104,8 @@ def register(app: typer.Typer) -> None:
         output: OutputOpt = None,
         plot: PlotOpt = None,
         profile: ProfileOpt = None,
-        max_shapes: MaxShapesOpt = 4000,
+        max_shapes: MaxShapesOpt = None,
+        exact: ExactOpt = False,
         model: ModelOpt = "llama3-8b",
         tp: TpOpt = 1,
         gpu: GpuOpt = "h200",
@@ -145,7 +150,7 @@ def register(app: typer.Typer) -> None:
                               max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               num_speculative_tokens=num_speculative_tokens, draft_acceptance_rate=draft_acceptance_rate)
         result = tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
-                          rule=rule, engine=engine, profile=profile, max_shapes=max_shapes)
+                          rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact)
         data = result.to_dict()
         text = to_json(data)
         files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file

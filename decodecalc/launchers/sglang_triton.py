@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from decodecalc.derived import Explain, cdiv, next_power_of_2
+from decodecalc.derived import Explain, cdiv, maximum, minimum, next_power_of_2, select
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, SweepRow
 from decodecalc.specs.gpus import GPUSpec
@@ -37,6 +37,18 @@ _GROUPED_BLOCK_N = 32  # _decode_grouped_att_m_fwd: BLOCK = 32 on CUDA, decode_a
 DEFAULT_MAX_KV_SPLITS = 8  # exec_.py L413-416
 DEFAULT_MAX_KV_SPLITS_HIP = 16  # platform_hook.py L52-56
 DETERMINISTIC_SPLIT_TILE_SIZE = 256  # SGLANG_TRITON_DECODE_SPLIT_TILE_SIZE default, triton_backend.py L356-367
+#: the largest --triton-attention-num-kv-splits that launches: stage 1's grid is (B, head tiles, max_kv_splits)
+#: (decode_attention.py L460, L867) and CUDA's gridDim.z is at most 65,535 (above it the launch fails with "invalid
+#: argument"); the flag has no validator (exec_.py L413-416), stage 2 loops to MAX_KV_SPLITS at run time (L976, L991)
+#: and takes any count, not only powers of two
+MAX_KV_SPLITS_GRID_Z = 65_535
+
+
+def scratch_bytes(rows: int, num_heads: int, max_kv_splits: int, head_size_v: int) -> int:
+    """Split-K scratch of the Triton backend for ``rows`` sequences: ``attn_logits`` [rows, h, max_kv_splits, Lv] and
+    ``attn_lse`` [rows, h, max_kv_splits], fp32, plus ``num_kv_splits`` int32 [rows] (triton_backend.py L953-971,
+    allocated per decode step; under CUDA graphs once with max_num_tokens rows, L1169-1191)."""
+    return rows * num_heads * max_kv_splits * (head_size_v + 1) * 4 + rows * 4
 
 
 def src(path: str, lines: str) -> str:
@@ -80,20 +92,22 @@ def kv_chunk_sizes(max_seq_len: int, min_seq_len: int, ext_core_count: int, grid
     from its batch statistics (``ext_core_count``: :func:`ext_device_core_count` of Lmax; ``grid``:
     :func:`token_grid` of the batch). With :func:`splits_from_chunks`, SGLang's split-count rule:
     the one copy every caller uses."""
-    lmin = max_seq_len if max_seq_len * 8 < min_seq_len * 10 else min_seq_len  # "uniform enough": Lmax < 1.25 Lmin
-    return (lmin, cdiv(max_seq_len, min(cdiv(max_seq_len, lmin), max_kv_splits)),
+    # "uniform enough": Lmax < 1.25 Lmin; elementwise on arrays of batches (one value per step) too
+    lmin = select(max_seq_len * 8 < min_seq_len * 10, max_seq_len, min_seq_len)
+    return (lmin, cdiv(max_seq_len, minimum(cdiv(max_seq_len, lmin), max_kv_splits)),
             cdiv(max_seq_len, splits_cap_2(ext_core_count, grid, max_kv_splits)))
 
 
 def splits_cap_2(ext_core_count: int, grid: int, max_kv_splits: int) -> int:
     """``max_kv_splits_2 = min(cdiv(ext_device_core_count, token_grid), max_kv_splits)`` (metadata.py L48-50):
     the split count that fills the extended cores, the divisor of kv_chunk_size_2."""
-    return min(cdiv(ext_core_count, grid), max_kv_splits)
+    return minimum(cdiv(ext_core_count, grid), max_kv_splits)
 
 
 def splits_from_chunks(seq_len: int, kv_chunk_size_1: int, kv_chunk_size_2: int) -> int:
-    """``max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))`` (metadata.py L53-55)."""
-    return max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))
+    """``max(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))`` (metadata.py L53-55); elementwise
+    on arrays."""
+    return maximum(cdiv(seq_len, kv_chunk_size_1), cdiv(seq_len, kv_chunk_size_2))
 
 
 def adaptive_split_rule(max_seq_len: int, min_seq_len: int, *, ext_core_count: int, grid: int,
@@ -132,7 +146,8 @@ def deterministic_splits(seq_len: int, split_tile_size: int) -> int:
 
 
 def kv_len_per_split(seq_len: int, num_kv_splits: int) -> int:
-    """``cdiv(cdiv(seq_len, kv_splits), MIN_BLOCK_KV) * MIN_BLOCK_KV`` (decode_attention.py L308-310)."""
+    """``cdiv(cdiv(seq_len, kv_splits), MIN_BLOCK_KV) * MIN_BLOCK_KV`` (decode_attention.py L308-310); elementwise
+    on arrays."""
     return cdiv(cdiv(seq_len, num_kv_splits), _MIN_BLOCK_KV) * _MIN_BLOCK_KV
 
 
@@ -334,7 +349,7 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
                 src(_BACKEND, "L953-971"), B=b, h=h, max_kv_splits=maxs, Lv=d_v)
     used = ex.add("partial_state_bytes_used_per_layer", sum(nonempty) * h * per_split,
                   "sum_i nonempty_splits_i * h * (Lv + 1) * 4", src(_DECODE, "L308-318"), h=h, Lv=d_v)
-    scratch = b * h * maxs * per_split + b * 4  # + num_kv_splits int32
+    scratch = scratch_bytes(b, h, maxs, d_v)
     mha = is_mha(h, h_kv)
     kernels = (
         KernelLaunch(name="_fwd_kernel_stage1" if mha else "_fwd_grouped_kernel_stage1", grid=grid1,

@@ -28,6 +28,23 @@ NUM_PAR_SOFTMAX_SEGMENTS = 16
 MAX_3D_QUERY_LEN = 8
 # SM 12.0 only: the backend builds 64-segment scratch (triton_attn.py L152-162, 0.33.0)
 NUM_PAR_SOFTMAX_SEGMENTS_SM120 = 64
+#: Triton's largest tensor, in elements (triton/_utils.py L11 TRITON_MAX_TENSOR_NUMEL, checked for every block shape
+#: with every dimension a power of two, L48-58; the same in Triton 3.6.0 and 3.9.0)
+TRITON_MAX_TENSOR_NUMEL = 1 << 20
+
+
+def max_num_par_softmax_segments(head_size: int) -> int:
+    """The largest NUM_PAR_SOFTMAX_SEGMENTS vLLM 0.33.0's kernels compile: ``reduce_segments`` holds an
+    (NUM_SEGMENTS_PER_SEQ, HEAD_SIZE_PADDED) fp32 tile (triton_unified_attention.py L771-785), so the two multiply to
+    at most TRITON_MAX_TENSOR_NUMEL: 8,192 at head size 128. Above it, and for a count that is not a power of two
+    (``tl.arange(0, NUM_SEGMENTS_PER_SEQ)``, L745 / L754 / L774; Triton's language/semantic.py L572-583), the first 3D
+    launch (the CUDA-graph capture at engine start) fails to compile; the 3D kernel itself takes any count (L325)."""
+    return TRITON_MAX_TENSOR_NUMEL // next_power_of_2(head_size)
+
+
+def is_legal_segment_count(segments: int, head_size: int) -> bool:
+    """A power of two from 1 to :func:`max_num_par_softmax_segments`."""
+    return 1 <= segments <= max_num_par_softmax_segments(head_size) and segments & (segments - 1) == 0
 
 
 def src(version: str, path: str, lines: str) -> str:

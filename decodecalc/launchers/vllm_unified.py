@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from decodecalc.derived import Explain, cdiv, next_power_of_2, prod
+from decodecalc.derived import Explain, cdiv, maximum, next_power_of_2, prod
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, SweepRow
@@ -208,15 +208,16 @@ def unified_attention_grid(
 
 
 def tiles_per_segment(seq_len: int, num_segments: int, tile_size: int) -> int:
-    """``cdiv(seq_len, NUM_SEGMENTS_PER_SEQ * TILE_SIZE)`` (kernel L325)."""
+    """``cdiv(seq_len, NUM_SEGMENTS_PER_SEQ * TILE_SIZE)`` (kernel L325). Elementwise on arrays of lengths."""
     return cdiv(seq_len, num_segments * tile_size)
 
 
 def active_segments(seq_len: int, num_segments: int, tile_size: int) -> int:
-    """Segments that read keys: ``cdiv(seq_len, tiles_per_segment * TILE_SIZE)`` (reduce L741-747)."""
-    if seq_len <= 0:
+    """Segments that read keys: ``cdiv(seq_len, tiles_per_segment * TILE_SIZE)`` (reduce L741-747); 0 for an
+    empty sequence. Elementwise on arrays of lengths (tune's batch evaluator; empty rows pad a batch)."""
+    if not hasattr(seq_len, "shape") and seq_len <= 0:
         return 0
-    return cdiv(seq_len, tiles_per_segment(seq_len, num_segments, tile_size) * tile_size)
+    return cdiv(seq_len, maximum(tiles_per_segment(seq_len, num_segments, tile_size), 1) * tile_size)
 
 
 def segment_ranges(seq_len: int, num_segments: int, tile_size: int) -> tuple[tuple[int, int], ...]:

@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from decodecalc.formatting import fmt_saving, fmt_us
+from decodecalc.formatting import fmt_bytes_short, fmt_saving, fmt_us
 from decodecalc.render import print_wrapped
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tok
                      guard: str) -> tuple[Table, bool]:
     t = Table(title=f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
               box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
-    for col in ("setting", "mean µs", "p99 µs", "total ms", "ms/1k tok", "vs default", "worst step"):
+    for col in ("setting", "mean µs", "p99 µs", "ms/1k tok", "vs default", "worst step", "scratch"):
         t.add_column(col, justify="left" if col == "setting" else "right", no_wrap=col != "setting")
     dtot = e.default.stats.total_s
     layers_per_tok = result.ctx.num_layers / generated_tokens * 1000.0
@@ -61,8 +61,9 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tok
         worst = f"{c.worst_ratio:.2f}x" + ("" if c.allowed else " over")
         st = c.stats
         t.add_row(mark + c.label.replace(" (default)", ""), _us(st.mean_step_s), _us(st.p99_step_s),
-                  f"{st.total_s * 1e3:,.2f}", f"{st.total_s * layers_per_tok * 1e3:,.1f}",
-                  "default" if c.label == default.label else f"{st.total_s / dtot - 1:+.1%}", worst)
+                  f"{st.total_s * layers_per_tok * 1e3:,.1f}",
+                  "default" if c.label == default.label else f"{st.total_s / dtot - 1:+.1%}", worst,
+                  fmt_bytes_short(c.scratch_bytes))
     return t, any(not c.allowed for c in rows)
 
 
@@ -73,6 +74,11 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
     if over:
         _say(console, f"worst step: the candidate's slowest step against the default; over: slows a step by more "
              f"than the guard ({guard}), so not eligible", style="dim")
+    _say(console, f"searched {len(e.candidates)} settings; the range ends where {e.range_note}", style="dim")
+    if e.edge_note:
+        _say(console, e.edge_note, style="yellow")
+    for left in e.left_out:
+        _say(console, f"left out (the GPU cannot hold its scratch): {left}", style="dim")
     st = e.changes
     per1k = e.attention_s_per_1k_tokens
     saving = e.to_dict()["saving_vs_default"]
@@ -138,7 +144,7 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
     console = console or Console()
     ctx = result.ctx
     w = ctx.work
-    wl = ctx.trace.summary()
+    wl = ctx.summary
     b, s = wl["batch"], wl["seq_len"]
     console.print(f"[bold]{w.model.name}[/] TP={w.tp} on {ctx.gpu.name}  (h={w.num_heads} h_kv={w.num_kv_heads} "
                   f"d={w.head_size}, {ctx.num_layers} layers)", highlight=False)
@@ -178,15 +184,14 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
         import matplotlib.pyplot as plt
     except ImportError:
         raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)") from None
-    sh = result.ctx.shapes
-    heur = [h for h in result.heuristics if h.times]
+    heur = [h for h in result.heuristics if h.times is not None]
     fig, axes = plt.subplots(1, 3 if heur else 2, figsize=(19 if heur else 13, 4.2))
     ax1, ax2 = axes[0], axes[1]
     for name, e in result.engines.items():
         for cand, style in ((e.default, "-"), (e.best, "--")):
             if cand is e.best and e.best is e.default:
                 continue
-            series = [cand.times[i] * 1e6 for i in sh.step_shape]
+            series = [float(x) * 1e6 for x in cand.times]
             label = f"{name}: {cand.label}"
             ax1.plot(range(len(series)), series, style, lw=0.8, label=label)
             ordered = sorted(series)
@@ -194,7 +199,7 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
     ax1.set_xlabel("step")
     ax1.set_ylabel("decode attention, one layer (us)")
     ax1.set_title(f"{result.ctx.work.model.name} TP{result.ctx.work.tp} {result.ctx.gpu.name}: "
-                  f"{result.ctx.trace.source}", fontsize=9)
+                  f"{result.ctx.summary['source']}", fontsize=9)
     ax2.set_xlabel("step time (us)")
     ax2.set_ylabel("fraction of steps")
     ax2.set_title("distribution", fontsize=9)
@@ -202,7 +207,7 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
     if heur:
         ax3 = axes[2]
         for h in heur:
-            ordered = sorted(h.times[i] * 1e6 for i in sh.step_shape)
+            ordered = sorted(float(x) * 1e6 for x in h.times)
             style = ":" if h.kind == "bound" else "--" if h.kind == "proposal" else "-"
             ax3.plot(ordered, [(k + 1) / len(ordered) for k in range(len(ordered))], style, lw=1.0, label=h.name)
         ax3.set_xlabel("step time (us)")

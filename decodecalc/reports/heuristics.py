@@ -23,15 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.derived import cdiv, maximum, minimum, next_power_of_2, select
 from decodecalc.errors import ConfigError, UnknownNameError
 from decodecalc.launchers import sglang_triton as sg
 from decodecalc.launchers import vllm_unified as vu
-from decodecalc.reports.tune_eval import Stats, stats
-
-#: per-step optimum search space (the bound): vLLM 2D or 3D with these segments, SGLang static counts
-BOUND_VLLM_SEGMENTS = (1, 2, 4, 8, 16, 32, 64, 128)
-BOUND_SGLANG_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+from decodecalc.reports.tune_stats import Stats, stats
 
 # PR #27786 (sgl-project/sglang): gate and raised cap, from its description
 PR27786_GATE_TOKENS = 24576
@@ -68,7 +64,7 @@ class HeuristicScore:
     vs_default: float
     vs_bound: float
     source: str
-    times: tuple[float, ...] = ()
+    times: Any = None  # per step, seconds (array)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "engine": self.engine, "mean_step_s": self.stats.mean_step_s,
@@ -82,19 +78,28 @@ class Heuristic:
     engine: str
     kind: str
     source: str
-    times: Callable[[Any, Any], tuple[float, ...]]  # (TuneContext, TuneResult) -> per-shape seconds
+    times: Callable[[Any, Any], Any]  # (TuneContext, TuneResult) -> per-step seconds (array)
 
 
 # ----------------------------------------------------------------------------------------------
 # vLLM
 
 
-def _vllm_default(ctx: Any, result: Any) -> tuple[float, ...]:
-    return ctx.timer.vllm(ctx.vllm)
+def _vllm_default(ctx: Any, result: Any) -> Any:
+    return result.engines["vllm"].default.times
 
 
-def _vllm_bound(ctx: Any, result: Any) -> tuple[float, ...]:
-    return ctx.timer.per_shape(lambda i: min(ctx.timer.vllm_forced(i, s) for s in BOUND_VLLM_SEGMENTS))
+def bound_vllm_segments(ctx: Any) -> list[int]:
+    """The per-step bound's vLLM search space: the 2D kernel and every segment count tune searches."""
+    from decodecalc.reports.tune_space import vllm_segment_range
+
+    return [1] + vllm_segment_range(ctx)[0]
+
+
+def _vllm_bound(ctx: Any, result: Any) -> Any:
+    from decodecalc.batch.stats import elementwise_min
+
+    return elementwise_min([ctx.timer.vllm_forced(s).time for s in bound_vllm_segments(ctx)])
 
 
 def pr47520_threshold(num_sms: int, num_kv_heads: int, max_model_len: int) -> int:
@@ -106,35 +111,45 @@ def pr47520_threshold(num_sms: int, num_kv_heads: int, max_model_len: int) -> in
     return max(stock, min(PR47520_CAP, num_sms // num_kv_heads * mult))
 
 
-def _vllm_pr47520(ctx: Any, result: Any) -> tuple[float, ...]:
-    ctx_len = ctx.work.model.context_length or max(L for sh in ctx.shapes.shapes for L, _ in sh)
+def _vllm_pr47520(ctx: Any, result: Any) -> Any:
+    from decodecalc.reports.tune_space import vllm_option
+
+    ctx_len = ctx.work.model.context_length or ctx.max_seq_len
     t = pr47520_threshold(ctx.gpu.num_sms, ctx.work.num_kv_heads, ctx_len)
-    settings = dataclasses.replace(ctx.vllm, min_launch_grid_size_2d=t * ctx.work.num_kv_heads)
-    return ctx.timer.vllm(settings)
+    segments = ctx.vllm.num_par_softmax_segments or vu.NUM_PAR_SOFTMAX_SEGMENTS
+    return vllm_option(ctx, segments, t * ctx.work.num_kv_heads).times
 
 
 # ----------------------------------------------------------------------------------------------
 # SGLang
 
 
-def _sglang_default(ctx: Any, result: Any) -> tuple[float, ...]:
-    return ctx.timer.sglang(ctx.sglang)
+def _sglang_default(ctx: Any, result: Any) -> Any:
+    return result.engines["sglang"].default.times
 
 
-def _sglang_bound(ctx: Any, result: Any) -> tuple[float, ...]:
-    default = ctx.timer.sglang(ctx.sglang)
-    return ctx.timer.per_shape(lambda i: min([default[i]] + [ctx.timer.sglang_splits(i, (s,) * len(ctx.shapes.shapes[i]),
-                                                                                     s, adaptive=False)
-                                                             for s in BOUND_SGLANG_SPLITS]))
+def bound_sglang_splits(ctx: Any) -> list[int]:
+    """The per-step bound's SGLang search space: static split counts over tune's range."""
+    from decodecalc.reports.tune_space import sglang_split_range
+
+    return sglang_split_range(ctx)[0]
+
+
+def _sglang_bound(ctx: Any, result: Any) -> Any:
+    from decodecalc.batch.stats import elementwise_min
+
+    rows = [ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=s, static_kv_splits=True)).time
+            for s in bound_sglang_splits(ctx)]
+    return elementwise_min([result.engines["sglang"].default.times] + rows)
 
 
 def _base_max(ctx: Any) -> int:
     return ctx.sglang.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS
 
 
-def _sglang_pr21775(ctx: Any, result: Any) -> tuple[float, ...]:
+def _sglang_pr21775(ctx: Any, result: Any) -> Any:
     cap = max(_base_max(ctx), next_power_of_2(ctx.gpu.num_sms // 4))
-    return ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=cap, static_kv_splits=False))
+    return ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=cap, static_kv_splits=False)).time
 
 
 def pr27786_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int, num_sms: int,
@@ -147,40 +162,53 @@ def pr27786_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int
                                max_kv_splits=max_kv_splits)
     high = sg.get_num_kv_splits(seq, num_head=num_heads, num_kv_head=num_kv_heads, device_core_count=num_sms,
                                 max_kv_splits=cap)
-    return tuple(h if L >= PR27786_GATE_TOKENS else lo for L, lo, h in zip(seq, low, high))
+    return tuple(pr27786_pick(L, lo, h) for L, lo, h in zip(seq, low, high))
 
 
-def _sglang_rule_times(ctx: Any, rule: Callable[..., tuple[int, ...]], buffer_splits: int) -> tuple[float, ...]:
-    """Per-step times of a split rule of the PR helpers' signature, run with the server's maximum and
-    split buffers sized for ``buffer_splits``."""
+def pr27786_pick(seq_len: Any, low: Any, high: Any) -> Any:
+    """PR #27786's gate: the raised cap's count from PR27786_GATE_TOKENS on; elementwise on arrays."""
+    return select(seq_len >= PR27786_GATE_TOKENS, high, low)
+
+
+def _sglang_pr27786(ctx: Any, result: Any) -> Any:
+    from decodecalc.batch.launches import SglangRecipe
+
     base = _base_max(ctx)
+    adaptive = dataclasses.replace(ctx.sglang, static_kv_splits=False)
+    low = SglangRecipe(ctx.work, ctx.gpu, dataclasses.replace(adaptive, max_kv_splits=base))
+    high = SglangRecipe(ctx.work, ctx.gpu, dataclasses.replace(adaptive, max_kv_splits=max(base, PR27786_CAP)))
 
-    def one(i: int) -> float:
-        w = ctx.timer.work(i)
-        splits = rule(w.seq_lens, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, num_sms=ctx.gpu.num_sms,
-                      max_kv_splits=base)
-        return ctx.timer.sglang_splits(i, splits, buffer_splits)
-    return ctx.timer.per_shape(one)
-
-
-def _sglang_pr27786(ctx: Any, result: Any) -> tuple[float, ...]:
-    return _sglang_rule_times(ctx, pr27786_splits, max(_base_max(ctx), PR27786_CAP))  # buffers sized by the cap
+    def rule(block: Any) -> Any:
+        return pr27786_pick(block.lens, low.splits(block), high.splits(block))
+    # buffers sized by the cap
+    return ctx.timer.sglang_splits("pr27786", rule, max(base, PR27786_CAP)).time
 
 
 def pr35801_splits(seq_lens: Sequence[int], *, num_heads: int, num_kv_heads: int, num_sms: int,
                    max_kv_splits: int) -> tuple[int, ...]:
     """Split counts as SGLang PR #35801 describes them: one split per 256-token chunk, bounded by the
     server maximum and by one wave of the SMs over the stage-1 programs of one split."""
-    grid = sg.token_grid(len(seq_lens), num_heads, num_kv_heads)
-    wave_cap = max(1, num_sms // grid)
-    return tuple(max(1, min(cdiv(L, PR35801_CHUNK_TOKENS), max_kv_splits, wave_cap)) for L in seq_lens)
+    return tuple(pr35801_count(L, len(seq_lens), num_heads=num_heads, num_kv_heads=num_kv_heads, num_sms=num_sms,
+                               max_kv_splits=max_kv_splits) for L in seq_lens)
 
 
-def _sglang_pr35801(ctx: Any, result: Any) -> tuple[float, ...]:
-    return _sglang_rule_times(ctx, pr35801_splits, _base_max(ctx))
+def pr35801_count(seq_len: Any, batch: Any, *, num_heads: int, num_kv_heads: int, num_sms: int,
+                  max_kv_splits: int) -> Any:
+    """PR #35801's count of one sequence in a batch of ``batch``; elementwise on arrays (one batch per row)."""
+    wave_cap = maximum(1, num_sms // sg.token_grid(batch, num_heads, num_kv_heads))
+    return maximum(1, minimum(minimum(cdiv(seq_len, PR35801_CHUNK_TOKENS), max_kv_splits), wave_cap))
 
 
-def _tuned(engine: str) -> Callable[[Any, Any], tuple[float, ...]]:
+def _sglang_pr35801(ctx: Any, result: Any) -> Any:
+    w = ctx.work
+
+    def rule(block: Any) -> Any:
+        return pr35801_count(block.lens, block.batch[:, None], num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                             num_sms=ctx.gpu.num_sms, max_kv_splits=_base_max(ctx))
+    return ctx.timer.sglang_splits("pr35801", rule, _base_max(ctx)).time
+
+
+def _tuned(engine: str) -> Callable[[Any, Any], Any]:
     return lambda ctx, result: result.engines[engine].best.times
 
 
@@ -193,7 +221,7 @@ HEURISTICS: dict[str, Heuristic] = {h.name: h for h in (
               "max_model_len >= 8192, capped at 64, never below the stock value; modeled from the PR description "
               "(the diff was not available), CUDA-graph snapping kept", _vllm_pr47520),
     Heuristic("vllm-bound", "vllm", "bound", "per-step optimum under the time model: per step the fastest of 2D, "
-              "3D with 2-128 segments, the default, the tuned setting and every heuristic above", _vllm_bound),
+              "3D with every segment count tune searches, the default, the tuned setting and every heuristic above", _vllm_bound),
     Heuristic("sglang-default", "sglang", "engine", "SGLang 0.5.23 get_num_kv_splits_triton, max 8 "
               "(launchers/sglang_triton.py)", _sglang_default),
     Heuristic("sglang-tuned", "sglang", "tuned", "the best global setting tune found for this workload",
@@ -210,7 +238,7 @@ HEURISTICS: dict[str, Heuristic] = {h.name: h for h in (
               "max_kv_splits and by one wave of SMs over the stage-1 programs; modeled from the PR description "
               "(the exact formula was not available)", _sglang_pr35801),
     Heuristic("sglang-bound", "sglang", "bound", "per-step optimum under the time model: per step the fastest of "
-              "static 1-64 splits, the default, the tuned setting and every heuristic above", _sglang_bound),
+              "every static split count tune searches, the default, the tuned setting and every heuristic above", _sglang_bound),
 )}
 
 
@@ -239,12 +267,10 @@ def load_rule(path: Path) -> tuple[Callable[..., Any] | None, Callable[..., Any]
 
 
 def _rule_step(ctx: Any, i: int) -> RuleStep:
-    w = ctx.timer.work(i)
-    sh = ctx.shapes
-    origin = sh.step_origin[sh.step_shape.index(i)] if i in sh.step_shape else ctx.trace.source
-    return RuleStep(batch=w.batch, seq_lens=w.seq_lens, query_lens=w.query_lens, num_sms=ctx.gpu.num_sms,
-                    num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, head_size=w.head_size, gpu=ctx.gpu.name,
-                    origin=origin)
+    seq, q = ctx.steps.step_lens(i)
+    w = ctx.work
+    return RuleStep(batch=len(seq), seq_lens=seq, query_lens=q, num_sms=ctx.gpu.num_sms, num_heads=w.num_heads,
+                    num_kv_heads=w.num_kv_heads, head_size=w.head_size, gpu=ctx.gpu.name, origin=ctx.steps.origin(i))
 
 
 def _call(fn: Callable[..., Any], step: RuleStep, path: Path, what: str) -> Any:
@@ -264,12 +290,16 @@ def _check_count(v: Any, step: RuleStep, path: Path, what: str) -> int:
 
 
 def user_heuristics(path: Path) -> list[Heuristic]:
+    """The ``--rule`` file's rules: ``splits(step)`` on SGLang's kernel, ``segments(step)`` on vLLM's, each called
+    once per step (the user's Python), the launches then timed over the workload like every other rule."""
     splits_fn, segments_fn = load_rule(path)
     out = []
     if splits_fn is not None:
-        def sglang_times(ctx: Any, result: Any) -> tuple[float, ...]:
-            per: list[tuple[int, ...]] = []
-            for i in range(len(ctx.shapes.shapes)):
+        def sglang_times(ctx: Any, result: Any) -> Any:
+            from array import array
+
+            flat = array("q")
+            for i in range(ctx.steps.num_steps):
                 step = _rule_step(ctx, i)
                 got = _call(splits_fn, step, path, "splits")
                 if not isinstance(got, (list, tuple)) or len(got) != step.batch:
@@ -278,19 +308,20 @@ def user_heuristics(path: Path) -> list[Heuristic]:
                                       f"{'' if isinstance(got, (list, tuple)) else repr(got) + ' '}for the step at "
                                       f"{step.origin}, which has {step.batch} sequences; return one split count per "
                                       "sequence")
-                per.append(tuple(_check_count(v, step, path, "splits") for v in got))
-            grid = max(max(p) for p in per)
-            return tuple(ctx.timer.sglang_splits(i, p, grid) for i, p in enumerate(per))
+                flat.extend(_check_count(v, step, path, "splits") for v in got)
+            from decodecalc.batch.launches import as_int_array
+
+            splits = as_int_array(flat)
+            return ctx.timer.sglang_splits(f"user {path}", splits, int(splits.max())).time
         out.append(Heuristic("user-splits", "sglang", "user", f"user rule {path}: splits(step) on SGLang's kernel",
                              sglang_times))
     if segments_fn is not None:
-        def vllm_times(ctx: Any, result: Any) -> tuple[float, ...]:
-            res = []
-            for i in range(len(ctx.shapes.shapes)):
-                step = _rule_step(ctx, i)
-                s = _check_count(_call(segments_fn, step, path, "segments"), step, path, "segments")
-                res.append(ctx.timer.vllm_forced(i, s))
-            return tuple(res)
+        def vllm_times(ctx: Any, result: Any) -> Any:
+            per = [_check_count(_call(segments_fn, step, path, "segments"), step, path, "segments")
+                   for step in (_rule_step(ctx, i) for i in range(ctx.steps.num_steps))]
+            from decodecalc.batch.stats import pick_per_step
+
+            return pick_per_step(per, {s: ctx.timer.vllm_forced(s).time for s in set(per)})
         out.append(Heuristic("user-segments", "vllm", "user", f"user rule {path}: segments(step) on vLLM's kernel",
                              vllm_times))
     return out
@@ -318,23 +349,26 @@ def select_heuristics(names: str | None, rule: Path | None) -> list[Heuristic]:
 
 def score_heuristics(ctx: Any, result: Any, chosen: Sequence[Heuristic]) -> tuple[HeuristicScore, ...]:
     """Score ``chosen`` over the workload. The bound of an engine is the per-step minimum over its search
-    space (BOUND_*), its default, its tuned setting and every heuristic scored here, so no heuristic in the
+    space (bound_*), its default, its tuned setting and every heuristic scored here, so no heuristic in the
     table beats it."""
+    from decodecalc.batch.stats import elementwise_min
+
     chosen = [h for h in chosen if h.engine in result.engines]
     times = {h.name: h.times(ctx, result) for h in chosen if h.kind != "bound"}
-    bounds: dict[str, tuple[float, ...]] = {}
+    bounds: dict[str, Any] = {}
     for engine in {h.engine for h in chosen}:
         rows = [HEURISTICS[f"{engine}-bound"].times(ctx, result), result.engines[engine].default.times,
-                result.engines[engine].best.times] + [t for h in chosen if h.engine == engine and h.name in times
-                                                      for t in (times[h.name],)]
-        bounds[engine] = tuple(min(col) for col in zip(*rows))
+                result.engines[engine].best.times] + [times[h.name] for h in chosen
+                                                      if h.engine == engine and h.name in times]
+        bounds[engine] = elementwise_min(rows)
     out = []
+    w = ctx.weights
     for h in chosen:
         t = bounds[h.engine] if h.kind == "bound" else times[h.name]
-        st = stats(t, ctx.shapes)
+        st = stats(t, w)
         default = result.engines[h.engine].default.stats
-        bound = stats(bounds[h.engine], ctx.shapes)
+        bound = stats(bounds[h.engine], w)
         out.append(HeuristicScore(name=h.name, engine=h.engine, kind=h.kind, stats=st,
                                   vs_default=st.mean_step_s / default.mean_step_s - 1.0,
-                                  vs_bound=st.mean_step_s / bound.mean_step_s - 1.0, source=h.source, times=tuple(t)))
+                                  vs_bound=st.mean_step_s / bound.mean_step_s - 1.0, source=h.source, times=t))
     return tuple(out)

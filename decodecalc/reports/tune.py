@@ -1,14 +1,15 @@
 """``decodecalc tune``: the best global engine setting for a whole decode workload, from the time model.
 
-For each engine, every candidate setting is applied to every step of the workload: the launcher
-module decides what the step launches under that setting (vLLM: launchers/vllm_unified.py with the
-segment count and MIN_LAUNCH_GRID_SIZE_2D as settings, threshold snapping and CUDA-graph padding as
-the engine does them; SGLang: launchers/sglang_triton.py with max_kv_splits and the static switch)
-and the time model times it (:mod:`decodecalc.reports.tune_eval`). The best setting minimises the
-mean (or p99) step time among those that slow no step by more than ``max_regression`` relative to
-the engine's default, ranked as ``recommend`` ranks: by the predicted time averaged over the
-profile's occupancy and one program per SM either side (``timemodel.robust_time_s``). Step times are one attention layer's decode-attention time on one rank; the
-per-1,000-token figure covers every layer.
+For each engine, every candidate setting of its whole legal range (:mod:`decodecalc.reports.tune_space`) is applied
+to every step of the workload: the launcher module decides what the step launches under that setting (vLLM:
+launchers/vllm_unified.py with the segment count and MIN_LAUNCH_GRID_SIZE_2D as settings, threshold snapping and
+CUDA-graph padding as the engine does them; SGLang: launchers/sglang_triton.py with max_kv_splits and the static
+switch) and the time model times it, on arrays of steps (:mod:`decodecalc.batch`: exact where the model has a closed
+form, else estimated from exactly timed steps to a stated error). The best setting minimises the mean (or p99) step
+time among those that slow no step by more than ``max_regression`` relative to the engine's default (the steps that
+decide that are timed exactly), ranked as ``recommend`` ranks: by the predicted time averaged over the profile's
+occupancy and one program per SM either side (``timemodel.robust_time_s``). Step times are one attention layer's
+decode-attention time on one rank; the per-1,000-token figure covers every layer.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
-from decodecalc.launchers import vllm_unified as vu
-from decodecalc.launchers.sglang_triton import DEFAULT_MAX_KV_SPLITS, SglangSettings
-from decodecalc.launchers.vllm_unified import VllmSettings
+from decodecalc.launchers.sglang_triton import SglangSettings
+from decodecalc.launchers.vllm_unified import VllmSettings, check_supported
 from decodecalc.reports.tune_backends import BackendNote, backend_levers
-from decodecalc.reports.tune_eval import DEFAULT_MAX_SHAPES, ShapeSet, Stats, StepTimer, shape_set, stats
+from decodecalc.reports.tune_stats import Stats, stats
+from decodecalc.reports.tune_space import Option, sglang_options, sglang_setting, too_big, vllm_options, vllm_setting
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
 from decodecalc.traffic import StepTrace
@@ -31,13 +32,14 @@ from decodecalc.workload import Workload
 
 ENGINES = ("vllm", "sglang")
 OBJECTIVES = ("mean", "p99")
-#: vLLM candidates: NUM_PAR_SOFTMAX_SEGMENTS x MIN_LAUNCH_GRID_SIZE_2D (default 16 x 128)
-VLLM_SEGMENTS = (4, 8, 16, 32, 64)
-VLLM_MIN_GRID = (0, 64, 128, 256, 512, 1024, 2048, 4096)
-#: SGLang candidates: --triton-attention-num-kv-splits x SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS
-SGLANG_MAX_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 1 << 30))
+#: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
+GUARD_STEPS = 16
+#: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
+GUARD_MARGIN = 0.05
+__all__ = ["ENGINES", "OBJECTIVES", "Candidate", "EngineTune", "Stats", "TuneContext", "TuneResult", "make_context",
+           "parse_regression", "per_1k_tokens", "sglang_setting", "tune", "tune_engine", "vllm_setting"]
 
 
 def parse_regression(text: str | float | None) -> float | None:
@@ -66,16 +68,20 @@ class Candidate:
     engine: str
     setting: Mapping[str, Any]  # the knobs, as the JSON shows them
     label: str
-    times: tuple[float, ...]  # per shape, one layer, seconds
+    times: Any  # per step, one layer, seconds (numpy array)
     stats: Stats
     worst_ratio: float = 1.0  # max over steps of time / default time
     allowed: bool = True
-    score: Stats | None = None  # the same statistics of the ranking score (tune_eval.StepTimer.scores)
+    score: Stats | None = None  # the same statistics of the ranking score
     steps_2d: int | None = None  # vLLM: steps (weighted) whose launch runs the 2D kernel (no KV split)
+    scratch_bytes: int = 0  # split-K scratch the setting allocates
+    rel_se: float = 0.0  # estimated standard error of total_s, relative (0: every step timed exactly)
+    worst_exact: bool = True  # the worst step's ratio is the scalar model's, not an estimate
 
     def to_dict(self) -> dict[str, Any]:
         d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
-             "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed}
+             "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed,
+             "scratch_bytes": self.scratch_bytes, "total_rel_se": self.rel_se}
         if self.steps_2d is not None:
             d["steps_2d"] = self.steps_2d
         if self.score is not None:
@@ -94,80 +100,131 @@ class EngineTune:
     attention_s_per_1k_tokens: dict[str, float]
     changes: dict[str, Any]
     apply_commands: tuple[str, ...] = ()  # shell lines / flags to copy (empty: keep the default)
+    range_note: str = ""  # why the searched range ends where it does
+    edge_note: str = ""  # the best sits on the edge of the range (and why the range ends there)
+    left_out: tuple[str, ...] = ()  # candidates whose scratch the GPU cannot hold
 
     def to_dict(self) -> dict[str, Any]:
-        short = ("setting", "mean_step_s", "p99_step_s", "total_s")
+        short = ("setting", "mean_step_s", "p99_step_s", "total_s", "scratch_bytes")
         pick = (lambda c: {k: v for k, v in c.to_dict().items() if k in short} | {"label": c.label})
         return {"default": pick(self.default), "best": pick(self.best),
                 "candidates": [c.to_dict() for c in self.candidates], "apply": list(self.apply),
                 "apply_commands": list(self.apply_commands),
                 "calibrated": self.calibrated, "attention_s_per_1k_tokens": dict(self.attention_s_per_1k_tokens),
                 "saving_vs_default": 1.0 - self.best.stats.total_s / self.default.stats.total_s,
-                "steps": self.changes}
+                "steps": self.changes, "range": self.range_note, "edge_of_range": self.edge_note or None,
+                "left_out": list(self.left_out)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TuneContext:
-    """Everything the search and the heuristics share: the workload, its shapes, the timer."""
+    """Everything the search and the heuristics share: the workload's steps as arrays, the timer."""
 
-    trace: StepTrace
+    steps: Any  # decodecalc.batch.steps.StepArrays
+    summary: dict[str, Any]  # the JSON's workload block
     work: Workload  # base per-rank shape (model, heads, dtypes); lengths come from the steps
     gpu: GPUSpec
     profile: TimeProfile
     vllm: VllmSettings
     sglang: SglangSettings
-    shapes: ShapeSet
-    timer: StepTimer
+    timer: Any  # decodecalc.batch.evaluator.WorkloadTimer
+    query_keys: Any  # decodecalc.batch.stats.QueryKeys
+    max_seq_len: int
+    memo: dict = field(default_factory=dict)  # per-workload results shared by candidates (vLLM's gate per threshold)
 
     @property
     def num_layers(self) -> int:
         return self.work.model.num_layers
 
+    @staticmethod
+    def refreshed(opt: Option) -> Option:
+        return opt.refreshed()
 
-def make_context(trace: StepTrace, work: Workload, gpu: GPUSpec, profile: TimeProfile, *,
+    @property
+    def weights(self) -> Any:
+        return self.steps.weights
+
+    @property
+    def generated_tokens(self) -> int:
+        return int((self.steps.tokens * self.steps.weights).sum())
+
+
+def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: TimeProfile, *,
                  vllm: VllmSettings | None = None, sglang: SglangSettings | None = None,
-                 max_shapes: int = DEFAULT_MAX_SHAPES) -> TuneContext:
+                 max_anchors: int | None = None, target_rel_se: float | None = None,
+                 progress: Callable[[str], None] | None = None) -> TuneContext:
+    """The context of a workload (a StepTrace, or StepArrays as the file readers make them). ``max_anchors``: steps
+    a recipe may time exactly (None: the default; 0: every step, exact); ``target_rel_se``: the error the estimate
+    stops at."""
+    from decodecalc.batch.estimate import TARGET_REL_SE
+    from decodecalc.batch.evaluator import DEFAULT_MAX_ANCHORS, WorkloadTimer
+    from decodecalc.batch.stats import query_keys
+    from decodecalc.batch.steps import StepArrays, from_trace
+    from decodecalc.batch.summary import workload_summary
+
     vllm = vllm or VllmSettings()
     sglang = sglang or SglangSettings()
-    for s in trace.steps:
-        if s.batch > vllm.max_num_seqs:
-            raise ConfigError(f"{s.origin or trace.source}, field 'seq_lens': {s.batch} sequences in one step, more "
-                              f"than max_num_seqs {vllm.max_num_seqs} (raise --max-num-seqs or split the step)")
-    shapes = shape_set(trace, max_shapes)
-    return TuneContext(trace=trace, work=work, gpu=gpu, profile=profile, vllm=vllm, sglang=sglang, shapes=shapes,
-                       timer=StepTimer(work, gpu, profile, shapes))
+    steps = trace if isinstance(trace, StepArrays) else from_trace(trace)
+    batch = steps.batch
+    over = batch > vllm.max_num_seqs
+    if over.any():
+        i = int(over.argmax())
+        raise ConfigError(f"{steps.origin(i)}, field 'seq_lens': {int(batch[i])} sequences in one step, more than "
+                          f"max_num_seqs {vllm.max_num_seqs} (raise --max-num-seqs or split the step)")
+    anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
+    timer = WorkloadTimer(steps, work, gpu, profile, max_anchors=anchors,
+                          target_rel_se=TARGET_REL_SE if target_rel_se is None else target_rel_se, progress=progress)
+    return TuneContext(steps=steps, summary=workload_summary(steps), work=work, gpu=gpu, profile=profile, vllm=vllm,
+                       sglang=sglang, timer=timer, query_keys=query_keys(steps.offsets, steps.query_lens),
+                       max_seq_len=int(steps.seq_lens.max()))
 
 
 def objective_value(st: Stats, objective: str) -> float:
     return st.p99_step_s if objective == "p99" else st.mean_step_s
 
 
-def _candidate(ctx: TuneContext, engine: str, setting: Mapping[str, Any], label: str, works: Sequence[Any],
-               default_times: Sequence[float] | None, max_regression: float | None) -> Candidate:
-    times = [ctx.timer.time_of(lw, engine) for lw in works]
-    st = stats(times, ctx.shapes)
-    worst = 1.0
-    if default_times is not None:
-        worst = max(t / d for t, d in zip(times, default_times))
+def _candidate(ctx: TuneContext, engine: str, opt: Option, default: Option | None,
+               max_regression: float | None) -> Candidate:
+    from decodecalc.batch.stats import worst_ratio
+
+    w = ctx.weights
+    worst, exact_worst = 1.0, True
+    if default is not None:
+        worst, i = worst_ratio(opt.times, default.times)
+        exact_worst = bool(opt.exact[i] and default.exact[i])
     allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
-    steps_2d = sum(w for lw, w in zip(works, ctx.shapes.weights) if lw.splits == 1) if engine == "vllm" else None
-    return Candidate(engine=engine, setting=setting, label=label, times=tuple(times), stats=st, worst_ratio=worst,
-                     allowed=allowed, score=stats(ctx.timer.scores(works), ctx.shapes), steps_2d=steps_2d)
+    rel_se = ctx.timer.rel_se_of(opt.recipes)
+    return Candidate(engine=engine, setting=opt.setting, label=opt.label, times=opt.times, stats=stats(opt.times, w),
+                     worst_ratio=worst, allowed=allowed, score=stats(opt.score, w), steps_2d=opt.steps_2d,
+                     scratch_bytes=opt.scratch_bytes, rel_se=rel_se, worst_exact=exact_worst)
 
 
-def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
-    return {"NUM_PAR_SOFTMAX_SEGMENTS": segments, "MIN_LAUNCH_GRID_SIZE_2D": min_grid}
+def _guard_checked(ctx: TuneContext, opt: Option, default: Option, max_regression: float | None,
+                   force: bool = False) -> tuple[Option, Option]:
+    """Where the guard may turn on an estimate (the worst estimated step ratio lies near it) or ``force``: the steps
+    with the largest ratios are timed exactly (both settings) and the options rebuilt from the refined estimates."""
+    from decodecalc.batch.stats import top_ratio_steps, worst_ratio
+
+    if not opt.recipes or opt.recipes == ("own",):
+        return opt, default
+    worst, i = worst_ratio(opt.times, default.times)
+    near = max_regression is not None and abs(worst - 1.0 - max_regression) <= GUARD_MARGIN
+    if not (near or force) or (opt.exact[i] and default.exact[i]):
+        return opt, default
+    idx = top_ratio_steps(opt.times, default.times, GUARD_STEPS)
+    ctx.timer.refine_many(opt.recipes + default.recipes, idx)
+    return ctx.refreshed(opt), ctx.refreshed(default)
 
 
-def _search(ctx: TuneContext, engine: str, grid: Sequence[tuple[dict[str, Any], str, Callable[[], tuple[Any, ...]]]],
-            objective: str, max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
-    default_setting, default_label, default_fn = grid[0]
-    dworks = default_fn()
-    dtimes = [ctx.timer.time_of(lw, engine) for lw in dworks]
-    default = _candidate(ctx, engine, default_setting, default_label, dworks, dtimes, max_regression)
-    cands = [default]
-    for setting, label, fn in grid[1:]:
-        cands.append(_candidate(ctx, engine, setting, label, fn(), dtimes, max_regression))
+def _search(ctx: TuneContext, engine: str, options: Sequence[Option], objective: str,
+            max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    d_opt = options[0]
+    checked = []
+    for o in options[1:]:
+        o, d_opt = _guard_checked(ctx, o, d_opt, max_regression)
+        checked.append(o)
+    default = _candidate(ctx, engine, d_opt, d_opt, max_regression)
+    cands = [default] + [_candidate(ctx, engine, o, d_opt, max_regression) for o in checked]
     # a setting is only worth changing to where the nominal prediction agrees that it saves time
     ok = [c for c in cands if c.allowed and (c is default or objective_value(c.stats, objective)
                                              < objective_value(default.stats, objective))]
@@ -177,37 +234,6 @@ def _search(ctx: TuneContext, engine: str, grid: Sequence[tuple[dict[str, Any], 
     best = min(ok, key=lambda c: (objective_value(c.score or c.stats, objective), c.stats.total_s, c is not default,
                                   tuple(int(v) for v in c.setting.values())))
     return default, best, tuple(cands)
-
-
-def _vllm_grid(ctx: TuneContext):
-    base = ctx.vllm
-    d_seg = base.num_par_softmax_segments or vu.NUM_PAR_SOFTMAX_SEGMENTS
-    d_grid = vu.MIN_LAUNCH_GRID_SIZE_2D if base.min_launch_grid_size_2d is None else base.min_launch_grid_size_2d
-    out = []
-    combos = [(d_seg, d_grid)] + [(s, m) for s in VLLM_SEGMENTS for m in VLLM_MIN_GRID if (s, m) != (d_seg, d_grid)]
-    for s, m in combos:
-        st = dataclasses.replace(base, num_par_softmax_segments=s, min_launch_grid_size_2d=m)
-        label = f"S={s} grid={m}" + (" (default)" if (s, m) == (d_seg, d_grid) else "")
-        out.append((vllm_setting(s, m), label, (lambda st=st: ctx.timer.vllm_works(st))))
-    return out
-
-
-def sglang_setting(max_kv_splits: int, static: bool) -> dict[str, Any]:
-    return {"triton_attention_num_kv_splits": max_kv_splits, "static_kv_splits": static}
-
-
-def _sglang_grid(ctx: TuneContext):
-    base = ctx.sglang
-    d_max = base.max_kv_splits or DEFAULT_MAX_KV_SPLITS
-    d_static = base.static_kv_splits
-    combos = [(d_max, d_static)] + [(m, st) for st in (False, True) for m in SGLANG_MAX_SPLITS
-                                    if (m, st) != (d_max, d_static) and not (m == 1 and st)]
-    out = []
-    for m, st in combos:
-        s = dataclasses.replace(base, max_kv_splits=m, static_kv_splits=st)
-        label = f"{'static' if st else 'adaptive'} {m}" + (" (default)" if (m, st) == (d_max, d_static) else "")
-        out.append((sglang_setting(m, st), label, (lambda s=s: ctx.timer.sglang_works(s))))
-    return out
 
 
 TRITON_ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"  # vLLM 0.33.0: the two constants at L58-59
@@ -243,55 +269,62 @@ def _apply(engine: str, best: Candidate, default: Candidate, ctx: TuneContext) -
             ("unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", f"--triton-attention-num-kv-splits {m}"))
 
 
-def step_changes(ctx: TuneContext, new: Sequence[float], old: Sequence[float]) -> dict[str, Any]:
+def step_changes(ctx: TuneContext, new: Any, old: Any) -> dict[str, Any]:
     """Which steps gain and which lose: weighted counts, the batch-size buckets, the extreme steps."""
-    sh = ctx.shapes
-    gain = lose = same = 0
-    buckets: dict[tuple[int, int], list[float]] = {}
-    worst = best = None
-    for i, (n, o) in enumerate(zip(new, old)):
-        w = sh.weights[i]
-        r = n / o
-        if r < 1 - CHANGE_FRACTION:
-            gain += w
-        elif r > 1 + CHANGE_FRACTION:
-            lose += w
-        else:
-            same += w
-        b = len(sh.shapes[i])
-        key = next(k for k in BATCH_BUCKETS if k[0] <= b <= k[1])
-        acc = buckets.setdefault(key, [0.0, 0.0, 0.0])
-        acc[0] += w
-        acc[1] += o * w
-        acc[2] += n * w
-        if worst is None or r > worst[0]:
-            worst = (r, i)
-        if best is None or r < best[0]:
-            best = (r, i)
+    from decodecalc.batch.stats import changes
 
-    def describe(pair: tuple[float, int] | None) -> dict[str, Any] | None:
-        if pair is None:
-            return None
-        r, i = pair
-        shape = sh.shapes[i]
-        origin = sh.step_origin[sh.step_shape.index(i)] if i in sh.step_shape else ""
-        return {"ratio": r, "batch": len(shape), "max_seq_len": shape[0][0], "min_seq_len": shape[-1][0],
-                "example": origin}
+    steps = ctx.steps
+    ch = changes(new, old, steps.weights, steps.batch, threshold=CHANGE_FRACTION, buckets=BATCH_BUCKETS)
 
-    rows = []
-    for (lo, hi), (count, old_s, new_s) in sorted(buckets.items()):
-        rows.append({"batch": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 1 << 30 else f">={lo}"),
-                     "steps": int(count), "default_mean_step_s": old_s / count, "best_mean_step_s": new_s / count,
-                     "change": new_s / old_s - 1.0})
-    return {"gain": gain, "lose": lose, "same": same, "threshold": CHANGE_FRACTION, "by_batch": rows,
-            "biggest_gain": describe(best), "biggest_loss": describe(worst)}
+    def describe(i: int, r: float) -> dict[str, Any]:
+        seq, _ = steps.step_lens(i)
+        return {"ratio": r, "batch": len(seq), "max_seq_len": max(seq), "min_seq_len": min(seq),
+                "example": steps.origin(i)}
+
+    return {"gain": ch["gain"], "lose": ch["lose"], "same": ch["same"], "threshold": CHANGE_FRACTION,
+            "by_batch": ch["by_batch"], "biggest_gain": describe(ch["best_step"], ch["best_ratio"]),
+            "biggest_loss": describe(ch["worst_step"], ch["worst_ratio"])}
 
 
 def per_1k_tokens(ctx: TuneContext, st: Stats) -> float:
     """Decode-attention time over all layers per 1,000 generated tokens (a speculative step generates its
     accepted tokens plus one per sequence: DecodeStep.generated_tokens)."""
-    tokens = sum(s.generated_tokens * s.weight for s in ctx.trace.steps)
-    return st.total_s * ctx.num_layers / tokens * 1000.0
+    return st.total_s * ctx.num_layers / ctx.generated_tokens * 1000.0
+
+
+def _options(ctx: TuneContext, engine: str) -> tuple[list[Option], str]:
+    if engine == "vllm":
+        check_supported(ctx.work, ctx.vllm)
+        return vllm_options(ctx)
+    if ctx.work.max_seqlen_q > 1 or bool((ctx.steps.query_lens > 1).any()):
+        raise UnsupportedError("query lengths > 1: SGLang runs prefill, mixed and speculative-verify batches through "
+                               "extend_attention, which does not split the KV (triton_backend.py L1059, L1127)")
+    return sglang_options(ctx)
+
+
+def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str) -> str:
+    knob = "NUM_PAR_SOFTMAX_SEGMENTS" if engine == "vllm" else "triton_attention_num_kv_splits"
+    top = max(int(o.setting[knob]) for o in options)
+    if int(best.setting[knob]) < top:
+        return ""
+    return f"the best {knob} ({top}) is the largest searched: {why}"
+
+
+#: a candidate is a contender (tightened to the target error) when its ranking score is within this fraction of
+#: the best's, or within four of its own standard errors
+CONTENDER_FRACTION = 0.02
+
+
+def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> list[str]:
+    """Labels of the candidates that could still be the pick once their totals are tight: the default and every one
+    whose ranking score lies near the best's (their quick estimates' errors taken into account)."""
+    top = objective_value(best.score or best.stats, objective)
+    out = [cands[0].label]
+    for c in cands[1:]:
+        margin = max(CONTENDER_FRACTION, 4 * c.rel_se)
+        if objective_value(c.score or c.stats, objective) <= top * (1 + margin):
+            out.append(c.label)
+    return out
 
 
 def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regression: float | None = 0.05) -> EngineTune:
@@ -299,14 +332,28 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     if engine not in ENGINES:
         raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    grid = _vllm_grid(ctx) if engine == "vllm" else _sglang_grid(ctx)
-    default, best, cands = _search(ctx, engine, grid, objective, max_regression)
+    options, why = _options(ctx, engine)
+    dropped = too_big(options[1:], ctx.gpu.memory_bytes)
+    options = [o for o in options if o not in dropped]
+    if not ctx.timer.exact:  # quick estimates first; the totals that decide the pick are then made tight
+        _, first, cands = _search(ctx, engine, options, objective, max_regression)
+        keep = set(_contenders(cands, first, objective))
+        ctx.timer.tighten([k for o in options if o.label in keep for k in o.recipes if k != "own"])
+        options = [o.refreshed() for o in options]
+    default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    if best is not default and not best.worst_exact:  # what the table shows of the pick is the scalar model's
+        opt = next(o for o in options if o.label == best.label)
+        opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
+        best = _candidate(ctx, engine, opt, d_opt, max_regression)
+        cands = tuple(best if c.label == best.label else c for c in cands)
     words, cmds = _apply(engine, best, default, ctx)
     return EngineTune(
         engine=engine, default=default, best=best, candidates=cands, apply=words, apply_commands=cmds,
         calibrated=ctx.timer.calibrated(engine),
         attention_s_per_1k_tokens={"default": per_1k_tokens(ctx, default.stats), "best": per_1k_tokens(ctx, best.stats)},
-        changes=step_changes(ctx, best.times, default.times),
+        changes=step_changes(ctx, best.times, default.times), range_note=why,
+        edge_note=_edge_note(engine, best, options, why),
+        left_out=tuple(f"{o.label}: {o.scratch_bytes / 1e9:,.1f} GB of split-K scratch" for o in dropped),
     )
 
 
@@ -323,9 +370,9 @@ class TuneResult:
 
     def to_dict(self) -> dict[str, Any]:
         ctx = self.ctx
-        wl = ctx.trace.summary()
-        wl["evaluated_shapes"] = len(ctx.shapes.shapes)
-        wl["sampled"] = ctx.shapes.sampled
+        wl = dict(ctx.summary)
+        wl["evaluated_shapes"] = wl["distinct_shapes"]
+        wl["sampled"] = False
         prof = ctx.profile
         return {
             "workload": wl,
@@ -334,6 +381,7 @@ class TuneResult:
             "layers": ctx.num_layers, "step_time": "decode attention of one layer on one rank, seconds",
             "objective": self.objective, "max_regression": self.max_regression,
             "profile": {"gpu": prof.gpu, "path": prof.path or "built-in", "calibrated": prof.calibrated},
+            "estimate": ctx.timer.report(),
             "engines": {k: v.to_dict() for k, v in self.engines.items()},
             "skipped": dict(self.skipped),
             "backends": [b.to_dict(self.engines[b.engine].default.stats.total_s, self.engines[b.engine].best.stats.total_s)
@@ -359,8 +407,10 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
     if ctx.work.model.sliding_window:
         notes.append(f"{ctx.work.model.name} has sliding-window layers; every layer is timed as a global layer, so "
                      "the per-1,000-token figures are an upper bound")
-    if ctx.shapes.sampled:
-        notes.append(f"{ctx.shapes.distinct:,} distinct step shapes: {len(ctx.shapes.shapes):,} evaluated, each "
-                     "standing for its neighbours in (batch, KV tokens) order (raise --max-shapes for all)")
+    est = ctx.timer.report()
+    if est["estimated_steps"]:
+        notes.append(f"{est['exact_evaluations']:,} launches timed exactly; the rest of the steps estimated from them: "
+                     f"every total within about {est['max_rel_se'] * 100:.2g}% (one standard error; --exact times "
+                     "every step)")
     return TuneResult(ctx=ctx, objective=objective, max_regression=max_regression, engines=out, skipped=skipped,
                       backends=backend_levers(ctx, out), notes=tuple(notes))

@@ -15,8 +15,8 @@ from typing import Any
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import flash_attn3, flashinfer
 from decodecalc.launchers.base import LaunchPlan
-from decodecalc.reports.tune_eval import Stats, stats
-from decodecalc.timemodel import KERNEL_FAMILIES, launch_time_s, work_for_plan
+from decodecalc.reports.tune_stats import Stats, stats
+from decodecalc.timemodel import KERNEL_FAMILIES
 
 Planner = Callable[[Any, Any], LaunchPlan]
 
@@ -77,7 +77,7 @@ def _calibrated_keys(prefix: str | tuple[str, ...], profile: Any) -> tuple[list[
 
 
 def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
-
+    """Per engine and backend: the backend's total over the workload where the profile calibrates its kernels."""
     out = []
     for engine, name, prefix, how in LEVERS:
         if engine not in engines:
@@ -94,14 +94,11 @@ def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
                 note = f"no launcher for time-model kernel {key!r}"
                 continue
             try:
-                times = []
-                for i in range(len(ctx.shapes.shapes)):
-                    w = ctx.timer.work(i)
-                    times.append(launch_time_s(work_for_plan(planner(w, ctx.gpu), w, key), ctx.profile))
+                times = ctx.timer.backend(key, engine, planner).time
             except (UnsupportedError, ConfigError) as exc:
                 note = f"not compared: {exc}"
                 continue
-            st = stats(times, ctx.shapes)
+            st = stats(times, ctx.weights)
             if best is None or st.total_s < best[0].total_s:
                 best = (st, key)
         if best is None:

@@ -6,7 +6,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from decodecalc.derived import cdiv
+from decodecalc.derived import cdiv, maximum, minimum
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
@@ -24,6 +24,81 @@ from decodecalc.workload import Workload
 TIE_FRACTION = 0.05
 
 
+@dataclass(frozen=True, slots=True)
+class IterationCost:
+    """What one loop iteration of a kernel's programs costs (the iteration model of :mod:`decodecalc.timemodel`), and
+    the per-program constants: built once per kernel by :func:`iteration_cost`. Its functions take one value or
+    arrays of them (tune's batch evaluator, :mod:`decodecalc.batch`), so both time a launch with the same code."""
+
+    latency_s: float  # an unloaded round trip plus the program's own stream of one iteration's HBM bytes
+    bytes_per_iter: float  # through the SM's load path (every byte)
+    hbm_bytes_per_iter: float  # into HBM traffic (bytes L2 serves to a second reader excluded)
+    sm_bandwidth: float
+    hbm_bandwidth: float
+    blend_power: float  # 0: the larger of the SM and HBM times; p > 0: their L^p norm
+    saturated: float  # resident programs from which the SM's load path is saturated (occupancy - gap)
+    occupancy: int  # resident programs per SM
+    num_sms: int
+    program_overhead_s: float  # t0: prologue + epilogue of one program
+    idle_program_s: float  # SM time of a program that exits at once (spread over the SMs)
+
+    @property
+    def slots(self) -> int:
+        return self.occupancy * self.num_sms
+
+    def t_it(self, c, conc=None):
+        """One iteration with ``c`` programs on the busiest SM and ``conc`` resident GPU-wide (default ``c`` per SM):
+        ``max(latency + min(c, saturated) * bytes / sm_bandwidth, conc * hbm_bytes / hbm_bandwidth)`` or their L^p
+        norm. Little's law on the SM's load path; the GPU's achievable HBM bandwidth caps it."""
+        conc = c * self.num_sms if conc is None else conc
+        if hasattr(c, "shape") or hasattr(conc, "shape"):  # arrays of concurrencies (tune's batch evaluator)
+            sm = self.latency_s + minimum(c, self.saturated) * self.bytes_per_iter / self.sm_bandwidth
+            hbm = conc * self.hbm_bytes_per_iter / self.hbm_bandwidth
+            if self.blend_power:
+                return (sm ** self.blend_power + hbm ** self.blend_power) ** (1 / self.blend_power)
+            return maximum(sm, hbm)
+        sm = self.latency_s + min(c, self.saturated) * self.bytes_per_iter / self.sm_bandwidth
+        hbm = conc * self.hbm_bytes_per_iter / self.hbm_bandwidth
+        if self.blend_power:
+            return (sm ** self.blend_power + hbm ** self.blend_power) ** (1 / self.blend_power)
+        return max(sm, hbm)
+
+    def busy_t_it(self, m):
+        """An iteration while ``m`` programs run, spread over the SMs: ``t_it(min(occupancy, cdiv(m, SMs)), m)``."""
+        return self.t_it(minimum(self.occupancy, cdiv(m, self.num_sms)), m)
+
+    def idle_s(self, idle_programs):
+        return idle_programs * self.idle_program_s / self.num_sms
+
+    def uniform_s(self, programs, iters):
+        """``programs`` programs of ``iters`` iterations each: full waves at full occupancy, then the last partial
+        wave at its own concurrency (``programs > 0``)."""
+        full, rest = programs // self.slots, programs % self.slots
+        t = full * (self.program_overhead_s + iters * self.t_it(self.occupancy, self.slots))
+        last = self.program_overhead_s + iters * self.t_it(minimum(self.occupancy, cdiv(rest, self.num_sms)), rest)
+        if hasattr(rest, "shape"):
+            return t + (rest > 0) * last
+        return t + last if rest else t
+
+
+def iteration_cost(work: KernelWork, fam: FamilyParams, num_sms: int, idle_program_s: float = 0.0,
+                   hbm_bandwidth_bytes_per_s: float = 4.0e12, occupancy_delta: int = 0) -> IterationCost:
+    """The :class:`IterationCost` of ``work``'s programs under family ``fam``: the occupancy (the work's own, else
+    the family's for its head dim, plus ``occupancy_delta``, at least 1) and the bytes each iteration moves."""
+    occ = max(1, (work.occupancy or fam.occupancy_for(work.head_dim)) + occupancy_delta)
+    b = work.bytes_per_iter
+    b_hbm = b if work.hbm_bytes_per_iter is None else work.hbm_bytes_per_iter  # bytes one program adds to HBM traffic
+    # a program's own stream (its loads in flight) pays HBM latency on the bytes it brings in from HBM; re-reads
+    # that L2 serves do not (b_hbm < b); every byte crosses the SM's load path
+    return IterationCost(latency_s=fam.latency_s + b_hbm / fam.program_bandwidth_bytes_per_s, bytes_per_iter=b,
+                         hbm_bytes_per_iter=b_hbm, sm_bandwidth=fam.sm_bandwidth_bytes_per_s,
+                         hbm_bandwidth=fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s,
+                         blend_power=work.blend_power or fam.blend_power,
+                         saturated=occ - fam.sm_saturation_gap,  # the SM's load path is saturated from here on
+                         occupancy=occ, num_sms=num_sms, program_overhead_s=fam.program_overhead_s,
+                         idle_program_s=fam.idle_program_s or idle_program_s)
+
+
 def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_program_s: float = 0.0,
                   hbm_bandwidth_bytes_per_s: float = 4.0e12, occupancy_delta: int = 0) -> float:
     """Time of one kernel's programs (no launch overhead): waves of resident programs, each iteration
@@ -37,39 +112,14 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     scheduled longest first. A program that exits at once costs ``idle_program_s`` of SM time.
     """
     n = work.programs
-    occ = max(1, (work.occupancy or fam.occupancy_for(work.head_dim)) + occupancy_delta)
-    slots = occ * num_sms
-    b = work.bytes_per_iter
-    b_hbm = b if work.hbm_bytes_per_iter is None else work.hbm_bytes_per_iter  # bytes one program adds to HBM traffic
-
-    # a program's own stream (its loads in flight) pays HBM latency on the bytes it brings in from HBM; re-reads
-    # that L2 serves do not (b_hbm < b); every byte crosses the SM's load path
-    lat, bw, hbm = fam.latency_s + b_hbm / fam.program_bandwidth_bytes_per_s, fam.sm_bandwidth_bytes_per_s, \
-        (fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s)
-
-    blend = work.blend_power or fam.blend_power
-    c_sat = occ - fam.sm_saturation_gap  # the SM's load path is saturated from here on
-
-    def t_it(c: int, conc: int | None = None) -> float:
-        # the SM: a round trip plus its c programs' bytes through its load path (Little's law: bytes in
-        # flight / time), up to the programs that saturate it; the GPU: every resident program's bytes through HBM
-        conc = c * num_sms if conc is None else conc
-        sm = lat + min(c, c_sat) * b / bw
-        if blend:
-            return (sm ** blend + (conc * b_hbm / hbm) ** blend) ** (1 / blend)
-        return max(sm, conc * b_hbm / hbm)
-
-    t0 = fam.program_overhead_s
-    idle_cost = work.idle_programs * (fam.idle_program_s or idle_program_s) / num_sms
+    cost = iteration_cost(work, fam, num_sms, idle_program_s, hbm_bandwidth_bytes_per_s, occupancy_delta)
+    occ, slots, t_it = cost.occupancy, cost.slots, cost.t_it
+    t0 = cost.program_overhead_s
+    idle_cost = cost.idle_s(work.idle_programs)
     if n == 0:
         return idle_cost
     if len(work.iters) == 1:
-        iters = work.iters[0][0]
-        full, rest = divmod(n, slots)
-        t = full * (t0 + iters * t_it(occ, slots))
-        if rest:
-            t += t0 + iters * t_it(min(occ, cdiv(rest, num_sms)), rest)
-        return t + idle_cost
+        return cost.uniform_s(n, work.iters[0][0]) + idle_cost
     if not work.order:
         # the order was not recorded: list scheduling longest first over the slots at the busiest SM's concurrency
         c = min(occ, cdiv(n, num_sms))

@@ -63,6 +63,7 @@ DEFAULT_PRIOR_LAUNCHES = 4.0
 _CUTOFF_BANDWIDTHS = 3.0
 #: memo grid of lookups (octaves)
 _QUERY_STEP = 1 / 16
+QUERY_STEP = _QUERY_STEP
 #: a correction never leaves this range of factors (a map is data read from a file)
 MAX_LOG_FACTOR = math.log(1.5)
 #: the largest |log residual| a stored point may have (a bin measured 148x off the physics is a broken fit)
@@ -123,11 +124,16 @@ class ResidualMap:
         return sum(p[3] for pts in self.cells.values() for p in pts)
 
     def _log_factor(self, cell: str, u: float, v: float) -> tuple[float, float]:
-        key = (cell, round(u / _QUERY_STEP), round(v / _QUERY_STEP))
+        return self.log_factor_at(cell, round(u / _QUERY_STEP), round(v / _QUERY_STEP))
+
+    def log_factor_at(self, cell: str, iu: int, iv: int) -> tuple[float, float]:
+        """(log factor, support) at the memo grid point (``iu``, ``iv``) = (u, v) / QUERY_STEP rounded (tune's batch
+        evaluator looks up each distinct point of a workload once)."""
+        key = (cell, iu, iv)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        qu, qv = key[1] * _QUERY_STEP, key[2] * _QUERY_STEP
+        qu, qv = iu * _QUERY_STEP, iv * _QUERY_STEP
         h2 = 2 * self.bandwidth_octaves ** 2
         cut = (_CUTOFF_BANDWIDTHS * self.bandwidth_octaves) ** 2
         num = den = 0.0

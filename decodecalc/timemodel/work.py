@@ -187,6 +187,24 @@ def _scaled(h: tuple[tuple[int, int], ...], k: int) -> tuple[tuple[int, int], ..
     return tuple((i, n * k) for i, n in h)
 
 
+def vllm_3d_cells(seq_len, segments: int, tile: int):
+    """(active segments, loop iterations of each full segment, of the last active one) of a sequence of
+    ``seq_len`` keys on vLLM's 3D kernel with ``segments`` segments of ``tile``-key tiles (the launcher's
+    tiles_per_segment and active_segments); elementwise on arrays of lengths >= 1 (tune's batch evaluator)."""
+    tps = vu.tiles_per_segment(seq_len, segments, tile)
+    active = vu.active_segments(seq_len, segments, tile)
+    return active, tps, cdiv(seq_len - (active - 1) * tps * tile, tile)
+
+
+def sglang_cells(seq_len, splits, block_n: int):
+    """(non-empty splits, loop iterations of each full split, of the last non-empty one) of a sequence of
+    ``seq_len`` keys in ``splits`` splits on SGLang's stage 1 (``block_n`` keys per iteration): every non-empty
+    split but the last reads kv_len_per_split keys, the last the rest; elementwise on arrays of lengths >= 1."""
+    kvps = sg.kv_len_per_split(seq_len, splits)
+    ne = cdiv(seq_len, kvps)
+    return ne, cdiv(kvps, block_n), cdiv(seq_len - (ne - 1) * kvps, block_n)
+
+
 def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile: int | None = None,
               prefix: str = "vllm") -> LaunchWork:
     """vLLM 0.33 ``unified_attention``: 2D (splits=1) or 3D with ``splits`` segments.
@@ -229,9 +247,7 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
     idle = idle_q * s
     seg: dict[int, tuple[int, int, int]] = {}  # L -> (active segments, tiles per segment, tiles of the last)
     for (L, nq), c in Counter(zip(seq_lens, working_q_blocks)).items():
-        tps = vu.tiles_per_segment(L, s, tile)
-        active = vu.active_segments(L, s, tile)
-        last = cdiv(L - (active - 1) * tps * tile, tile)
+        active, tps, last = vllm_3d_cells(L, s, tile)
         seg[L] = (active, tps, last)
         per += [(tps, (active - 1) * nq * c), (last, nq * c)]
         idle += (s - active) * nq * c
@@ -287,11 +303,8 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     nonempty_per_seq: list[tuple[int, int]] = []
     cell: dict[tuple[int, int], tuple[int, int, int, int]] = {}  # (L, n) -> (nonempty splits, full, last, 1)
     for (L, n), c in Counter(zip(seq_lens, n_i)).items():
-        kvps = sg.kv_len_per_split(L, n)
-        ne = cdiv(L, kvps)
+        ne, full, last = sglang_cells(L, n, block_n)
         nonempty_per_seq.append((ne, c))
-        # every non-empty split but the last reads kvps keys; the last reads the rest
-        full, last = cdiv(kvps, block_n), cdiv(L - (ne - 1) * kvps, block_n)
         cell[(L, n)] = (ne, full, last, 1)
         per += [(full, (ne - 1) * c), (last, c)]
         idle += (max_s - ne) * c

@@ -1,0 +1,130 @@
+"""Every step of a workload timed under one recipe: the launch time at the profile's occupancy and one program
+per SM either side (the ranking score's three points), from the array kernels of :mod:`decodecalc.batch.kernels`
+and the profile's residual map."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from decodecalc.timemodel import LaunchWork, TimeProfile
+from decodecalc.timemodel.predict import iteration_cost, kernel_time_s
+from decodecalc.timemodel.residuals import QUERY_STEP
+from decodecalc.workload import Workload
+
+from decodecalc.batch.kernels import kernel_times
+from decodecalc.batch.launches import LaunchArrays, Recipe
+from decodecalc.batch.steps import StepArrays
+
+#: occupancy deltas of the three points: the prediction itself, then the ranking score's two neighbours
+DELTAS = (0, -1, 1)
+
+
+@dataclass(frozen=True, eq=False)
+class Proxies:
+    """Per step and occupancy delta (rows in DELTAS order): the launch time, exact where ``exact`` says so (else
+    the proxy of :func:`decodecalc.batch.kernels.ragged_proxy_s` for its ragged kernels), and the grid's splits."""
+
+    times: np.ndarray  # float64 [3, n]
+    exact: np.ndarray  # bool [3, n]
+    splits: np.ndarray  # int64 [n]
+    families: frozenset[str] = frozenset()  # kernel families the launches use
+    signature: np.ndarray | None = None  # uint64 [n]: LaunchArrays.signature per step (None: not tracked)
+
+
+def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | float:
+    """The residual map's factor of each row's launch (:meth:`ResidualMap.correction`, looked up once per distinct
+    memo point)."""
+    rmap = profile.residuals
+    if rmap is None:
+        return 1.0
+    main = la.kernels[0]
+    occ = main.occupancy or profile.family(main.family).occupancy_for(main.head_dim)
+    n = main.programs
+    u = np.log2(np.maximum(main.mean_iters(), 1.0))
+    v = np.log2(np.maximum(n, 1) / (occ * profile.num_sms))
+    keys = np.stack([np.round(u / QUERY_STEP), np.round(v / QUERY_STEP)], axis=1).astype(np.int64)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    lf = np.array([rmap.log_factor_at(la.cell, int(a), int(b))[0] for a, b in uniq.tolist()])
+    return np.exp(lf)[inverse.reshape(-1)]
+
+
+def proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile) -> Proxies:
+    own = recipe.proxies(steps, profile)
+    if own is not None:
+        return own
+    n = steps.num_steps
+    times = np.empty((len(DELTAS), n))
+    exact = np.ones((len(DELTAS), n), dtype=bool)
+    splits = np.ones(n, dtype=np.int64)
+    signature: np.ndarray | None = None
+    families: set[str] = set()
+    for block in steps.blocks():
+        for la in recipe.block_launches(block):
+            families.update(k.family for k in la.kernels)
+            idx = block.rows[la.rows]
+            factor = residual_factor(la, profile)
+            t = np.full((len(DELTAS), len(idx)), la.launch_gaps * profile.launch_overhead_s)
+            ok = np.ones((len(DELTAS), len(idx)), dtype=bool)
+            for ka in la.kernels:
+                kt, ke = kernel_times(ka, profile, DELTAS)
+                t = t + kt
+                ok &= ke
+            times[:, idx] = t * factor
+            exact[:, idx] = ok
+            splits[idx] = la.splits
+            if la.signature is not None:
+                if signature is None:
+                    signature = np.zeros(n, dtype=np.uint64)
+                signature[idx] = la.signature
+    return Proxies(times=times, exact=exact, splits=splits, families=frozenset(families), signature=signature)
+
+
+class ExactTimer:
+    """The scalar model (:func:`decodecalc.timemodel.launch_time_s`) on single steps at the three occupancy
+    points. Kernel times are memoized by the kernel's work less its programs that exit at once (their cost is
+    added in closed form), so recipes whose launches differ only in empty grid slots (SGLang's adaptive split counts
+    under different caps) share them; the result equals ``launch_time_s`` (tests/test_batch.py)."""
+
+    def __init__(self, base: Workload, steps: StepArrays, profile: TimeProfile) -> None:
+        self.base, self.steps, self.profile = base, steps, profile
+        self._kernels: dict = {}
+        self.evaluations = 0  # distinct kernel works timed
+
+    def work(self, i: int) -> Workload:
+        seq, q = self.steps.step_lens(i)
+        return dataclasses.replace(self.base, seq_lens=seq, query_lens=q)
+
+    def times(self, recipe: Recipe, i: int, all_points: bool = True) -> np.ndarray:
+        """Step ``i``'s launch time at the DELTAS points (NaN at the neighbours unless ``all_points``)."""
+        lw = recipe.launch_work(self.work(i), i)
+        return np.array([self.launch_time_s(lw, d) if all_points or d == 0 else np.nan for d in DELTAS])
+
+    def launch_time_s(self, lw: LaunchWork, delta: int) -> float:
+        prof = self.profile
+        t = (len(lw.kernels) + lw.extra_launches - lw.overlapped_launches) * prof.launch_overhead_s
+        for kw in lw.kernels:
+            fam = prof.family(kw.family)
+            key = (dataclasses.replace(kw, idle_programs=0), delta)
+            busy = self._kernels.get(key)
+            if busy is None:
+                self.evaluations += 1
+                busy = self._kernels[key] = kernel_time_s(key[0], fam, prof.num_sms, prof.idle_program_s,
+                                                          prof.hbm_bandwidth_bytes_per_s, delta)
+            t += busy + iteration_cost(kw, fam, prof.num_sms, prof.idle_program_s, prof.hbm_bandwidth_bytes_per_s,
+                                       delta).idle_s(kw.idle_programs)
+        if prof.residuals is not None:
+            t *= prof.residuals.factor(lw, prof)
+        return t
+
+
+def robust_score(times: np.ndarray) -> np.ndarray:
+    """The ranking score (:func:`decodecalc.timemodel.robust_time_s`): the geometric mean of the three points."""
+    return np.exp(np.log(times).mean(axis=0))
+
+
+def robust_score_scalar(t: tuple[float, ...]) -> float:
+    return math.exp(sum(math.log(x) for x in t) / len(t))

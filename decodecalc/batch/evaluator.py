@@ -1,0 +1,214 @@
+"""The one object tune asks for per-step times: a workload's steps under any recipe, estimated once, cached, and
+tightened where a decision needs it.
+
+Every recipe first gets a quick estimate (a few dozen exactly timed steps, :data:`FIRST_ANCHORS`); tune then
+tightens the recipes that decide its answer (the default and the candidates that could be the best) to the target
+error, with up to ``max_anchors`` exactly timed steps each (:meth:`WorkloadTimer.tighten`). A recipe whose launches
+do the same work as an earlier one's wherever their signatures agree (SGLang's adaptive split counts under caps the
+rule never reaches) takes that recipe's times there, plus the exact difference of the programs that exit at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from decodecalc.launchers.sglang_triton import SglangSettings
+from decodecalc.launchers.vllm_unified import VllmSettings
+from decodecalc.specs.gpus import GPUSpec
+from decodecalc.timemodel import KERNEL_FAMILIES, TimeProfile
+from decodecalc.workload import Workload
+
+from decodecalc.batch.estimate import TARGET_REL_SE, Estimate, estimate
+from decodecalc.batch.evaluate import DELTAS, ExactTimer, Proxies, proxies, robust_score
+from decodecalc.batch.launches import (
+    BackendRecipe,
+    Recipe,
+    SglangRecipe,
+    SglangSplitsRecipe,
+    VllmForcedRecipe,
+    VllmRecipe,
+)
+from decodecalc.batch.steps import Block, StepArrays
+
+#: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact)
+DEFAULT_MAX_ANCHORS = 600
+#: exactly timed steps of a recipe's first, quick estimate
+FIRST_ANCHORS = 48
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class _Entry:
+    recipe: Recipe
+    px: Proxies
+    est: Estimate
+    own: Estimate | None  # the recipe's own estimate of the steps no donor covers
+    donor: tuple | None  # the key of the recipe whose times it takes where ``same``
+    same: np.ndarray | None
+    tight: bool = False
+
+
+class WorkloadTimer:
+    """Per-step decode-attention time of one layer (seconds) of every step of ``steps`` under any recipe: exact where
+    the array model is, else estimated (:mod:`decodecalc.batch.estimate`)."""
+
+    def __init__(self, steps: StepArrays, base: Workload, gpu: GPUSpec, profile: TimeProfile, *,
+                 target_rel_se: float = TARGET_REL_SE, max_anchors: int | None = DEFAULT_MAX_ANCHORS,
+                 progress: Progress | None = None) -> None:
+        self.steps, self.base, self.gpu, self.profile = steps, base, gpu, profile
+        self.target_rel_se, self.max_anchors = target_rel_se, max_anchors
+        self.exact_timer = ExactTimer(base, steps, profile)
+        self.progress = progress
+        self._entries: dict[tuple, _Entry] = {}
+        self.families: dict[str, set[str]] = {}  # engine -> kernel families its launches used
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.steps.weights
+
+    @property
+    def exact(self) -> bool:
+        return self.max_anchors is None
+
+    def run(self, recipe: Recipe) -> Estimate:
+        entry = self._entries.get(recipe.key)
+        if entry is None:
+            if self.progress is not None:
+                self.progress(" ".join(str(x) for x in recipe.key[:2]))
+            px = proxies(recipe, self.steps, self.profile)
+            entry = self._entries[recipe.key] = self._build(recipe, px, tight=self.exact)
+            fams = px.families or frozenset(KERNEL_FAMILIES.get(getattr(recipe, "kernel", ""), ()))
+            self.families.setdefault(recipe.engine, set()).update(fams)
+        return entry.est
+
+    def tighten(self, recipe_keys: Sequence[tuple]) -> None:
+        """Estimate the recipes (and the recipes they take times from) to the target error, with up to
+        ``max_anchors`` exactly timed steps each."""
+        for key in dict.fromkeys(recipe_keys):
+            entry = self._entries.get(key)
+            if entry is None or entry.tight:
+                continue
+            if entry.donor is not None:
+                self.tighten([entry.donor])
+            self._entries[key] = self._build(entry.recipe, entry.px, tight=True, start=entry)
+
+    def _build(self, recipe: Recipe, px: Proxies, *, tight: bool, start: _Entry | None = None) -> _Entry:
+        cap = self.max_anchors if tight else min(FIRST_ANCHORS, self.max_anchors or FIRST_ANCHORS)
+        target = self.target_rel_se if tight else 0.0  # the first estimate always takes its few anchors
+        donor = self._donor(recipe, px) if start is None else (
+            (start.donor, self._entries[start.donor].est, self._entries[start.donor].px, start.same)
+            if start.donor is not None else None)
+        kw = dict(target_rel_se=target, max_anchors=cap)
+        if donor is None:
+            est = estimate(recipe, px, self.exact_timer, self.weights, start=start.own if start else None, **kw)
+            return _Entry(recipe, px, est, est, None, None, tight)
+        d_key, d_est, d_px, same = donor
+        own = estimate(recipe, px, self.exact_timer, self.weights, only=~same,
+                       start=start.own if start else None, **kw) if not same.all() else None
+        times = own.times.copy() if own is not None else px.times.copy()
+        times[:, same] = d_est.times[:, same] + (px.times[:, same] - d_px.times[:, same])
+        exact = own.exact.copy() if own is not None else np.ones(len(self.weights), dtype=bool)
+        exact[same] = d_est.exact[same]
+        anchors = np.union1d(own.anchors if own is not None else np.zeros(0, np.int64), d_est.anchors[same[d_est.anchors]])
+        est = Estimate(times=times, score=robust_score(times), exact=exact, splits=px.splits,
+                       anchors=anchors.astype(np.int64),
+                       rel_se=_combined(d_est.rel_se, own.rel_se if own else 0.0, same, px, self.weights),
+                       rel_se_score=_combined(d_est.rel_se_score, own.rel_se_score if own else 0.0, same, px,
+                                              self.weights))
+        return _Entry(recipe, px, est, own, d_key, same, tight)
+
+    def _donor(self, recipe: Recipe, px: Proxies) -> tuple | None:
+        if recipe.working_key is None or px.signature is None:
+            return None
+        best = None
+        for key, other in self._entries.items():
+            if other.recipe.working_key != recipe.working_key or key == recipe.key or other.px.signature is None:
+                continue
+            same = other.px.signature == px.signature
+            if best is None or same.sum() > best[3].sum():
+                best = (key, other.est, other.px, same)
+        return best if best is not None and best[3].any() else None
+
+    # the recipes tune uses --------------------------------------------------------------------------------------
+
+    def vllm(self, settings: VllmSettings) -> Estimate:
+        return self.run(VllmRecipe(self.base, self.gpu, settings))
+
+    def vllm_forced(self, segments: int) -> Estimate:
+        return self.run(VllmForcedRecipe(self.base, segments))
+
+    def sglang(self, settings: SglangSettings) -> Estimate:
+        return self.run(SglangRecipe(self.base, self.gpu, settings))
+
+    def sglang_splits(self, name: str, splits: Callable[[Block], np.ndarray] | np.ndarray, max_kv_splits: int, *,
+                      adaptive: bool = True, aux_kernel: str = "split-count") -> Estimate:
+        """SGLang's kernel with per-sequence split counts: a function of a block (an array rule) or a flat array
+        aligned with the workload's sequences; ``name`` keys the cache."""
+        return self.run(SglangSplitsRecipe(self.base, splits, self.steps.offsets, max_kv_splits, adaptive,
+                                           aux_kernel, name, self.steps))
+
+    def backend(self, kernel: str, engine: str, planner: Callable) -> Estimate:
+        return self.run(BackendRecipe(self.base, self.gpu, kernel, engine, planner))
+
+    # exact values where an estimate must not decide ---------------------------------------------------------------
+
+    def estimate_of(self, recipe_key: tuple) -> Estimate:
+        return self._entries[recipe_key].est
+
+    def refine(self, recipe_key: tuple, idx: Sequence[int]) -> Estimate:
+        """The recipe's estimate with the steps ``idx`` replaced by exact values at every point (the cached one is
+        updated)."""
+        entry = self._entries[recipe_key]
+        est = entry.est
+        idx = np.asarray([i for i in idx if not est.exact[i]], dtype=np.int64)
+        if len(idx) == 0:
+            return est
+        times = est.times.copy()
+        for j, i in enumerate(idx.tolist()):
+            times[:, i] = self.exact_timer.times(entry.recipe, i)
+        exact = est.exact.copy()
+        exact[idx] = True
+        entry.est = Estimate(times=times, score=robust_score(times), exact=exact, splits=est.splits,
+                             anchors=np.union1d(est.anchors, idx), rel_se=est.rel_se, rel_se_score=est.rel_se_score,
+                             anchor_times=est.anchor_times)
+        return entry.est
+
+    def refine_many(self, recipe_keys: Sequence[tuple], idx: Sequence[int]) -> None:
+        for key in dict.fromkeys(recipe_keys):
+            if key in self._entries:
+                self.refine(key, idx)
+
+    def rel_se_of(self, recipe_keys: Sequence[tuple]) -> float:
+        """The largest estimated relative standard error of the recipes' totals (0: exact)."""
+        return max((self._entries[k].est.rel_se for k in recipe_keys if k in self._entries), default=0.0)
+
+    def calibrated(self, engine: str) -> bool:
+        uncal = set(self.profile.fit.get("uncalibrated_families", ()) or ())
+        return self.profile.calibrated and not (uncal & self.families.get(engine, set()))
+
+    @property
+    def exact_evaluations(self) -> int:
+        return self.exact_timer.evaluations
+
+    def report(self) -> dict:
+        """The JSON's ``estimate`` block: how many kernels the scalar model timed and how close the totals are."""
+        ests = [e.est for e in self._entries.values()]
+        estimated = int(sum((~e.exact).sum() for e in ests))
+        tight = [e.est.rel_se for e in self._entries.values() if e.tight]
+        return {"method": "estimated" if estimated else "exact",
+                "exact_evaluations": self.exact_evaluations, "estimated_steps": estimated,
+                "max_rel_se": max((e.rel_se for e in ests), default=0.0),
+                "max_rel_se_tightened": max(tight, default=0.0),
+                "target_rel_se": self.target_rel_se, "max_anchors": self.max_anchors}
+
+
+def _combined(se_donor: float, se_own: float, same: np.ndarray, px: Proxies, weights: np.ndarray) -> float:
+    """Relative standard error of a total made of a donor's part and an own part, each weighted by its share."""
+    t = weights * px.times[0]
+    total = t.sum()
+    a, b = t[same].sum() / total, t[~same].sum() / total
+    return float(np.hypot(a * se_donor, b * se_own))

@@ -1,0 +1,128 @@
+"""A decode workload as arrays, and its blocks of steps padded to a common batch width.
+
+:class:`StepArrays` holds every step's KV lengths (and query lengths) in one flat array with the offsets of each
+step (a CSR layout): a million steps of 32 sequences take 256 MB as int64, where :class:`DecodeStep` objects
+would take gigabytes. :meth:`StepArrays.blocks` cuts the steps into :class:`Block` s of equal padded width
+(the next power of two of the batch) so that per-sequence rules run as 2D array operations; padding rows have
+length 0 and carry no programs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from decodecalc.traffic import StepTrace
+
+#: steps per block at most (bounds the temporaries of one block: rows x width x a few int64 arrays)
+BLOCK_ELEMENTS = 1 << 21
+
+
+@dataclass(frozen=True, eq=False)
+class StepArrays:
+    """Every step of a workload: KV lengths ``seq_lens[offsets[i]:offsets[i + 1]]`` of step ``i`` in batch order,
+    its query lengths likewise, how many times it occurs (``weights``) and the output tokens it generates."""
+
+    offsets: np.ndarray  # int64 [n + 1]
+    seq_lens: np.ndarray  # int64 [offsets[-1]]
+    query_lens: np.ndarray  # int64 [offsets[-1]]
+    weights: np.ndarray  # int64 [n]
+    tokens: np.ndarray  # int64 [n]: output tokens generated (a speculative step generates its accepted drafts too)
+    source: str
+    notes: tuple[str, ...] = ()
+    origins: Sequence[str] = field(default=())  # per step "file, line n" where known (else derived from the index)
+
+    def __post_init__(self) -> None:
+        n = len(self.offsets) - 1
+        if n < 1 or len(self.weights) != n or len(self.tokens) != n or len(self.seq_lens) != self.offsets[-1]:
+            raise ValueError("inconsistent step arrays")
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def batch(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def origin(self, i: int) -> str:
+        return self.origins[i] if i < len(self.origins) and self.origins[i] else f"{self.source}, step {i + 1}"
+
+    def step_lens(self, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return tuple(int(x) for x in self.seq_lens[a:b]), tuple(int(x) for x in self.query_lens[a:b])
+
+    def per_step_max(self, values: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(values, self.offsets[:-1])
+
+    def per_step_min(self, values: np.ndarray) -> np.ndarray:
+        return np.minimum.reduceat(values, self.offsets[:-1])
+
+    def per_step_sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values, self.offsets[:-1])
+
+    def blocks(self) -> Iterator[Block]:
+        """The steps grouped by padded batch width (powers of two), each group cut to at most BLOCK_ELEMENTS."""
+        b = self.batch
+        width = np.where(b <= 1, 1, 1 << np.ceil(np.log2(np.maximum(b, 1))).astype(np.int64))
+        for w in np.unique(width):
+            rows_all = np.flatnonzero(width == w)
+            per = max(1, BLOCK_ELEMENTS // int(w))
+            for k in range(0, len(rows_all), per):
+                yield self._block(rows_all[k:k + per], int(w))
+
+    def block_of(self, rows: Sequence[int]) -> Block:
+        """The steps ``rows`` as one block (padded to their widest batch)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return self._block(rows, int(self.batch[rows].max()))
+
+    def _block(self, rows: np.ndarray, w: int) -> Block:
+        starts = self.offsets[rows]
+        counts = self.offsets[rows + 1] - starts
+        col = np.arange(w)
+        mask = col[None, :] < counts[:, None]
+        idx = np.where(mask, starts[:, None] + col[None, :], 0)
+        lens = np.where(mask, self.seq_lens[idx], 0)
+        q = np.where(mask, self.query_lens[idx], 0)
+        return Block(rows=rows, lens=lens, query_lens=q, mask=mask, batch=counts)
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """Steps of one padded width: ``lens[r, :batch[r]]`` are step ``rows[r]``'s KV lengths, the rest 0."""
+
+    rows: np.ndarray  # int64 [R]: step indices
+    lens: np.ndarray  # int64 [R, W]
+    query_lens: np.ndarray  # int64 [R, W]
+    mask: np.ndarray  # bool [R, W]: a real sequence
+    batch: np.ndarray  # int64 [R]
+
+    @property
+    def width(self) -> int:
+        return self.lens.shape[1]
+
+    def safe_lens(self) -> np.ndarray:
+        """Lengths with the padding at 1, for rules that divide by a length (their results are masked out)."""
+        return np.maximum(self.lens, 1)
+
+    def max_len(self) -> np.ndarray:
+        return self.lens.max(axis=1)
+
+    def min_len(self) -> np.ndarray:
+        return np.where(self.mask, self.lens, np.iinfo(np.int64).max).min(axis=1)
+
+
+def from_trace(trace: StepTrace) -> StepArrays:
+    """The arrays of a :class:`StepTrace` (a workload of DecodeStep objects: presets, small files, the API)."""
+    steps = trace.steps
+    counts = np.fromiter((s.batch for s in steps), dtype=np.int64, count=len(steps))
+    offsets = np.zeros(len(steps) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    seq = np.fromiter((L for s in steps for L in s.seq_lens), dtype=np.int64, count=int(offsets[-1]))
+    q = np.fromiter((x for s in steps for x in s.query_lens), dtype=np.int64, count=int(offsets[-1]))
+    weights = np.fromiter((s.weight for s in steps), dtype=np.int64, count=len(steps))
+    tokens = np.fromiter((s.generated_tokens for s in steps), dtype=np.int64, count=len(steps))
+    return StepArrays(offsets=offsets, seq_lens=seq, query_lens=q, weights=weights, tokens=tokens,
+                      source=trace.source, notes=trace.notes, origins=tuple(s.origin for s in steps))

@@ -1,0 +1,171 @@
+"""The settings tune searches: each engine's whole legal range, and every candidate's per-step times.
+
+vLLM (0.33.0): ``NUM_PAR_SOFTMAX_SEGMENTS`` takes the powers of two its kernels compile
+(:func:`~decodecalc.launchers.vllm_triton_backend.max_num_par_softmax_segments`: 8,192 at head size 128), up to the
+first count at which every segment of the workload's longest sequence holds one tile (more only adds programs that
+exit at once); ``MIN_LAUNCH_GRID_SIZE_2D`` matters only through ``seq_threshold_3D = MIN_LAUNCH_GRID_SIZE_2D //
+num_kv_heads`` (snapped to a CUDA-graph capture size), so it takes 0 and ``num_kv_heads`` times every power of two up
+to ``max_num_seqs`` (and the default). A candidate's step runs the 3D kernel with its segments where the engine's gate
+sends it (:func:`~decodecalc.launchers.vllm_unified.plan_vllm`, per batch), else the 2D kernel: so every candidate is
+composed from the 2D launch and one 3D launch per segment count, each timed once over the workload.
+
+SGLang (0.5.23): ``--triton-attention-num-kv-splits`` takes any count up to
+:data:`~decodecalc.launchers.sglang_triton.MAX_KV_SPLITS_GRID_Z`; tune tries the powers of two (and the default) up to
+the first count at which the longest sequence has one 32-key block per split, adaptive and static.
+
+Each candidate carries the split-K scratch it allocates; one the GPU's memory cannot hold is left out, and the result
+says where the best candidate sits on the edge of the range and why the range ends there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.launchers import sglang_triton as sg
+from decodecalc.launchers import vllm_triton_backend as vtb
+from decodecalc.launchers import vllm_unified as vu
+
+
+@dataclass(frozen=True, eq=False)
+class Option:
+    """One candidate setting and its per-step times (arrays over the workload's steps)."""
+
+    setting: dict[str, Any]
+    label: str
+    times: Any  # seconds per step, one layer
+    score: Any  # the ranking score per step (timemodel.robust_time_s)
+    scratch_bytes: int
+    steps_2d: int | None = None  # vLLM: weighted steps on the 2D kernel
+    exact: Any = None  # bool per step: the scalar model's value (not estimated)
+    recipes: tuple = ()  # the timer's recipe keys whose estimates make these times
+    refresh: Callable[[], Option] | None = None  # the same option rebuilt from the timer's current estimates
+
+    def refreshed(self) -> Option:
+        return self.refresh() if self.refresh is not None else self
+
+
+def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
+    return {"NUM_PAR_SOFTMAX_SEGMENTS": segments, "MIN_LAUNCH_GRID_SIZE_2D": min_grid}
+
+
+def sglang_setting(max_kv_splits: int, static: bool) -> dict[str, Any]:
+    return {"triton_attention_num_kv_splits": max_kv_splits, "static_kv_splits": static}
+
+
+def powers_of_two(upto: int) -> list[int]:
+    return [1 << k for k in range(max(upto, 1).bit_length()) if 1 << k <= upto]
+
+
+def vllm_segment_range(ctx: Any) -> tuple[list[int], str]:
+    """The segment counts searched and why the range stops where it does."""
+    w = ctx.work
+    legal = vtb.max_num_par_softmax_segments(w.head_size)
+    tile = vu.get_tile_size(w.head_size, 0, min(w.q_bytes, w.kv_bytes_per_element), is_prefill=False)
+    useful = next_power_of_2(cdiv(ctx.max_seq_len, tile))
+    if useful < legal:
+        top, why = useful, (f"{useful} segments give the longest sequence ({ctx.max_seq_len:,} tokens) one {tile}-token "
+                            "tile per segment: more only add programs that exit at once")
+    else:
+        top, why = legal, (f"{legal} is the largest count vLLM's reduce_segments compiles at head size {w.head_size} "
+                           "(an (segments, head size) tile of at most 2^20 elements; powers of two only)")
+    default = ctx.vllm.num_par_softmax_segments or vtb.NUM_PAR_SOFTMAX_SEGMENTS
+    # 1 segment would be the 3D kernel with one segment and a reduce: never better than the 2D kernel it replaces
+    return sorted({p for p in powers_of_two(top) if p >= 2} | {default}), why
+
+
+def vllm_grid_range(ctx: Any) -> list[int]:
+    """MIN_LAUNCH_GRID_SIZE_2D values with distinct thresholds: 0, h_kv x 2^k up to max_num_seqs, the default."""
+    h_kv = ctx.work.num_kv_heads
+    default = vtb.MIN_LAUNCH_GRID_SIZE_2D if ctx.vllm.min_launch_grid_size_2d is None else ctx.vllm.min_launch_grid_size_2d
+    return sorted({0, default} | {h_kv * p for p in powers_of_two(ctx.vllm.max_num_seqs)})
+
+
+def vllm_options(ctx: Any) -> tuple[list[Option], str]:
+    """Every (segments, MIN_LAUNCH_GRID_SIZE_2D) candidate, the default first, composed from the 2D launch and one 3D
+    launch per segment count (module doc); and why the segment range ends where it does."""
+    segments, why = vllm_segment_range(ctx)
+    d_seg, d_grid = _vllm_defaults(ctx)
+    out = [vllm_option(ctx, s, g) for g in vllm_grid_range(ctx) for s in segments]
+    out.sort(key=lambda o: o.setting != vllm_setting(d_seg, d_grid))  # the default first
+    return out, why
+
+
+def _vllm_defaults(ctx: Any) -> tuple[int, int]:
+    base = ctx.vllm
+    return (base.num_par_softmax_segments or vtb.NUM_PAR_SOFTMAX_SEGMENTS,
+            vtb.MIN_LAUNCH_GRID_SIZE_2D if base.min_launch_grid_size_2d is None else base.min_launch_grid_size_2d)
+
+
+def vllm_option(ctx: Any, segments: int, grid: int) -> Option:
+    """vLLM with NUM_PAR_SOFTMAX_SEGMENTS ``segments`` and MIN_LAUNCH_GRID_SIZE_2D ``grid``: each step on the kernel
+    the engine's gate sends it to (per batch: :func:`~decodecalc.launchers.vllm_unified.plan_vllm`, graph padding
+    included), timed by the shared 2D and 3D launches."""
+    from decodecalc.batch.launches import VllmRecipe
+    from decodecalc.batch.stats import compose, gate_mask
+
+    d_seg, d_grid = _vllm_defaults(ctx)
+    st = dataclasses.replace(ctx.vllm, num_par_softmax_segments=segments, min_launch_grid_size_2d=grid)
+    # the gate does not depend on the segment count: planned once per threshold with the default count
+    got = ctx.memo.get(("vllm-gate", grid))
+    if got is None:
+        recipe = VllmRecipe(ctx.work, ctx.gpu, dataclasses.replace(st, num_par_softmax_segments=d_seg))
+        shapes = [recipe.shape_of(k) for k in ctx.query_keys.patterns]
+        got = ctx.memo[("vllm-gate", grid)] = (shapes, gate_mask([s.use_3d for s in shapes], ctx.query_keys.index))
+    shapes, use_3d = got
+    label = f"S={segments} grid={grid}" + (" (default)" if (segments, grid) == (d_seg, d_grid) else "")
+    common = dict(setting=vllm_setting(segments, grid), label=label,
+                  scratch_bytes=vtb.build_backend(ctx.work, ctx.gpu, st).scratch_bytes(ctx.work.num_heads),
+                  steps_2d=int(ctx.steps.weights[~use_3d].sum()))
+    if any(sh.use_3d and sh.segments != d_seg for sh in shapes):  # the backend overrode the count (SM 12.0)
+        est = ctx.timer.vllm(st)
+        return Option(times=est.time, score=est.score, exact=est.exact, recipes=("own",), **common)
+    keys = (("vllm-forced", segments), ("vllm-forced", 1))
+    ctx.timer.vllm_forced(segments), ctx.timer.vllm_forced(1)
+
+    def rebuild() -> Option:
+        times, score, exact = compose(use_3d, ctx.timer.estimate_of(keys[0]), ctx.timer.estimate_of(keys[1]))
+        return Option(times=times, score=score, exact=exact, recipes=keys, refresh=rebuild, **common)
+    return rebuild()
+
+
+def sglang_split_range(ctx: Any) -> tuple[list[int], str]:
+    legal = sg.MAX_KV_SPLITS_GRID_Z
+    useful = next_power_of_2(cdiv(ctx.max_seq_len, sg._MIN_BLOCK_KV))
+    if useful < legal:
+        top, why = useful, (f"{useful} splits give the longest sequence ({ctx.max_seq_len:,} tokens) one "
+                            f"{sg._MIN_BLOCK_KV}-key block per split: more only add programs that exit at once")
+    else:
+        top, why = legal, f"{legal:,} is CUDA's largest grid z dimension (stage 1's split dimension)"
+    default = ctx.sglang.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS
+    return sorted(set(powers_of_two(top)) | {default}), why
+
+
+def sglang_options(ctx: Any) -> tuple[list[Option], str]:
+    splits, why = sglang_split_range(ctx)
+    base = ctx.sglang
+    d_max = base.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS
+    d_static = base.static_kv_splits
+    combos = [(d_max, d_static)] + [(m, st) for st in (False, True) for m in splits
+                                    if (m, st) != (d_max, d_static) and not (m == 1 and st)]
+    out = []
+    for m, st in combos:
+        s = dataclasses.replace(base, max_kv_splits=m, static_kv_splits=st)
+        ctx.timer.sglang(s)
+        label = f"{'static' if st else 'adaptive'} {m}" + (" (default)" if (m, st) == (d_max, d_static) else "")
+        common = dict(setting=sglang_setting(m, st), label=label, recipes=(("sglang", s),),
+                      scratch_bytes=sg.scratch_bytes(ctx.vllm.max_num_seqs, ctx.work.num_heads, m, ctx.work.head_size_v))
+
+        def rebuild(common=common) -> Option:
+            est = ctx.timer.estimate_of(common["recipes"][0])
+            return Option(times=est.time, score=est.score, exact=est.exact, refresh=rebuild, **common)
+        out.append(rebuild())
+    return out, why
+
+
+def too_big(options: Sequence[Option], memory_bytes: int) -> list[Option]:
+    """Options whose scratch the GPU's memory cannot hold (a quarter of it: the KV cache and weights need the rest)."""
+    return [o for o in options if memory_bytes and o.scratch_bytes > memory_bytes // 4]
