@@ -30,16 +30,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.launchers.base import KernelKind
 from decodecalc.launchers.sglang_triton import plan_sglang
 from decodecalc.launchers.vllm_unified import plan_vllm
+from decodecalc.batch.launches import VllmForcedRecipe
 from decodecalc.reports.heuristics import (
-    BOUND_SGLANG_SPLITS,
-    BOUND_VLLM_SEGMENTS,
+    HEURISTICS,
     PR27786_CAP,
+    bound_sglang_splits,
+    bound_vllm_segments,
     pr27786_splits,
     pr35801_splits,
     pr47520_threshold,
@@ -47,10 +50,11 @@ from decodecalc.reports.heuristics import (
     select_heuristics,
 )
 from decodecalc.reports.tune import make_context, tune
+from decodecalc.reports.tune_space import option_like
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import resolve_profile
-from decodecalc.timemodel.work import COPY_KERNEL, SPLIT_COUNT_KERNEL
+from decodecalc.timemodel.work import COPY_KERNEL, SPLIT_COUNT_KERNEL, sglang_work
 from decodecalc.traffic import PRESETS, generate
 from decodecalc.verify.timing import graph_replay_seconds
 from decodecalc.workload import make_workload
@@ -116,10 +120,46 @@ def sglang_spec(splits: tuple[int, ...], max_kv_splits: int, adaptive: bool) -> 
     return ("sglang", tuple(splits), max_kv_splits, adaptive)
 
 
+def exact_context(trace: Any, work: Any, gpu: Any, profile: Any) -> Any:
+    """tune's context with every step timed by the scalar model (the replays time every step)."""
+    return make_context(trace, work, gpu, profile, max_anchors=0)
+
+
+def step_work(ctx: Any, i: int) -> Any:
+    return ctx.timer.exact_timer.work(i)
+
+
+def step_lens(ctx: Any, i: int) -> list[int]:
+    return list(ctx.steps.step_lens(i)[0])
+
+
+def forced_time_s(ctx: Any, i: int, segments: int) -> float:
+    """Step i on vLLM's 2D kernel (segments 1) or its 3D kernel with ``segments``, whatever the gate says."""
+    return float(ctx.timer.exact_timer.times(VllmForcedRecipe(ctx.work, segments), i, all_points=False)[0])
+
+
+def splits_time_s(ctx: Any, i: int, splits: tuple[int, ...], max_kv_splits: int, *, adaptive: bool,
+                  aux_kernel: str = SPLIT_COUNT_KERNEL) -> float:
+    """Step i on SGLang's kernel with these per-sequence split counts (behind a split-count kernel or a copy)."""
+    lw = sglang_work(step_work(ctx, i), splits=tuple(splits), max_kv_splits=max_kv_splits, adaptive=adaptive,
+                     aux_kernel=aux_kernel)
+    return ctx.timer.exact_timer.launch_time_s(lw, 0)
+
+
 def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> list[dict[str, Any]]:
-    """Every launch sequence to measure: {engine, name, kind, setting, specs (per shape), predicted (per shape)}."""
-    n = len(ctx.shapes.shapes)
+    """Every launch sequence to measure: {engine, name, kind, setting, specs (per step), predicted (per step)}."""
+    n = ctx.steps.num_steps
     entries: list[dict[str, Any]] = []
+    vspecs: dict[tuple, VllmSpec] = {}
+
+    def vspec(i: int, st: Any) -> VllmSpec:
+        # the gate, the graph padding and the segments depend on the batch's query lengths only
+        w = step_work(ctx, i)
+        key = (w.query_lens, st)
+        got = vspecs.get(key)
+        if got is None:
+            got = vspecs[key] = vllm_spec(plan_vllm(w, ctx.gpu, st))
+        return got
     for engine, e in result.engines.items():
         if top < 0:  # every candidate of the search
             picked = list(e.candidates)
@@ -129,20 +169,20 @@ def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> lis
             for c in ranked:
                 if len(picked) >= 2 + top:
                     break
-                if all(c.times != p.times for p in picked):
+                if all(list(c.times) != list(p.times) for p in picked):
                     picked.append(c)
         for c in picked:
             kind = "default" if c is e.default else "tuned" if c is e.best else "candidate"
             if engine == "vllm":
                 st = dataclasses.replace(ctx.vllm, num_par_softmax_segments=c.setting["NUM_PAR_SOFTMAX_SEGMENTS"],
                                          min_launch_grid_size_2d=c.setting["MIN_LAUNCH_GRID_SIZE_2D"])
-                specs = [vllm_spec(plan_vllm(ctx.timer.work(i), ctx.gpu, st)) for i in range(n)]
+                specs = [vspec(i, st) for i in range(n)]
             else:
                 st = dataclasses.replace(ctx.sglang, max_kv_splits=c.setting["triton_attention_num_kv_splits"],
                                          static_kv_splits=c.setting["static_kv_splits"])
                 specs = []
                 for i in range(n):
-                    sp = plan_sglang(ctx.timer.work(i), ctx.gpu, st)
+                    sp = plan_sglang(step_work(ctx, i), ctx.gpu, st)
                     specs.append(sglang_spec(sp.num_kv_splits, sp.max_kv_splits, sp.mode == "adaptive"))
             entries.append({"engine": engine, "name": c.label, "kind": kind, "setting": dict(c.setting),
                             "specs": specs, "predicted": list(c.times)})
@@ -152,11 +192,11 @@ def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> lis
             continue
         specs = []
         for i in range(n):
-            w = ctx.timer.work(i)
+            w = step_work(ctx, i)
             if name == "vllm-pr47520":
                 t = pr47520_threshold(ctx.gpu.num_sms, w.num_kv_heads, ctx.work.model.context_length or max(w.seq_lens))
                 st = dataclasses.replace(ctx.vllm, min_launch_grid_size_2d=t * w.num_kv_heads)
-                specs.append(vllm_spec(plan_vllm(w, ctx.gpu, st)))
+                specs.append(vspec(i, st))
             elif name == "sglang-pr21775":
                 cap = max(ctx.sglang.max_kv_splits or 8, next_power_of_2(ctx.gpu.num_sms // 4))
                 sp = plan_sglang(w, ctx.gpu, dataclasses.replace(ctx.sglang, max_kv_splits=cap, static_kv_splits=False))
@@ -190,16 +230,16 @@ def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> lis
 
 
 def bound_best(ctx: Any, engine: str, entries: list[dict[str, Any]]) -> list[tuple[float, tuple]]:
-    """Per shape the fastest predicted launch among the bound's search space and every entry so far."""
+    """Per step the fastest predicted launch among the bound's search space and every entry so far."""
     out = []
-    for i in range(len(ctx.shapes.shapes)):
-        b = len(ctx.shapes.shapes[i])
+    for i in range(ctx.steps.num_steps):
+        b = len(step_lens(ctx, i))
         opts: list[tuple[float, tuple]] = []
         if engine == "vllm":
-            opts += [(ctx.timer.vllm_forced(i, S), vllm_forced(S, b)) for S in BOUND_VLLM_SEGMENTS]
+            opts += [(forced_time_s(ctx, i, S), vllm_forced(S, b)) for S in bound_vllm_segments(ctx)]
         else:
-            opts += [(ctx.timer.sglang_splits(i, (S,) * b, S, adaptive=False), sglang_spec((S,) * b, S, False))
-                     for S in BOUND_SGLANG_SPLITS]
+            opts += [(splits_time_s(ctx, i, (S,) * b, S, adaptive=False), sglang_spec((S,) * b, S, False))
+                     for S in bound_sglang_splits(ctx)]
         opts += [(e["predicted"][i], e["specs"][i]) for e in entries if e["engine"] == engine]
         out.append(min(opts, key=lambda o: o[0]))
     return out
@@ -247,7 +287,7 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
     calls = []
     shared: dict[tuple, Any] = {}
     for k, i in enumerate(steps):
-        lens = [L for L, _ in ctx.shapes.shapes[i]]
+        lens = step_lens(ctx, i)
         b = len(lens)
         c = k % pool.copies
         spec = entry["specs"][i]
@@ -353,7 +393,7 @@ def time_steps(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entries: list
                                 use_pdl=device == "cuda")
             reps = max(1, math.ceil(PER_STEP_TARGET_S / max(e["predicted"][i] * len(calls), 1e-9)))
             m = time_sequence(torch, calls * reps, replays=replays, on_gpu=device == "cuda")
-            lens = [L for L, _ in ctx.shapes.shapes[i]]
+            lens = step_lens(ctx, i)
             row = {"shape_index": i, "seq_lens": lens, "engine": e["engine"], "launch": recipe,
                    "engine_split_kernel": key[1], "t_us": m["total_s"] / (len(calls) * reps) * 1e6,
                    "predicted_us": e["predicted"][i] * 1e6, "spread": m.get("spread"), "entries": [e["name"]]}
@@ -374,25 +414,25 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
         trace = generate(dataclasses.replace(preset, concurrency=3), steps=steps)
     else:
         trace = workload_trace(wl, steps, skip)
-    ctx = make_context(trace, work, gpu, profile)
+    ctx = exact_context(trace, work, gpu, profile)
     result = tune(ctx, objective="mean", max_regression=0.05)
     scores = {s.name: s for s in score_heuristics(ctx, result, select_heuristics(None, None))}
     entries = plan_entries(ctx, result, scores, top)
-    order = list(ctx.shapes.step_shape)
-    lmax = max(L for sh in ctx.shapes.shapes for L, _ in sh)
-    bmax = max(len(sh) for sh in ctx.shapes.shapes)
+    order = list(range(ctx.steps.num_steps))
+    lmax = int(ctx.steps.seq_lens.max())
+    bmax = int(ctx.steps.batch.max())
     bpad = max(spec.batch_run for e in entries for spec in e["specs"] if isinstance(spec, VllmSpec)) if any(
         e["engine"] == "vllm" for e in entries) else bmax
     rows = max(bmax, bpad)
     elt = 2
     per_copy = rows * (cdiv(lmax, 16) * 16) * work.num_kv_heads * work.head_size * 2 * elt
-    min_step = min(sum(L for L, _ in sh) for sh in ctx.shapes.shapes) * work.num_kv_heads * work.head_size * 2 * elt
+    min_step = int(ctx.steps.per_step_sum(ctx.steps.seq_lens).min()) * work.num_kv_heads * work.head_size * 2 * elt
     copies = 1 if smoke else max(1, min(math.ceil(ROTATE_BYTES / max(min_step, 1)), POOL_BUDGET_BYTES // per_copy,
                                         16))
     pool = Pool(torch, rows=rows, length=lmax, h_kv=work.num_kv_heads, d=work.head_size, dtype=dtype,
                 device=device, copies=copies, seed=7)
     if per_step:  # per-step timings of a sample of the shapes instead of workload totals
-        n = len(ctx.shapes.shapes)
+        n = ctx.steps.num_steps
         ids = sorted({order[round(k * (len(order) - 1) / max(per_step - 1, 1))] for k in range(per_step)}) \
             if n > per_step else list(range(n))
         rows = time_steps(torch, vk, sk, pool, ctx, entries, ids, dtype, device, gpu.num_sms, replays)
@@ -445,14 +485,26 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
                            "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
                            "predicted_saving_vs_default": 1.0 - pick["predicted_total_s"] / default["predicted_total_s"]}
     return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "skip_steps": skip,
-            "distinct_shapes": len(ctx.shapes.shapes), "kv_copies": copies, "entries": out_entries,
-            "summary": summary, "workload_summary": trace.summary()}
+            "distinct_shapes": ctx.summary["distinct_shapes"], "kv_copies": copies, "entries": out_entries,
+            "summary": summary, "workload_summary": ctx.summary}
 
 
 def workload_trace(wl: str, steps: int, skip: int = 0) -> Any:
-    """A preset by name, or a parametric ``mix:...`` workload (both seeded): steps ``skip`` to ``skip + steps``."""
+    """A preset by name, a parametric ``mix:...`` workload (both seeded), or ``trace:PATH`` (a request trace in any
+    format decodecalc reads, batched with the engine defaults): steps ``skip`` to ``skip + steps``."""
     from decodecalc.traffic import StepTrace
 
+    if wl.startswith("trace:"):
+        from decodecalc.api import load_workload
+        from decodecalc.batch.steps import StepArrays
+
+        full = load_workload(requests=wl.split(":", 1)[1])
+        assert isinstance(full, StepArrays)
+        from decodecalc.traffic import DecodeStep
+
+        picked = tuple(DecodeStep(seq_lens=full.step_lens(i)[0], query_lens=full.step_lens(i)[1],
+                                  origin=full.origin(i)) for i in range(skip, min(skip + steps, full.num_steps)))
+        return StepTrace(steps=picked, source=full.source, notes=full.notes)
     if wl.startswith("mix:"):
         from decodecalc.traffic import parse_mix
         preset, _ = parse_mix(wl)
@@ -473,24 +525,25 @@ def case_trace(case: dict[str, Any]) -> Any:
 
 def recipe_time_s(ctx: Any, entries: list[dict[str, Any]], engine: str, i: int, recipe: dict[str, Any], *,
                   engine_rule: bool = True) -> float:
-    """Today's predicted time of shape i under a stored launch (:func:`launch_recipe`) as this script runs it: an
+    """Today's predicted time of step i under a stored launch (:func:`launch_recipe`) as this script runs it: an
     SGLang launch with per-sequence counts behind the engine's split-count kernel (``engine_rule``) or a copy
     (:func:`uses_engine_rule`); else that of a search candidate or heuristic making the same launch (its CUDA-graph
     padding included), else the launch forced as the bound forces it (vLLM: 2D or 3D with these segments)."""
     if engine == "sglang" and recipe["adaptive"]:
-        return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=True,
-                                       aux_kernel=SPLIT_COUNT_KERNEL if engine_rule else COPY_KERNEL)
+        return splits_time_s(ctx, i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=True,
+                             aux_kernel=SPLIT_COUNT_KERNEL if engine_rule else COPY_KERNEL)
     for e in entries:
         if e["engine"] == engine and launch_recipe(e["specs"][i]) == recipe:
             return float(e["predicted"][i])
     if engine == "vllm":
-        return ctx.timer.vllm_forced(i, int(recipe["segments"]))
-    return ctx.timer.sglang_splits(i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=False)
+        return forced_time_s(ctx, i, int(recipe["segments"]))
+    return splits_time_s(ctx, i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=False)
 
 
 def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
     """The comparison from a measured JSON with the time model as it is now (CPU only): per (case, setting)
-    predicted vs measured total, tune's pick now, the best measured candidate, the measured saving."""
+    predicted vs measured total, tune's pick now among the measured settings (a run of an older, smaller search
+    measured only its own), the best measured candidate, the measured saving."""
     data = json.loads(Path(path).read_text())
     gpu = resolve_gpu("h200")
     profile = resolve_profile(gpu, profile_path=profile_path)
@@ -499,45 +552,55 @@ def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
         if "entries" not in case:
             continue
         model = resolve_model(case["model"])
-        ctx = make_context(case_trace(case), make_workload(model, tp=case["tp"]), gpu, profile)
-        result = tune(ctx, objective="mean", max_regression=0.05)
-        pred: dict[str, float] = {}
+        ctx = exact_context(case_trace(case), make_workload(model, tp=case["tp"]), gpu, profile)
+        settings = {}
+        for x in case["entries"]:
+            if x["kind"] in ("default", "tuned", "candidate") and x.get("setting"):
+                settings.setdefault(x["engine"], []).append(x["setting"])
+        # the settings this run measured, compared as tune compares them (today's model; today's range is larger)
+        result = tune(ctx, objective="mean", max_regression=0.05, engines=tuple(settings), only=settings,
+                      backends=False)
+        pred: dict[tuple[str, str], float] = {}
         for e in result.engines.values():
             for c in e.candidates:
-                pred[c.label] = c.stats.total_s
-        scores = {sc.name: sc for sc in score_heuristics(ctx, result, select_heuristics(None, None))}
-        now = plan_entries(ctx, result, scores, -1)
-        order = list(ctx.shapes.step_shape)
+                pred[(e.engine, c.label)] = c.stats.total_s
+        heur = {name: SimpleNamespace(kind=h.kind, engine=h.engine, times=h.times(ctx, result))
+                for name, h in HEURISTICS.items() if h.kind not in ("bound", "engine", "tuned")
+                and h.engine in result.engines}
+        now = plan_entries(ctx, result, heur, -1)
+        order = list(range(ctx.steps.num_steps))
         for e in now:  # the heuristics as this script runs them (SGLang's proposed rules: counts by a copy)
             if e["kind"] not in ("default", "tuned", "candidate", "bound"):
-                pred[e["name"]] = sum(e["predicted"][i] for i in order)
+                pred[(e["engine"], e["name"])] = sum(e["predicted"][i] for i in order)
         if any(x.get("launches") for x in case["entries"]):
             now = [e for e in now if e["kind"] != "bound"]
             for x in case["entries"]:
                 if x.get("launches"):
-                    pred[x["name"]] = sum(recipe_time_s(ctx, now, x["engine"], i, x["launches"][i],
-                                                        engine_rule=uses_engine_rule(x)) for i in order)
+                    pred[(x["engine"], x["name"])] = sum(recipe_time_s(ctx, now, x["engine"], i, x["launches"][i],
+                                                                       engine_rule=uses_engine_rule(x)) for i in order)
         meas = {(x["engine"], x["name"]): x for x in case["entries"]}
         for x in case["entries"]:
             # a bound measured before its launches were stored keeps the prediction of its day
-            p = pred.get(x["name"], x["predicted_total_s"])
+            p = pred.get((x["engine"], x["name"]), x["predicted_total_s"])
             rows.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": x["engine"],
                          "setting": x["name"], "kind": x["kind"], "predicted_total_s": p,
                          "measured_total_s": x["measured_total_s"], "error": p / x["measured_total_s"] - 1.0})
         for engine, e in result.engines.items():
-            cands = [meas[(engine, c.label)] for c in e.candidates if (engine, c.label) in meas]
-            if not cands:
+            measured = {x["name"] for x in case["entries"] if x["engine"] == engine
+                        and x["kind"] in ("default", "tuned", "candidate")}
+            if not measured or (engine, e.default.label) not in meas:
                 continue
+            pick = e.best
+            cands = [meas[(engine, n)] for n in measured]
             best = min(cands, key=lambda x: x["measured_total_s"])
-            pick = meas[(engine, e.best.label)]
-            default = meas[(engine, e.default.label)]
+            got, default = meas[(engine, pick.label)], meas[(engine, e.default.label)]
             picks.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": engine,
-                          "default": e.default.label, "pick": e.best.label, "best_measured": best["name"],
-                          "candidates_measured": len(cands),
-                          "pick_vs_best_measured": pick["measured_total_s"] / best["measured_total_s"] - 1.0,
-                          "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
+                          "default": e.default.label, "pick": pick.label, "best_measured": best["name"],
+                          "candidates_measured": len(cands), "candidates_searched": len(e.candidates),
+                          "pick_vs_best_measured": got["measured_total_s"] / best["measured_total_s"] - 1.0,
+                          "measured_saving_vs_default": 1.0 - got["measured_total_s"] / default["measured_total_s"],
                           "best_saving_vs_default": 1.0 - best["measured_total_s"] / default["measured_total_s"],
-                          "predicted_saving_vs_default": 1.0 - e.best.stats.total_s / e.default.stats.total_s})
+                          "predicted_saving_vs_default": 1.0 - pick.stats.total_s / e.default.stats.total_s})
     errs = [abs(r["error"]) for r in rows]
     return {"source": str(path), "profile": profile.path or "built-in", "rows": rows, "picks": picks,
             "settings": len(rows), "within_5pct": sum(e <= 0.05 for e in errs), "max_abs_error": max(errs),

@@ -268,57 +268,109 @@ def tune_inputs(model: str = "llama3-8b", **options: Unpack[TuneParams]) -> Inpu
     return build_inputs(model=model, batch=1, seq_len=1 + max(k, 0), **options)
 
 
+#: decode steps a request trace may make (about a day of one busy server is a million; tune's memory grows with it)
+MAX_WORKLOAD_STEPS = 5_000_000
+
+
 def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload: str | None = None,
-                  concurrency: int | None = None, max_num_seqs: int = 1024, max_num_batched_tokens: int = 8192,
-                  num_speculative_tokens: int = 0, draft_acceptance_rate: float | None = None) -> StepTrace:
+                  metrics: str | None = None, concurrency: int | None = None, max_num_seqs: int = 1024,
+                  max_num_batched_tokens: int = 8192, num_speculative_tokens: int = 0,
+                  draft_acceptance_rate: float | None = None, trace_format: str | None = None,
+                  columns: str | None = None, tokenizer: str | None = None, model_hint: str | None = None,
+                  max_requests: int | None = None, metrics_model: str | None = None) -> Any:
     """The decode steps of exactly one of ``steps`` (a step-trace file, or a list of steps: lists of KV lengths,
-    ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request-trace
-    file, or a list of ``{"prompt_tokens", "output_tokens", "arrival_s"}`` mappings or Requests) and ``workload``
-    (a preset name or ``mix:...``). With ``num_speculative_tokens`` k > 0, requests and presets decode k draft
-    tokens per step, accepted at ``draft_acceptance_rate`` (default 0.7; decodecalc/traffic/requests.py); a step
-    trace carries its own ``query_lens``."""
+    ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request trace
+    in any format of docs/traces.md, detected unless ``trace_format`` names it or ``columns`` maps it; or a list
+    of ``{"prompt_tokens", "output_tokens", "arrival_s"}`` mappings or Requests), ``workload`` (a preset name or
+    ``mix:...``) and ``metrics`` (a vLLM server's Prometheus scrape: a file or a URL, docs/metrics.md). With
+    ``num_speculative_tokens`` k > 0, requests and presets decode k draft tokens per step, accepted at
+    ``draft_acceptance_rate`` (default 0.7; decodecalc/traffic/requests.py); a step trace carries its own
+    ``query_lens``. Files come back as arrays (decodecalc.batch.steps.StepArrays), the rest as a StepTrace."""
     from decodecalc.traffic import (
         DEFAULT_ACCEPTANCE_RATE,
         BatchingLimits,
-        load_steps,
         requests_from_items,
         steps_from_items,
-        steps_from_requests,
     )
     from decodecalc.traffic import workload as preset_workload
 
-    given = [n for n, v in (("--steps", steps), ("--requests", requests), ("--workload", workload)) if v is not None]
+    given = [n for n, v in (("--steps", steps), ("--requests", requests), ("--workload", workload),
+                            ("--metrics", metrics)) if v is not None]
     if len(given) != 1:
-        raise ConfigError("give exactly one workload: --steps FILE, --requests FILE or --workload NAME"
-                          + (f" (got {', '.join(given)})" if given else ""))
-    if concurrency is not None and workload is None:
-        raise ConfigError("--concurrency applies to --workload only (a trace has its own batches)")
+        raise ConfigError("give exactly one workload: --steps FILE, --requests FILE, --workload NAME or --metrics "
+                          "FILE|URL" + (f" (got {', '.join(given)})" if given else ""))
+    if concurrency is not None and workload is None and metrics is None:
+        raise ConfigError("--concurrency applies to --workload and --metrics only (a trace has its own batches)")
     if draft_acceptance_rate is not None and steps is not None:
-        raise ConfigError("--draft-acceptance-rate applies to --requests and --workload (a step trace has its own "
-                          "query_lens)")
+        raise ConfigError("--draft-acceptance-rate applies to --requests, --workload and --metrics (a step trace has "
+                          "its own query_lens)")
     if draft_acceptance_rate is not None and not num_speculative_tokens:
         raise ConfigError("--draft-acceptance-rate needs --num-speculative-tokens k > 0")
+    reading = [n for n, v in (("--format", trace_format), ("--columns", columns), ("--tokenizer", tokenizer),
+                              ("--max-requests", max_requests)) if v is not None]
+    if reading and not isinstance(requests, (str, Path)):
+        raise ConfigError(f"{reading[0]} applies to a --requests file only")
+    if metrics_model is not None and metrics is None:
+        raise ConfigError("--metrics-model applies to --metrics only")
     rate = DEFAULT_ACCEPTANCE_RATE if draft_acceptance_rate is None else draft_acceptance_rate
     limits = BatchingLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
     if steps is not None:
-        return load_steps(Path(steps)) if isinstance(steps, (str, Path)) else steps_from_items(steps)
+        if isinstance(steps, (str, Path)):
+            from decodecalc.batch.steps import from_columns
+            from decodecalc.traffic.steps import load_step_columns
+
+            return from_columns(load_step_columns(Path(steps)))
+        return steps_from_items(steps)
     if requests is not None:
         if isinstance(requests, (str, Path)):
-            return steps_from_requests(Path(requests), limits)
+            return _request_file(Path(requests), limits, trace_format, columns, tokenizer, model_hint, max_requests)
         return requests_from_items(requests, limits)
+    if metrics is not None:
+        from decodecalc.traffic.metrics import workload_from_metrics
+
+        trace = workload_from_metrics(metrics, model_name=metrics_model, concurrency=concurrency,
+                                      max_num_batched_tokens=max_num_batched_tokens,
+                                      num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
+        _check_width(trace, max_num_seqs, f"--metrics {metrics}", concurrency)
+        return trace
     assert workload is not None
     trace = preset_workload(workload, concurrency=concurrency, max_num_batched_tokens=max_num_batched_tokens,
                             num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
-    widest = max(s.batch for s in trace.steps)
-    if widest > max_num_seqs:
-        raise ConfigError(f"--workload {workload} runs up to {widest} sequences at once "
-                          f"({'--concurrency' if concurrency is not None else 'its concurrency'}), more than "
-                          f"--max-num-seqs {max_num_seqs}: pass --concurrency {max_num_seqs} or raise --max-num-seqs")
+    _check_width(trace, max_num_seqs, f"--workload {workload}", concurrency)
     return trace
 
 
-def tune_for(inputs: Inputs, trace: StepTrace, *, objective: str = "mean", max_regression: str | float | None = "5%",
+def _check_width(trace: StepTrace, max_num_seqs: int, what: str, concurrency: int | None) -> None:
+    widest = max(s.batch for s in trace.steps)
+    if widest > max_num_seqs:
+        raise ConfigError(f"{what} runs up to {widest} sequences at once "
+                          f"({'--concurrency' if concurrency is not None else 'its concurrency'}), more than "
+                          f"--max-num-seqs {max_num_seqs}: pass --concurrency {max_num_seqs} or raise --max-num-seqs")
+
+
+def _request_file(path: Path, limits: Any, trace_format: str | None, columns: str | None, tokenizer: str | None,
+                  model_hint: str | None, max_requests: int | None) -> Any:
+    """A request trace file read (any format), batched into runs of decode steps, as arrays."""
+    from decodecalc.batch.steps import from_runs
+    from decodecalc.limits import check_int
+    from decodecalc.traffic.requests import batching_notes, batching_runs
+    from decodecalc.traffic.traces import read_requests
+
+    check_int(max_requests, "--max-requests", 1 << 40)
+    table = read_requests(path, fmt=trace_format, columns=columns, tokenizer=tokenizer, model_hint=model_hint,
+                          limit=max_requests)
+    br = batching_runs(table.prompt_tokens, table.output_tokens, table.arrival_s, limits,
+                       max_steps=MAX_WORKLOAD_STEPS, source=str(path))
+    if not br.runs:
+        raise ConfigError(f"{path}: the workload is empty (no decode steps: every request has output_tokens 1)")
+    notes = (f"{table.format} trace: {len(table):,} requests" + (" (token counts estimated)"
+                                                                  if table.tokens_estimated else ""),
+             *table.notes, *batching_notes(limits, len(table)))
+    return from_runs(br.runs, str(path), notes)
+
+
+def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regression: str | float | None = "5%",
              heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None,
              engine: str | None = None, profile: str | Path | None = None, max_shapes: int | None = None,
              exact: bool = False, progress: Callable[[str], None] | None = None) -> TuneResult:

@@ -72,9 +72,9 @@ def test_bound_is_below_every_heuristic_and_default_rows_match(ctx_result):
         assert all(b <= t * (1 + 1e-12) for b, t in zip(bound.times, s.times))
         assert s.vs_bound >= -1e-12
     for engine in ("vllm", "sglang"):
-        assert scores[f"{engine}-default"].times == res.engines[engine].default.times
+        assert list(scores[f"{engine}-default"].times) == list(res.engines[engine].default.times)
         assert scores[f"{engine}-default"].vs_default == 0.0
-        assert scores[f"{engine}-tuned"].times == res.engines[engine].best.times
+        assert list(scores[f"{engine}-tuned"].times) == list(res.engines[engine].best.times)
 
 
 def test_user_rule(tmp_path, ctx_result):
@@ -85,11 +85,17 @@ def test_user_rule(tmp_path, ctx_result):
     chosen = select_heuristics("none", rule)
     scores = {s.name: s for s in score_heuristics(ctx, res, chosen)}
     assert set(scores) == {"user-splits", "user-segments"}
-    assert scores["user-segments"].times[0] == ctx.timer.vllm_forced(0, 32)
-    rule_of = (lambda i: [max(1, min(32, L // 2048)) for L in ctx.timer.work(i).seq_lens])
-    grid = max(max(rule_of(i)) for i in range(len(ctx.shapes.shapes)))  # the split dimension: largest over the workload
+    assert scores["user-segments"].times[0] == ctx.timer.vllm_forced(32).time[0]
+    assert scores["user-segments"].times[4] == ctx.timer.vllm_forced(1).time[4]  # batch 64: the 2D kernel
+    from decodecalc.timemodel import launch_time_s, sglang_work
+
+    rule_of = (lambda i: [max(1, min(32, L // 2048)) for L in ctx.steps.step_lens(i)[0]])
+    grid = max(max(rule_of(i)) for i in range(ctx.steps.num_steps))  # the split dimension: largest over the workload
     assert grid == 30023 // 2048
-    assert scores["user-splits"].times[0] == ctx.timer.sglang_splits(0, rule_of(0), grid)
+    w = ctx.timer.exact_timer.work(0)  # a step of one sequence: the same launch as the scalar model's
+    assert scores["user-splits"].times[0] == pytest.approx(
+        launch_time_s(sglang_work(w, splits=tuple(rule_of(0)), max_kv_splits=grid, adaptive=True), ctx.profile),
+        rel=1e-12)
 
 
 @pytest.mark.parametrize("body, needle", [

@@ -443,7 +443,9 @@ def test_sharegpt_text_the_tokenizer_cannot_encode(tmp_path):
 
 def test_tokenizer_is_noted_unused_for_counted_formats():
     t = read_requests(EXAMPLES / "native.csv", tokenizer="x.json")
-    assert t.notes[-1] == "tokenizer not used: a native trace holds token counts"
+    assert t.notes[-1] == "--tokenizer not used: the native trace holds token counts"
+    # the model's name goes with every read (in case the file is ShareGPT): no note where it is not needed
+    assert not any("tokenizer" in n for n in read_requests(EXAMPLES / "native.csv", model_hint="a/b").notes)
 
 
 # ------------------------------------------------------------------------ round trip

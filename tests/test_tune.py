@@ -81,46 +81,60 @@ def plain_loop(trace, work, gpu, profile, vllm, sglang):
     (VllmSettings(cudagraph_mode="NONE", num_par_softmax_segments=4, min_launch_grid_size_2d=64),
      SglangSettings(max_kv_splits=2)),
 ])
-def test_shape_evaluation_equals_a_plain_per_step_loop(setup, vllm, sglang):
+def test_exact_evaluation_equals_a_plain_per_step_loop(setup, vllm, sglang):
+    """--exact (max_anchors 0): every step timed by the scalar model, as a plain loop plans and times each one."""
+    from decodecalc.reports.tune_stats import stats
+
     model, gpu, profile, work = setup
     trace = random_trace()
-    ctx = make_context(trace, work, gpu, profile, vllm=vllm, sglang=sglang)
-    assert len(ctx.shapes.shapes) == ctx.shapes.distinct == len({s.shape for s in trace.steps}) < len(trace.steps)
+    ctx = make_context(trace, work, gpu, profile, vllm=vllm, sglang=sglang, max_anchors=0)
     ref = plain_loop(trace, work, gpu, profile, vllm, sglang)
-    for engine, times in (("vllm", ctx.timer.vllm(vllm)), ("sglang", ctx.timer.sglang(sglang))):
-        per_step = [times[i] for i in ctx.shapes.step_shape]
-        assert per_step == pytest.approx([t for t, _ in ref[engine]], rel=1e-12)
+    for engine, est in (("vllm", ctx.timer.vllm(vllm)), ("sglang", ctx.timer.sglang(sglang))):
+        assert est.exact.all() and est.rel_se == 0
+        assert list(est.time) == pytest.approx([t for t, _ in ref[engine]], rel=1e-12)
         total = sum(t * w for t, w in ref[engine])
-        from decodecalc.reports.tune_eval import stats
-        assert stats(times, ctx.shapes).total_s == pytest.approx(total, rel=1e-12)
+        assert stats(est.time, ctx.weights).total_s == pytest.approx(total, rel=1e-12)
 
 
 def test_default_candidate_is_the_engine_default_and_best_is_the_minimum(setup):
     model, gpu, profile, work = setup
-    ctx = make_context(random_trace(2), work, gpu, profile)
+    ctx = make_context(random_trace(2), work, gpu, profile, max_anchors=0)
     res = tune(ctx, max_regression=None)
     for engine, e in res.engines.items():
         assert e.candidates[0] is e.default
         ref = ctx.timer.vllm(VllmSettings()) if engine == "vllm" else ctx.timer.sglang(SglangSettings())
-        assert e.default.times == ref
+        assert list(e.default.times) == pytest.approx(list(ref.time), rel=1e-12)
         # ranked as recommend ranks: by the robust score (occupancy +-1), reported with the plain prediction, among
         # the default and the candidates the plain prediction also finds faster than it
         eligible = [c for c in e.candidates if c is e.default or c.stats.mean_step_s < e.default.stats.mean_step_s]
         assert e.best.score.mean_step_s == min(c.score.mean_step_s for c in eligible)
         assert e.best.stats.mean_step_s <= e.default.stats.mean_step_s
         assert e.best.score.mean_step_s >= e.best.stats.mean_step_s * 0.5
-    # the vLLM grid varies both constants
+    # the vLLM range: both constants, segments to the longest sequence's tiles (20,000 tokens: 2,048 segments of
+    # 16-token tiles), thresholds 0 to max_num_seqs (1,024 sequences: grid 8,192 at 8 KV heads)
     settings = {tuple(c.setting.values()) for c in res.engines["vllm"].candidates}
-    assert (16, 128) in settings and (64, 4096) in settings and len(settings) == 40
+    assert (16, 128) in settings and (2048, 0) in settings and (2, 8192) in settings
+    assert not any(s > 2048 for s, _ in settings)
+    splits = {tuple(c.setting.values()) for c in res.engines["sglang"].candidates}
+    assert (8, False) in splits and (1024, True) in splits and (1, True) not in splits
 
 
 def test_a_setting_the_plain_prediction_finds_slower_is_never_picked(setup, monkeypatch):
     """The robust score ranks; a candidate it prefers but the plain prediction finds slower than the default stays
     unpicked (fresh3 of BENCHMARKS.md: such a pick cost 3.3% on 8B chat). Scores forced here: the slower a
     candidate's plain prediction, the better its score."""
+    import dataclasses
+
+    import decodecalc.reports.tune as T
+
     model, gpu, profile, work = setup
     ctx = make_context(random_trace(6), work, gpu, profile)
-    monkeypatch.setattr(ctx.timer, "scores", lambda works: tuple(1.0 / ctx.timer.time_of(lw, "vllm") for lw in works))
+    plain = T._candidate
+
+    def forced(*a, **k):
+        c = plain(*a, **k)
+        return dataclasses.replace(c, score=T.Stats(1 / c.stats.mean_step_s, 1 / c.stats.p99_step_s, 1 / c.stats.total_s))
+    monkeypatch.setattr(T, "_candidate", forced)
     res = tune(ctx, max_regression=None)
     for e in res.engines.values():
         slower = [c for c in e.candidates if c.stats.mean_step_s > e.default.stats.mean_step_s]
@@ -134,6 +148,7 @@ def test_guard_and_objective(setup):
     strict = tune(ctx, max_regression=0.0)
     for e in strict.engines.values():
         assert all(b <= d * (1 + 1e-12) for b, d in zip(e.best.times, e.default.times))
+        assert e.best.worst_exact  # the pick's worst step is the scalar model's, not an estimate
     p99 = tune(ctx, objective="p99", max_regression=None)
     for e in p99.engines.values():
         eligible = [c for c in e.candidates if c is e.default or c.stats.p99_step_s < e.default.stats.p99_step_s]
@@ -150,13 +165,23 @@ def test_parse_regression():
             parse_regression(bad)
 
 
-def test_sampling_keeps_weights(setup):
+def test_a_large_workload_is_ranked_on_a_sample(setup, monkeypatch):
+    """Above SAMPLE_ABOVE steps every candidate is ranked on a stratified sample first; the default and the best are
+    then timed on every step, the others keep their sample's figures (marked)."""
+    import decodecalc.reports.tune as T
+
+    monkeypatch.setattr(T, "SAMPLE_ABOVE", 100)
+    monkeypatch.setattr(T, "SAMPLE_STEPS", 40)
     model, gpu, profile, work = setup
-    trace = random_trace(5, n=80)
-    ctx = make_context(trace, work, gpu, profile, max_shapes=10)
-    assert ctx.shapes.sampled and len(ctx.shapes.shapes) == 10
-    assert ctx.shapes.total_weight == trace.num_steps
-    assert sorted(set(ctx.shapes.step_shape)) == list(range(10))
+    trace = random_trace(5, n=300)
+    ctx = make_context(trace, work, gpu, profile)
+    assert ctx.sample is not None and ctx.sample.steps.num_steps <= 40
+    assert float(ctx.sample.weights.sum()) == pytest.approx(trace.num_steps)
+    res = tune(ctx, max_regression=None, engines=("sglang",))
+    e = res.engines["sglang"]
+    assert not e.default.sampled and not e.best.sampled and any(c.sampled for c in e.candidates)
+    assert len(e.default.times) == ctx.steps.num_steps
+    assert any("ranked on a sample" in n for n in res.notes)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -252,7 +277,7 @@ def test_plot_is_written(tmp_path):
     ('{"seq_lens": [10], "batch": 1}\n', [], "line 1, field 'batch': unknown field"),
     ('\n\n', [], "empty"),
     ('{"seq_lens": [10]}\n', ["--draft-acceptance-rate", "0.5", "--num-speculative-tokens", "2"],
-     "--draft-acceptance-rate applies to --requests and --workload"),
+     "--draft-acceptance-rate applies to --requests, --workload and --metrics"),
 ])
 def test_more_bad_step_files(tmp_path, content, args, needle):
     f = tmp_path / "w.jsonl"
@@ -269,7 +294,7 @@ def test_more_bad_step_files(tmp_path, content, args, needle):
      "r.jsonl, line 2, field 'output_tokens': missing"),
     ("r.jsonl", '{"prompt_tokens": 0, "output_tokens": 5}\n', [], "r.jsonl, line 1, field 'prompt_tokens': must be >= 1"),
     ("r.csv", "prompt_tokens,output_tokens\n100,5\n100,x\n", [], "r.csv, line 3, field 'output_tokens'"),
-    ("r.csv", "prompt_tokens,outputs\n100,5\n", [], "r.csv, line 1, field 'outputs': unknown column"),
+    ("r.csv", "prompt_tokens,outputs\n100,5\n", [], "r.csv: not a known request-trace format; closest is native"),
     ("r.jsonl", '{"prompt_tokens": 100, "output_tokens": 1}\n', [], "no decode step"),
     ("r.jsonl", '{"prompt_tokens": 100, "output_tokens": 9}\n', ["--num-speculative-tokens", "2",
                                                                  "--draft-acceptance-rate", "1.5"],
@@ -379,7 +404,7 @@ def test_help_lists_choices_in_panels():
     r = runner.invoke(app, ["tune", "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
     assert r.exit_code == 0
     text = " ".join(r.output.replace("│", " ").split())
-    for panel in ("Workload (one of --steps, --requests, --workload)", "Search", "What-if split heuristics", "Output",
+    for panel in ("Workload (one of --steps, --requests, --workload, --metrics)", "Search", "What-if split heuristics", "Output",
                   "GPU", "vLLM settings", "SGLang settings"):
         assert f"─ {panel} ─" in r.output, panel
     for choice in ("mean, p99", "vllm, sglang", "chat, long-doc-qa, agentic, code-completion", "sglang-pr35801"):
@@ -404,7 +429,7 @@ def test_text_output_fits_80_columns_without_ellipsis(args):
     lines = r.output.splitlines()
     assert not [x for x in lines if len(x.rstrip()) > 80], [x for x in lines if len(x.rstrip()) > 80][:3]
     assert "…" not in r.output
-    assert "mean µs" in r.output and "total ms" in r.output and "ms per 1,000 generated tokens" in r.output
+    assert "mean µs" in r.output and "scratch" in r.output and "ms per 1,000 generated tokens" in r.output
     for line in lines:  # the apply lines to copy are whole lines, never wrapped
         if line.startswith("    sed -i") or line.startswith("    export ") or line.startswith("    --triton"):
             assert line.count("'") % 2 == 0 and len(line) <= 80

@@ -22,6 +22,8 @@ import pytest
 
 from benchmarks.fit_timemodel import load_steps
 from benchmarks.validate_tune_h200 import (
+    exact_context,
+    forced_time_s,
     launch_recipe,
     plan_entries,
     recipe_time_s,
@@ -31,7 +33,7 @@ from benchmarks.validate_tune_h200 import (
     workload_trace,
 )
 from decodecalc.reports.heuristics import score_heuristics, select_heuristics
-from decodecalc.reports.tune import make_context, tune
+from decodecalc.reports.tune import tune
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import launch_time_s, packaged_profile, resolve_profile
@@ -96,8 +98,8 @@ def test_stored_bound_launches_are_predicted_as_their_search_made_them():
     # takes that candidate's prediction (its CUDA-graph padding included); a forced one is predicted as the bound
     # forces it
     gpu = resolve_gpu("h200")
-    ctx = make_context(workload_trace("chat", 12), make_workload(resolve_model("llama3.1-8b"), tp=1), gpu,
-                       resolve_profile(gpu))
+    ctx = exact_context(workload_trace("chat", 12), make_workload(resolve_model("llama3.1-8b"), tp=1), gpu,
+                        resolve_profile(gpu))
     result = tune(ctx, objective="mean", max_regression=0.05)
     scores = {s.name: s for s in score_heuristics(ctx, result, select_heuristics(None, None))}
     entries = [e for e in plan_entries(ctx, result, scores, -1) if e["kind"] != "bound"]
@@ -105,7 +107,7 @@ def test_stored_bound_launches_are_predicted_as_their_search_made_them():
         for i, spec in enumerate(e["specs"]):
             assert recipe_time_s(ctx, entries, e["engine"], i, launch_recipe(spec),
                                  engine_rule=uses_engine_rule(e)) == pytest.approx(e["predicted"][i])
-    b = len(ctx.shapes.shapes[0])
-    forced = launch_recipe(vllm_forced(128, b))  # 128 segments: no candidate of the search launches it
+    b = int(ctx.steps.batch[0])
+    forced = launch_recipe(vllm_forced(4096, b))  # 4,096 segments: no candidate of the search launches it
     assert not any(launch_recipe(e["specs"][0]) == forced for e in entries if e["engine"] == "vllm")
-    assert recipe_time_s(ctx, entries, "vllm", 0, forced) == ctx.timer.vllm_forced(0, 128)
+    assert recipe_time_s(ctx, entries, "vllm", 0, forced) == forced_time_s(ctx, 0, 4096)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from decodecalc.batch.evaluate import DELTAS, ExactTimer, Proxies, robust_score
+from decodecalc.batch.evaluate import ExactTimer, robust_score
+from decodecalc.batch.kernels import DELTAS, Proxies
 from decodecalc.batch.launches import Recipe
 
 #: anchors a recipe starts with (at most the steps that need them)
@@ -57,7 +58,7 @@ class Estimate:
 
 def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray, *,
              target_rel_se: float = TARGET_REL_SE, max_anchors: int | None = 2000, only: np.ndarray | None = None,
-             start: Estimate | None = None) -> Estimate:
+             start: Estimate | None = None, points: int = len(DELTAS)) -> Estimate:
     """``recipe``'s per-step times: exact where the array model is, else proxy x interpolated ratio (module doc).
     ``max_anchors`` None: every step without a closed form is timed exactly. ``only``: estimate these steps (a
     boolean mask; the others keep the proxy, for the caller to fill). ``start``: continue from an earlier estimate of
@@ -81,7 +82,9 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
     exact_t: dict[int, np.ndarray] = dict(start.anchor_times) if start is not None else {}
     new = _stratified(J, mass, min(cap, INITIAL_ANCHORS if cap < len(J) else cap))
     full = set(new.tolist()[::SCORE_EVERY]) if not exhaustive else set(new.tolist())
-    score_target = target_rel_se * SCORE_TARGET_FACTOR
+    if points == 1:  # the prediction only (its neighbours copy it)
+        full, score_target = set(), float("inf")
+    score_target = target_rel_se * SCORE_TARGET_FACTOR if points > 1 else float("inf")
     while True:
         for a in new.tolist():
             if a not in exact_t:
@@ -94,7 +97,7 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
             break
         if rel_se > target_rel_se and len(A) < cap:
             new = _refine(J, mass, A, times, px, cap - len(A))
-            full = set(new.tolist()[::SCORE_EVERY])
+            full = set(new.tolist()[::SCORE_EVERY]) if points > 1 else set()
         elif rel_se_score > score_target:
             lacking = [a for a in A.tolist() if np.isnan(exact_t[a][1])]
             if not lacking:
@@ -109,9 +112,12 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
             break
         if len(new) == 0:
             break
+    if points == 1:
+        times[1:] = times[0]
+        rel_se_score = rel_se
     exact = np.ones(len(weights), dtype=bool)
     exact[J] = False
-    exact[A[[not np.isnan(exact_t[a][1]) for a in A.tolist()]]] = True
+    exact[A[[points == 1 or not np.isnan(exact_t[a][1]) for a in A.tolist()]]] = True
     if len(A) == len(J) and exact[J].all():
         rel_se = rel_se_score = 0.0
     return Estimate(times, robust_score(times), exact, px.splits, A, float(rel_se), float(rel_se_score),

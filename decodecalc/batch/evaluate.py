@@ -15,25 +15,9 @@ from decodecalc.timemodel.predict import iteration_cost, kernel_time_s
 from decodecalc.timemodel.residuals import QUERY_STEP
 from decodecalc.workload import Workload
 
-from decodecalc.batch.kernels import kernel_times
+from decodecalc.batch.kernels import DELTAS, Proxies, kernel_times
 from decodecalc.batch.launches import LaunchArrays, Recipe
 from decodecalc.batch.steps import StepArrays
-
-#: occupancy deltas of the three points: the prediction itself, then the ranking score's two neighbours
-DELTAS = (0, -1, 1)
-
-
-@dataclass(frozen=True, eq=False)
-class Proxies:
-    """Per step and occupancy delta (rows in DELTAS order): the launch time, exact where ``exact`` says so (else
-    the proxy of :func:`decodecalc.batch.kernels.ragged_proxy_s` for its ragged kernels), and the grid's splits."""
-
-    times: np.ndarray  # float64 [3, n]
-    exact: np.ndarray  # bool [3, n]
-    splits: np.ndarray  # int64 [n]
-    families: frozenset[str] = frozenset()  # kernel families the launches use
-    signature: np.ndarray | None = None  # uint64 [n]: LaunchArrays.signature per step (None: not tracked)
-
 
 def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | float:
     """The residual map's factor of each row's launch (:meth:`ResidualMap.correction`, looked up once per distinct
@@ -52,7 +36,9 @@ def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | floa
     return np.exp(lf)[inverse.reshape(-1)]
 
 
-def proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile) -> Proxies:
+def proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile, points: int = len(DELTAS)) -> Proxies:
+    """The recipe's per-step proxies at the first ``points`` occupancy points (the others, when fewer, copy the
+    prediction's: the ranking score is then the prediction)."""
     own = recipe.proxies(steps, profile)
     if own is not None:
         return own
@@ -67,14 +53,17 @@ def proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile) -> Proxies:
             families.update(k.family for k in la.kernels)
             idx = block.rows[la.rows]
             factor = residual_factor(la, profile)
-            t = np.full((len(DELTAS), len(idx)), la.launch_gaps * profile.launch_overhead_s)
-            ok = np.ones((len(DELTAS), len(idx)), dtype=bool)
+            t = np.full((points, len(idx)), la.launch_gaps * profile.launch_overhead_s)
+            ok = np.ones((points, len(idx)), dtype=bool)
             for ka in la.kernels:
-                kt, ke = kernel_times(ka, profile, DELTAS)
+                kt, ke = kernel_times(ka, profile, DELTAS[:points])
                 t = t + kt
                 ok &= ke
-            times[:, idx] = t * factor
-            exact[:, idx] = ok
+            times[:points, idx] = t * factor
+            exact[:points, idx] = ok
+            if points < len(DELTAS):
+                times[points:, idx] = times[0, idx]
+                exact[points:, idx] = exact[0, idx]
             splits[idx] = la.splits
             if la.signature is not None:
                 if signature is None:

@@ -22,7 +22,8 @@ from decodecalc.timemodel import KERNEL_FAMILIES, TimeProfile
 from decodecalc.workload import Workload
 
 from decodecalc.batch.estimate import TARGET_REL_SE, Estimate, estimate
-from decodecalc.batch.evaluate import DELTAS, ExactTimer, Proxies, proxies, robust_score
+from decodecalc.batch.evaluate import ExactTimer, proxies, robust_score
+from decodecalc.batch.kernels import DELTAS, Proxies
 from decodecalc.batch.launches import (
     BackendRecipe,
     Recipe,
@@ -36,7 +37,7 @@ from decodecalc.batch.steps import Block, StepArrays
 #: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact)
 DEFAULT_MAX_ANCHORS = 600
 #: exactly timed steps of a recipe's first, quick estimate
-FIRST_ANCHORS = 48
+FIRST_ANCHORS = 24
 
 Progress = Callable[[str], None]
 
@@ -58,8 +59,11 @@ class WorkloadTimer:
 
     def __init__(self, steps: StepArrays, base: Workload, gpu: GPUSpec, profile: TimeProfile, *,
                  target_rel_se: float = TARGET_REL_SE, max_anchors: int | None = DEFAULT_MAX_ANCHORS,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, points: int = len(DELTAS)) -> None:
+        """``points``: occupancy points timed (1: the prediction only; its ranking score is then the prediction and
+        the caller scales it, as tune does for a large workload's full pass)."""
         self.steps, self.base, self.gpu, self.profile = steps, base, gpu, profile
+        self.points = points
         self.target_rel_se, self.max_anchors = target_rel_se, max_anchors
         self.exact_timer = ExactTimer(base, steps, profile)
         self.progress = progress
@@ -79,7 +83,7 @@ class WorkloadTimer:
         if entry is None:
             if self.progress is not None:
                 self.progress(" ".join(str(x) for x in recipe.key[:2]))
-            px = proxies(recipe, self.steps, self.profile)
+            px = proxies(recipe, self.steps, self.profile, self.points)
             entry = self._entries[recipe.key] = self._build(recipe, px, tight=self.exact)
             fams = px.families or frozenset(KERNEL_FAMILIES.get(getattr(recipe, "kernel", ""), ()))
             self.families.setdefault(recipe.engine, set()).update(fams)
@@ -102,7 +106,7 @@ class WorkloadTimer:
         donor = self._donor(recipe, px) if start is None else (
             (start.donor, self._entries[start.donor].est, self._entries[start.donor].px, start.same)
             if start.donor is not None else None)
-        kw = dict(target_rel_se=target, max_anchors=cap)
+        kw = dict(target_rel_se=target, max_anchors=cap, points=self.points)
         if donor is None:
             est = estimate(recipe, px, self.exact_timer, self.weights, start=start.own if start else None, **kw)
             return _Entry(recipe, px, est, est, None, None, tight)
@@ -168,8 +172,9 @@ class WorkloadTimer:
         if len(idx) == 0:
             return est
         times = est.times.copy()
-        for j, i in enumerate(idx.tolist()):
-            times[:, i] = self.exact_timer.times(entry.recipe, i)
+        for i in idx.tolist():
+            t = self.exact_timer.times(entry.recipe, i, all_points=self.points > 1)
+            times[:, i] = t if self.points > 1 else t[0]
         exact = est.exact.copy()
         exact[idx] = True
         entry.est = Estimate(times=times, score=robust_score(times), exact=exact, splits=est.splits,

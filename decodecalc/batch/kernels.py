@@ -28,6 +28,22 @@ from decodecalc.timemodel import TimeProfile
 from decodecalc.timemodel.predict import IterationCost, iteration_cost
 
 
+#: occupancy deltas of the three points: the prediction itself, then the ranking score's two neighbours
+DELTAS = (0, -1, 1)
+
+
+@dataclass(frozen=True, eq=False)
+class Proxies:
+    """Per step and occupancy delta (rows in DELTAS order): the launch time, exact where ``exact`` says so (else
+    the proxy of :func:`decodecalc.batch.kernels.ragged_proxy_s` for its ragged kernels), and the grid's splits."""
+
+    times: np.ndarray  # float64 [3, n]
+    exact: np.ndarray  # bool [3, n]
+    splits: np.ndarray  # int64 [n]
+    families: frozenset[str] = frozenset()  # kernel families the launches use
+    signature: np.ndarray | None = None  # uint64 [n]: LaunchArrays.signature per step (None: not tracked)
+
+
 @dataclass(frozen=True, eq=False)
 class KernelArrays:
     """One kernel of a launch for the rows (steps) of a block: per row, ``counts[r, k]`` programs run

@@ -31,7 +31,7 @@ from decodecalc.timemodel.residuals import cell_key
 from decodecalc.timemodel.work import SPLIT_COUNT_KERNEL, reduce_segments_occupancy, sglang_cells, vllm_3d_cells
 from decodecalc.workload import Workload
 
-from decodecalc.batch.kernels import KernelArrays
+from decodecalc.batch.kernels import DELTAS, KernelArrays, Proxies
 from decodecalc.batch.steps import Block
 
 
@@ -320,8 +320,6 @@ class BackendRecipe(Recipe):
         self.key = ("backend", kernel, engine)
 
     def proxies(self, steps: Any, profile: Any) -> Any:
-        from decodecalc.batch.evaluate import DELTAS, Proxies
-
         b = self.base
         per_token = b.num_kv_heads * (b.head_size + b.head_size_v) * b.kv_bytes_per_element
         t = 2 * profile.launch_overhead_s + steps.per_step_sum(steps.seq_lens) * per_token / \

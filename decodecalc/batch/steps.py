@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +74,26 @@ class StepArrays:
             for k in range(0, len(rows_all), per):
                 yield self._block(rows_all[k:k + per], int(w))
 
+    def sample(self, k: int, seed: int = 20261201) -> tuple[StepArrays, np.ndarray]:
+        """``k`` steps, one from each of ``k`` consecutive strata of equal weight (workload order, a seeded position
+        in each), each weighing its stratum: a sample whose weighted totals estimate the workload's without bias.
+        Returns the sample and the indices of its steps."""
+        cum = np.cumsum(self.weights.astype(float))
+        total = cum[-1]
+        rng = np.random.default_rng(seed)
+        picks = np.minimum(np.searchsorted(cum, (np.arange(k) + rng.random(k)) * (total / k), side="right"),
+                           self.num_steps - 1)
+        idx, inv = np.unique(picks, return_inverse=True)  # a step heavier than a stratum may be drawn twice
+        w = np.bincount(inv.reshape(-1), minlength=len(idx)) * (total / k)
+        counts = self.batch[idx]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        take = np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in idx.tolist()])
+        sub = StepArrays(offsets=offsets, seq_lens=self.seq_lens[take], query_lens=self.query_lens[take],
+                         weights=w, tokens=self.tokens[idx], source=self.source, notes=self.notes,
+                         origins=[self.origin(int(i)) for i in idx])
+        return sub, idx
+
     def block_of(self, rows: Sequence[int]) -> Block:
         """The steps ``rows`` as one block (padded to their widest batch)."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -126,3 +147,66 @@ def from_trace(trace: StepTrace) -> StepArrays:
     tokens = np.fromiter((s.generated_tokens for s in steps), dtype=np.int64, count=len(steps))
     return StepArrays(offsets=offsets, seq_lens=seq, query_lens=q, weights=weights, tokens=tokens,
                       source=trace.source, notes=trace.notes, origins=tuple(s.origin for s in steps))
+
+
+class EngineStepOrigins(Sequence[str]):
+    """Where each step of a request trace came from (``source, engine step k``), made on demand: a million steps
+    need no million strings."""
+
+    def __init__(self, source: str, engine_steps: np.ndarray) -> None:
+        self.source, self.engine_steps = source, engine_steps
+
+    def __len__(self) -> int:
+        return len(self.engine_steps)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return f"{self.source}, engine step {int(self.engine_steps[i])}"
+
+
+def from_runs(runs: Sequence, source: str, notes: tuple[str, ...] = ()) -> StepArrays:
+    """The arrays of the decode steps of :func:`decodecalc.traffic.requests.batching_runs`' runs: run ``r``'s step
+    ``j`` has the lengths ``base + j`` (expanded here without a loop over steps)."""
+    R = len(runs)
+    m = np.fromiter((r.steps for r in runs), dtype=np.int64, count=R)
+    B = np.fromiter((len(r.base) for r in runs), dtype=np.int64, count=R)
+    bases = np.fromiter((L for r in runs for L in r.base), dtype=np.int64, count=int(B.sum()))
+    base_start = np.concatenate([[0], np.cumsum(B)[:-1]])
+    step_run = np.repeat(np.arange(R), m)  # the run of every step
+    first = np.concatenate([[0], np.cumsum(m)[:-1]])
+    step_j = np.arange(len(step_run)) - first[step_run]  # the step's index within its run
+    batch = B[step_run]
+    offsets = np.zeros(len(step_run) + 1, dtype=np.int64)
+    np.cumsum(batch, out=offsets[1:])
+    elem_step = np.repeat(np.arange(len(step_run)), batch)
+    pos = np.arange(int(offsets[-1])) - offsets[:-1][elem_step]
+    seq = bases[base_start[step_run][elem_step] + pos] + step_j[elem_step]
+    q = np.repeat(np.fromiter((r.query_len for r in runs), dtype=np.int64, count=R), m * B)
+    tokens_run = np.fromiter((r.tokens if r.tokens is not None else -1 for r in runs), dtype=np.int64, count=R)
+    tokens = np.where(tokens_run[step_run] >= 0, tokens_run[step_run], batch)
+    engine = np.fromiter((r.first_engine_step for r in runs), dtype=np.int64, count=R)[step_run] + step_j
+    return StepArrays(offsets=offsets, seq_lens=seq, query_lens=q, weights=np.ones(len(step_run), dtype=np.int64),
+                      tokens=tokens, source=source, notes=notes, origins=EngineStepOrigins(source, engine))
+
+
+class LineOrigins(Sequence[str]):
+    """``path, line n`` of each step of a step file, made on demand."""
+
+    def __init__(self, source: str, lines: np.ndarray) -> None:
+        self.source, self.lines = source, lines
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return f"{self.source}, line {int(self.lines[i])}"
+
+
+def from_columns(cols: Any) -> StepArrays:
+    """The arrays of a step file read by :func:`decodecalc.traffic.steps.load_step_columns` (no copy of its lengths)."""
+    offsets = np.frombuffer(cols.offsets, dtype=np.int64)
+    seq = np.frombuffer(cols.seq_lens, dtype=np.int64)
+    q = np.frombuffer(cols.query_lens, dtype=np.int64)
+    weights = np.frombuffer(cols.weights, dtype=np.int64)
+    tokens = np.diff(offsets)
+    return StepArrays(offsets=offsets, seq_lens=seq, query_lens=q, weights=weights, tokens=tokens, source=cols.source,
+                      origins=LineOrigins(cols.source, np.frombuffer(cols.lines, dtype=np.int64)))

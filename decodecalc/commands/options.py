@@ -162,10 +162,11 @@ from decodecalc.inputs import Inputs, build_inputs, parse_int_list  # noqa: E402
 # --------------------------------------------------------------------------------------------
 # Injecting the shared options into a command, and the one place errors become `Error: ...`
 
+import contextlib  # noqa: E402
 import functools  # noqa: E402
 import inspect  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Callable  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 
 from decodecalc.errors import DecodecalcError  # noqa: E402
 
@@ -230,6 +231,42 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+#: a run that is still busy after this long shows its progress on stderr
+PROGRESS_AFTER_S = 1.0
+
+
+@contextlib.contextmanager
+def progress_on_stderr(*, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A function to report what a long run is doing: after PROGRESS_AFTER_S, a transient progress line on stderr
+    (a pulsing bar, the step and the elapsed time). Nothing when stderr is not a terminal (a pipe, a file, CI) or
+    not ``enabled`` (``--json``)."""
+    import time
+
+    if not enabled or not sys.stderr.isatty():
+        yield lambda what: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    start = time.monotonic()
+    state: dict[str, Any] = {"n": 0}
+    bar = Progress(TextColumn("[dim]tune[/]"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task("", total=None)
+
+    def report(what: str) -> None:
+        state["n"] += 1
+        if not bar.live.is_started and time.monotonic() - start > PROGRESS_AFTER_S:
+            bar.start()
+        bar.update(task, description=f"{what} ({state['n']})")
+
+    try:
+        yield report
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 def with_workload_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,6 +9,7 @@ import typer
 
 from decodecalc.commands.options import (
     OUTPUT,
+    progress_on_stderr,
     BandwidthOpt,
     BatchInvOpt,
     BlockSizeOpt,
@@ -34,15 +35,37 @@ from decodecalc.commands.options import (
     plain,
 )
 
-TRAFFIC = "Workload (one of --steps, --requests, --workload)"
+TRAFFIC = "Workload (one of --steps, --requests, --workload, --metrics)"
 StepsOpt = Annotated[Optional[Path], typer.Option("--steps", help="Step trace: JSON Lines (or .csv), one decode step "
                                                   "per line: {\"seq_lens\": [...], \"query_lens\": [...], \"weight\": n}.",
                                                   rich_help_panel=TRAFFIC)]
-RequestsOpt = Annotated[Optional[Path], typer.Option("--requests", help="Request trace: JSON Lines (or .csv) with "
-                                                     "prompt_tokens, output_tokens and optionally arrival_s; turned "
-                                                     "into decode steps by a continuous-batching model "
+RequestsOpt = Annotated[Optional[Path], typer.Option("--requests", help="Request trace: the Azure LLM inference "
+                                                     "traces, BurstGPT, Mooncake, vllm bench serve / SGLang "
+                                                     "bench_serving results, ShareGPT, or prompt_tokens / "
+                                                     "output_tokens / arrival_s (format detected; docs/traces.md); "
+                                                     "turned into decode steps by a continuous-batching model "
                                                      "(--max-num-seqs, --max-num-batched-tokens).",
                                                      rich_help_panel=TRAFFIC)]
+FormatOpt = Annotated[Optional[str], typer.Option("--format", help="The --requests file's format (default: detected). "
+                                                  "One of: native, azure, burstgpt, mooncake, vllm-bench, "
+                                                  "sglang-bench, sharegpt.", rich_help_panel=TRAFFIC)]
+ColumnsOpt = Annotated[Optional[str], typer.Option("--columns", help="Read any other CSV / JSON Lines / JSON file "
+                                                   "given as --requests: name its columns, as in "
+                                                   "prompt=COL,output=COL and optionally arrival=COL, unit=ms.",
+                                                   rich_help_panel=TRAFFIC)]
+TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="A tokenizer.json to count the tokens of a "
+                                                      "ShareGPT file (default: the model's from the local Hugging Face "
+                                                      "cache, else an estimate; needs the 'tokens' extra).",
+                                                      rich_help_panel=TRAFFIC)]
+MaxRequestsOpt = Annotated[Optional[int], typer.Option("--max-requests", help="Read only the first N requests of "
+                                                       "the --requests file.", rich_help_panel=TRAFFIC)]
+MetricsOpt = Annotated[Optional[str], typer.Option("--metrics", help="A running vLLM server's Prometheus metrics (a "
+                                                   "file, or the http(s) URL of /metrics): the prompt and output "
+                                                   "length histograms and the running requests make the workload.",
+                                                   rich_help_panel=TRAFFIC)]
+MetricsModelOpt = Annotated[Optional[str], typer.Option("--metrics-model", help="With --metrics: the model_name label "
+                                                        "to read (default: every model, summed).",
+                                                        rich_help_panel=TRAFFIC)]
 WorkloadOpt = Annotated[Optional[str], typer.Option("--workload", "-w", help="A named mix: chat, long-doc-qa, agentic, "
                                                     "code-completion; or a parametric mix such as "
                                                     "mix:prompt=2048,output=256 (also sigma=X, steps=N).",
@@ -93,6 +116,12 @@ def register(app: typer.Typer) -> None:
         steps: StepsOpt = None,
         requests: RequestsOpt = None,
         workload: WorkloadOpt = None,
+        metrics: MetricsOpt = None,
+        trace_format: FormatOpt = None,
+        columns: ColumnsOpt = None,
+        tokenizer: TokenizerOpt = None,
+        max_requests: MaxRequestsOpt = None,
+        metrics_model: MetricsModelOpt = None,
         concurrency: ConcurrencyOpt = None,
         draft_acceptance_rate: AcceptanceOpt = None,
         objective: ObjectiveOpt = "mean",
@@ -146,11 +175,19 @@ def register(app: typer.Typer) -> None:
             max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
             model_runner=plain(model_runner), max_kv_splits=max_kv_splits, static_kv_splits=static_kv_splits,
         )
-        trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
-                              max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              num_speculative_tokens=num_speculative_tokens, draft_acceptance_rate=draft_acceptance_rate)
-        result = tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
-                          rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact)
+        with progress_on_stderr(enabled=not json_out) as report:
+            report("reading the workload")
+            trace = load_workload(steps=steps, requests=requests, workload=workload, metrics=metrics,
+                                  concurrency=concurrency, max_num_seqs=max_num_seqs,
+                                  max_num_batched_tokens=max_num_batched_tokens,
+                                  num_speculative_tokens=num_speculative_tokens,
+                                  draft_acceptance_rate=draft_acceptance_rate, trace_format=trace_format,
+                                  columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
+                                  model_hint=inputs.work.model.hf_id, max_requests=max_requests,
+                                  metrics_model=metrics_model)
+            result = tune_for(inputs, trace, objective=objective, max_regression=max_regression,
+                              heuristics=heuristics, rule=rule, engine=engine, profile=profile,
+                              max_shapes=max_shapes, exact=exact, progress=report)
         data = result.to_dict()
         text = to_json(data)
         files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file

@@ -85,8 +85,19 @@ class Heuristic:
 # vLLM
 
 
+def _setting_times(ctx: Any, result: Any, engine: str, which: str) -> Any:
+    """Per-step times of the engine's default or tuned setting over ``ctx``'s steps (the workload, or its sample)."""
+    from decodecalc.reports.tune_space import option_like
+
+    e = result.engines[engine]
+    cand = e.default if which == "default" else e.best
+    if ctx is result.ctx:
+        return cand.times
+    return option_like(ctx, engine, cand.setting).times
+
+
 def _vllm_default(ctx: Any, result: Any) -> Any:
-    return result.engines["vllm"].default.times
+    return _setting_times(ctx, result, "vllm", "default")
 
 
 def bound_vllm_segments(ctx: Any) -> list[int]:
@@ -125,7 +136,7 @@ def _vllm_pr47520(ctx: Any, result: Any) -> Any:
 
 
 def _sglang_default(ctx: Any, result: Any) -> Any:
-    return result.engines["sglang"].default.times
+    return _setting_times(ctx, result, "sglang", "default")
 
 
 def bound_sglang_splits(ctx: Any) -> list[int]:
@@ -140,7 +151,7 @@ def _sglang_bound(ctx: Any, result: Any) -> Any:
 
     rows = [ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=s, static_kv_splits=True)).time
             for s in bound_sglang_splits(ctx)]
-    return elementwise_min([result.engines["sglang"].default.times] + rows)
+    return elementwise_min([_setting_times(ctx, result, "sglang", "default")] + rows)
 
 
 def _base_max(ctx: Any) -> int:
@@ -209,7 +220,7 @@ def _sglang_pr35801(ctx: Any, result: Any) -> Any:
 
 
 def _tuned(engine: str) -> Callable[[Any, Any], Any]:
-    return lambda ctx, result: result.engines[engine].best.times
+    return lambda ctx, result: _setting_times(ctx, result, engine, "best")
 
 
 HEURISTICS: dict[str, Heuristic] = {h.name: h for h in (
@@ -348,27 +359,30 @@ def select_heuristics(names: str | None, rule: Path | None) -> list[Heuristic]:
 
 
 def score_heuristics(ctx: Any, result: Any, chosen: Sequence[Heuristic]) -> tuple[HeuristicScore, ...]:
-    """Score ``chosen`` over the workload. The bound of an engine is the per-step minimum over its search
-    space (bound_*), its default, its tuned setting and every heuristic scored here, so no heuristic in the
-    table beats it."""
+    """Score ``chosen`` over the workload (a large one's sample: ``ctx.sample``). The bound of an engine is the
+    per-step minimum over its search space (bound_*), its default, its tuned setting and every heuristic scored
+    here, so no heuristic in the table beats it."""
     from decodecalc.batch.stats import elementwise_min
 
+    pop = ctx.sample or ctx
     chosen = [h for h in chosen if h.engine in result.engines]
-    times = {h.name: h.times(ctx, result) for h in chosen if h.kind != "bound"}
+    times = {h.name: h.times(pop, result) for h in chosen if h.kind != "bound"}
+    defaults = {e: _setting_times(pop, result, e, "default") for e in {h.engine for h in chosen}}
     bounds: dict[str, Any] = {}
     for engine in {h.engine for h in chosen}:
-        rows = [HEURISTICS[f"{engine}-bound"].times(ctx, result), result.engines[engine].default.times,
-                result.engines[engine].best.times] + [times[h.name] for h in chosen
-                                                      if h.engine == engine and h.name in times]
+        rows = [HEURISTICS[f"{engine}-bound"].times(pop, result), defaults[engine],
+                _setting_times(pop, result, engine, "best")] + [times[h.name] for h in chosen
+                                                                if h.engine == engine and h.name in times]
         bounds[engine] = elementwise_min(rows)
     out = []
-    w = ctx.weights
+    w = pop.weights
     for h in chosen:
         t = bounds[h.engine] if h.kind == "bound" else times[h.name]
         st = stats(t, w)
-        default = result.engines[h.engine].default.stats
+        default = stats(defaults[h.engine], w)
         bound = stats(bounds[h.engine], w)
         out.append(HeuristicScore(name=h.name, engine=h.engine, kind=h.kind, stats=st,
                                   vs_default=st.mean_step_s / default.mean_step_s - 1.0,
-                                  vs_bound=st.mean_step_s / bound.mean_step_s - 1.0, source=h.source, times=t))
+                                  vs_bound=st.mean_step_s / bound.mean_step_s - 1.0, source=h.source,
+                                  times=t if pop is ctx else None))
     return tuple(out)

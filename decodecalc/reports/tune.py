@@ -24,7 +24,15 @@ from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings, check_supported
 from decodecalc.reports.tune_backends import BackendNote, backend_levers
 from decodecalc.reports.tune_stats import Stats, stats
-from decodecalc.reports.tune_space import Option, sglang_options, sglang_setting, too_big, vllm_options, vllm_setting
+from decodecalc.reports.tune_space import (
+    Option,
+    option_like,
+    sglang_options,
+    sglang_setting,
+    too_big,
+    vllm_options,
+    vllm_setting,
+)
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
 from decodecalc.traffic import StepTrace
@@ -34,6 +42,11 @@ ENGINES = ("vllm", "sglang")
 OBJECTIVES = ("mean", "p99")
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 1 << 30))
+#: a workload of more steps than this ranks every candidate on a sample of SAMPLE_STEPS steps first, then times
+#: the default and at most MAX_FULL_CONTENDERS - 1 of the best on every step
+SAMPLE_ABOVE = 6_000
+SAMPLE_STEPS = 2_048
+MAX_FULL_CONTENDERS = 4
 #: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
 GUARD_STEPS = 16
 #: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
@@ -77,11 +90,12 @@ class Candidate:
     scratch_bytes: int = 0  # split-K scratch the setting allocates
     rel_se: float = 0.0  # estimated standard error of total_s, relative (0: every step timed exactly)
     worst_exact: bool = True  # the worst step's ratio is the scalar model's, not an estimate
+    sampled: bool = False  # timed on the workload's sample only (not a contender for the pick)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
              "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed,
-             "scratch_bytes": self.scratch_bytes, "total_rel_se": self.rel_se}
+             "scratch_bytes": self.scratch_bytes, "total_rel_se": self.rel_se, "sampled": self.sampled}
         if self.steps_2d is not None:
             d["steps_2d"] = self.steps_2d
         if self.score is not None:
@@ -131,6 +145,7 @@ class TuneContext:
     query_keys: Any  # decodecalc.batch.stats.QueryKeys
     max_seq_len: int
     memo: dict = field(default_factory=dict)  # per-workload results shared by candidates (vLLM's gate per threshold)
+    sample: TuneContext | None = None  # a large workload's sample (every candidate is ranked on it first)
 
     @property
     def num_layers(self) -> int:
@@ -172,11 +187,22 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
         raise ConfigError(f"{steps.origin(i)}, field 'seq_lens': {int(batch[i])} sequences in one step, more than "
                           f"max_num_seqs {vllm.max_num_seqs} (raise --max-num-seqs or split the step)")
     anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
-    timer = WorkloadTimer(steps, work, gpu, profile, max_anchors=anchors,
-                          target_rel_se=TARGET_REL_SE if target_rel_se is None else target_rel_se, progress=progress)
-    return TuneContext(steps=steps, summary=workload_summary(steps), work=work, gpu=gpu, profile=profile, vllm=vllm,
-                       sglang=sglang, timer=timer, query_keys=query_keys(steps.offsets, steps.query_lens),
-                       max_seq_len=int(steps.seq_lens.max()))
+    target = TARGET_REL_SE if target_rel_se is None else target_rel_se
+
+    def context(st: StepArrays, summary: dict[str, Any], sample: TuneContext | None) -> TuneContext:
+        # the full pass of a sampled workload times the prediction only: the sample ranked by the score
+        timer = WorkloadTimer(st, work, gpu, profile, max_anchors=anchors, target_rel_se=target, progress=progress,
+                              points=1 if sample is not None else 3)
+        return TuneContext(steps=st, summary=summary, work=work, gpu=gpu, profile=profile, vllm=vllm, sglang=sglang,
+                           timer=timer, query_keys=query_keys(st.offsets, st.query_lens),
+                           max_seq_len=int(steps.seq_lens.max()), sample=sample)
+
+    summary = workload_summary(steps)
+    sample = None
+    if anchors is not None and steps.num_steps > SAMPLE_ABOVE:
+        sub, _ = steps.sample(SAMPLE_STEPS)
+        sample = context(sub, summary, None)
+    return context(steps, summary, sample)
 
 
 def objective_value(st: Stats, objective: str) -> float:
@@ -194,8 +220,11 @@ def _candidate(ctx: TuneContext, engine: str, opt: Option, default: Option | Non
         exact_worst = bool(opt.exact[i] and default.exact[i])
     allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
     rel_se = ctx.timer.rel_se_of(opt.recipes)
-    return Candidate(engine=engine, setting=opt.setting, label=opt.label, times=opt.times, stats=stats(opt.times, w),
-                     worst_ratio=worst, allowed=allowed, score=stats(opt.score, w), steps_2d=opt.steps_2d,
+    st = stats(opt.times, w)
+    r = ctx.memo.get("score_ratio", {}).get(opt.label)  # a full pass without the score's points: the sample's ratio
+    score = stats(opt.score, w) if r is None else Stats(st.mean_step_s * r[0], st.p99_step_s * r[1], st.total_s * r[0])
+    return Candidate(engine=engine, setting=opt.setting, label=opt.label, times=opt.times, stats=st,
+                     worst_ratio=worst, allowed=allowed, score=score, steps_2d=opt.steps_2d,
                      scratch_bytes=opt.scratch_bytes, rel_se=rel_se, worst_exact=exact_worst)
 
 
@@ -293,13 +322,25 @@ def per_1k_tokens(ctx: TuneContext, st: Stats) -> float:
 
 
 def _options(ctx: TuneContext, engine: str) -> tuple[list[Option], str]:
+    _options_checked(ctx, engine)
+    return vllm_options(ctx) if engine == "vllm" else sglang_options(ctx)
+
+
+def _default_option(ctx: TuneContext, engine: str) -> Option:
+    from decodecalc.reports.tune_space import default_setting
+
+    _options_checked(ctx, engine)
+    return option_like(ctx, engine, default_setting(ctx, engine))
+
+
+def _options_checked(ctx: TuneContext, engine: str) -> None:
+    """The engine's own refusals of the workload (vLLM's startup checks, SGLang's extend kernel for multi-token
+    steps), raised before any option is built."""
     if engine == "vllm":
         check_supported(ctx.work, ctx.vllm)
-        return vllm_options(ctx)
-    if ctx.work.max_seqlen_q > 1 or bool((ctx.steps.query_lens > 1).any()):
+    elif bool((ctx.steps.query_lens > 1).any()):
         raise UnsupportedError("query lengths > 1: SGLang runs prefill, mixed and speculative-verify batches through "
                                "extend_attention, which does not split the KV (triton_backend.py L1059, L1127)")
-    return sglang_options(ctx)
 
 
 def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str) -> str:
@@ -316,26 +357,24 @@ CONTENDER_FRACTION = 0.02
 
 
 def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> list[str]:
-    """Labels of the candidates that could still be the pick once their totals are tight: the default and every one
-    whose ranking score lies near the best's (their quick estimates' errors taken into account)."""
+    """Labels of the candidates that could still be the pick once their totals are tight: the default, then every
+    allowed one whose ranking score lies near the best's (their quick estimates' errors taken into account), best
+    first."""
     top = objective_value(best.score or best.stats, objective)
-    out = [cands[0].label]
+    near = []
     for c in cands[1:]:
         margin = max(CONTENDER_FRACTION, 4 * c.rel_se)
-        if objective_value(c.score or c.stats, objective) <= top * (1 + margin):
-            out.append(c.label)
-    return out
+        value = objective_value(c.score or c.stats, objective)
+        if c.allowed and value <= top * (1 + margin):
+            near.append((value, c.label))
+    return [cands[0].label] + [label for _, label in sorted(near)]
 
 
-def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regression: float | None = 0.05) -> EngineTune:
-    if objective not in OBJECTIVES:
-        raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
-    if engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-    options, why = _options(ctx, engine)
-    dropped = too_big(options[1:], ctx.gpu.memory_bytes)
-    options = [o for o in options if o not in dropped]
-    if not ctx.timer.exact:  # quick estimates first; the totals that decide the pick are then made tight
+def _evaluate(ctx: TuneContext, engine: str, options: list[Option], objective: str,
+              max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...], list[Option]]:
+    """The candidates of ``options`` over ``ctx``'s steps: quick estimates first, then the totals that decide the pick
+    made tight (the default and every candidate that could be the best), the pick's worst step timed exactly."""
+    if not ctx.timer.exact:
         _, first, cands = _search(ctx, engine, options, objective, max_regression)
         keep = set(_contenders(cands, first, objective))
         ctx.timer.tighten([k for o in options if o.label in keep for k in o.recipes if k != "own"])
@@ -346,6 +385,39 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
         best = _candidate(ctx, engine, opt, d_opt, max_regression)
         cands = tuple(best if c.label == best.label else c for c in cands)
+    return default, best, cands, options
+
+
+def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regression: float | None = 0.05,
+                only: Sequence[Mapping[str, Any]] | None = None) -> EngineTune:
+    """The engine's best setting over its whole range (``only``: among these settings, the default always included).
+    On a large workload every candidate is first timed on a sample of its steps (``ctx.sample``); the default and
+    the candidates that could be the best are then timed on every step, and the others keep their sample's figures
+    (``sampled`` in the JSON)."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    if engine not in ENGINES:
+        raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    small = ctx.sample or ctx
+    if only is None:
+        options, why = _options(small, engine)
+    else:
+        default = _default_option(small, engine)
+        options = [default] + [option_like(small, engine, x) for x in map(dict, only) if x != default.setting]
+        why = "the settings given"
+    dropped = too_big(options[1:], ctx.gpu.memory_bytes)
+    options = [o for o in options if o not in dropped]
+    default, best, cands, options = _evaluate(small, engine, options, objective, max_regression)
+    if ctx.sample is not None:
+        keep = _contenders(cands, best, objective)[:MAX_FULL_CONTENDERS]
+        ratios = ctx.memo.setdefault("score_ratio", {})
+        for c in cands:  # the ranking score over the value, as the sample has it (the full pass times no neighbours)
+            ratios[c.label] = (c.score.mean_step_s / c.stats.mean_step_s, c.score.p99_step_s / c.stats.p99_step_s)
+        full = [option_like(ctx, engine, o.setting) for o in options if o.label in keep]
+        default, best, full_cands, _ = _evaluate(ctx, engine, full, objective, max_regression)
+        by_label = {c.label: c for c in full_cands}
+        cands = tuple(by_label.get(c.label) or dataclasses.replace(c, sampled=True) for c in cands)
+        best = min((c for c in cands if c.allowed and not c.sampled), key=lambda c: c is not best)
     words, cmds = _apply(engine, best, default, ctx)
     return EngineTune(
         engine=engine, default=default, best=best, candidates=cands, apply=words, apply_commands=cmds,
@@ -392,12 +464,15 @@ class TuneResult:
 
 
 def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | None = 0.05,
-         engines: Sequence[str] = ENGINES) -> TuneResult:
+         engines: Sequence[str] = ENGINES, only: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+         backends: bool = True) -> TuneResult:
+    """Every engine's best setting (``only``: per engine, the settings to compare instead of the whole range), and
+    the other attention backends' totals (``backends``)."""
     out: dict[str, EngineTune] = {}
     skipped: dict[str, str] = {}
     for e in engines:
         try:
-            out[e] = tune_engine(ctx, e, objective, max_regression)
+            out[e] = tune_engine(ctx, e, objective, max_regression, None if only is None else only.get(e, ()))
         except UnsupportedError as exc:
             skipped[e] = str(exc)
     if not out:
@@ -412,5 +487,9 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
         notes.append(f"{est['exact_evaluations']:,} launches timed exactly; the rest of the steps estimated from them: "
                      f"every total within about {est['max_rel_se'] * 100:.2g}% (one standard error; --exact times "
                      "every step)")
+    if ctx.sample is not None:
+        notes.append(f"{ctx.steps.num_steps:,} steps: every setting ranked on a sample of {ctx.sample.steps.num_steps:,} "
+                     "of them; the default and the best timed on every step; the other settings, the backends and "
+                     "the heuristics keep the sample's figures")
     return TuneResult(ctx=ctx, objective=objective, max_regression=max_regression, engines=out, skipped=skipped,
-                      backends=backend_levers(ctx, out), notes=tuple(notes))
+                      backends=backend_levers(ctx.sample or ctx, out) if backends else (), notes=tuple(notes))

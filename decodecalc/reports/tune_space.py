@@ -146,24 +146,44 @@ def sglang_split_range(ctx: Any) -> tuple[list[int], str]:
 
 def sglang_options(ctx: Any) -> tuple[list[Option], str]:
     splits, why = sglang_split_range(ctx)
-    base = ctx.sglang
-    d_max = base.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS
-    d_static = base.static_kv_splits
+    d_max, d_static = _sglang_defaults(ctx)
     combos = [(d_max, d_static)] + [(m, st) for st in (False, True) for m in splits
                                     if (m, st) != (d_max, d_static) and not (m == 1 and st)]
-    out = []
-    for m, st in combos:
-        s = dataclasses.replace(base, max_kv_splits=m, static_kv_splits=st)
-        ctx.timer.sglang(s)
-        label = f"{'static' if st else 'adaptive'} {m}" + (" (default)" if (m, st) == (d_max, d_static) else "")
-        common = dict(setting=sglang_setting(m, st), label=label, recipes=(("sglang", s),),
-                      scratch_bytes=sg.scratch_bytes(ctx.vllm.max_num_seqs, ctx.work.num_heads, m, ctx.work.head_size_v))
+    return [sglang_option(ctx, m, st) for m, st in combos], why
 
-        def rebuild(common=common) -> Option:
-            est = ctx.timer.estimate_of(common["recipes"][0])
-            return Option(times=est.time, score=est.score, exact=est.exact, refresh=rebuild, **common)
-        out.append(rebuild())
-    return out, why
+
+def _sglang_defaults(ctx: Any) -> tuple[int, bool]:
+    return ctx.sglang.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS, ctx.sglang.static_kv_splits
+
+
+def sglang_option(ctx: Any, max_kv_splits: int, static: bool) -> Option:
+    """SGLang with ``--triton-attention-num-kv-splits max_kv_splits``, static or adaptive split counts."""
+    s = dataclasses.replace(ctx.sglang, max_kv_splits=max_kv_splits, static_kv_splits=static)
+    ctx.timer.sglang(s)
+    default = (max_kv_splits, static) == _sglang_defaults(ctx)
+    common = dict(setting=sglang_setting(max_kv_splits, static), recipes=(("sglang", s),),
+                  label=f"{'static' if static else 'adaptive'} {max_kv_splits}" + (" (default)" if default else ""),
+                  scratch_bytes=sg.scratch_bytes(ctx.vllm.max_num_seqs, ctx.work.num_heads, max_kv_splits,
+                                                 ctx.work.head_size_v))
+
+    def rebuild() -> Option:
+        est = ctx.timer.estimate_of(common["recipes"][0])
+        return Option(times=est.time, score=est.score, exact=est.exact, refresh=rebuild, **common)
+    return rebuild()
+
+
+def default_setting(ctx: Any, engine: str) -> dict[str, Any]:
+    """The engine's default setting (as an Option's ``setting`` holds it)."""
+    if engine == "vllm":
+        return vllm_setting(*_vllm_defaults(ctx))
+    return sglang_setting(*_sglang_defaults(ctx))
+
+
+def option_like(ctx: Any, engine: str, setting: dict[str, Any]) -> Option:
+    """The option of ``setting`` (as an Option's ``setting`` holds it) over ``ctx``'s steps."""
+    if engine == "vllm":
+        return vllm_option(ctx, int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]), int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
+    return sglang_option(ctx, int(setting["triton_attention_num_kv_splits"]), bool(setting["static_kv_splits"]))
 
 
 def too_big(options: Sequence[Option], memory_bytes: int) -> list[Option]:

@@ -160,11 +160,38 @@ def load_requests(path: Path) -> tuple[Request, ...]:
 
 @dataclass(slots=True)
 class _Running:
-    req: Request
+    prompt: int
+    output: int
     prefilled: int = 0
     generated: int = 0
     order: int = 0
     decode_steps: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepRun:
+    """``steps`` consecutive decode steps of the same requests: step ``j``'s KV lengths are ``base[i] + j``, every
+    sequence with ``query_len`` query tokens; ``tokens`` generated per step (None: one per sequence)."""
+
+    base: tuple[int, ...]
+    steps: int
+    first_engine_step: int
+    query_len: int = 1
+    tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingRuns:
+    """The decode steps of a request trace as runs (:class:`StepRun`), with what :class:`BatchingResult` reports."""
+
+    runs: tuple[StepRun, ...]
+    engine_steps: int  # steps simulated (with or without a decode)
+    queue_empty_step: int  # decode steps before the first one after the last admission
+    requests: int
+
+    @property
+    def decode_steps(self) -> int:
+        return sum(r.steps for r in self.runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,71 +202,125 @@ class BatchingResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequence[float],
+                  limits: BatchingLimits = BatchingLimits(), *, max_steps: int | None = None,
+                  source: str = "requests") -> BatchingRuns:
+    """The continuous-batching model of this module's docstring, for requests given as columns sorted by arrival
+    (stable: file order among equal arrivals). Steps where every running request decodes and nobody can be admitted
+    repeat with every length one token longer, until the first request finishes or an arrival could be admitted:
+    they are emitted as one run (a million steps of a day's traffic cost a few hundred thousand iterations, not a
+    million times the batch). ``max_steps``: a ConfigError once more decode steps than that are made (a trace of
+    months of traffic would not fit in memory)."""
+    n_req = len(prompt)
+    q = limits.query_len
+    interval = limits.step_interval_s
+    nxt = 0  # next request not yet arrived
+    waiting: deque[int] = deque()
+    running: list[_Running] = []
+    runs: list[StepRun] = []
+    emitted = 0
+    k = 0
+    admitted_all_at = -1
+    counter = 0
+    while nxt < n_req or waiting or running:
+        now = k * interval
+        if not waiting and not running and nxt < n_req and arrival[nxt] > now:
+            k = math.ceil(arrival[nxt] / interval - 1e-12)  # idle: jump to next arrival
+            now = k * interval
+        while nxt < n_req and arrival[nxt] <= now + 1e-12:
+            waiting.append(nxt)
+            nxt += 1
+        budget = limits.max_num_batched_tokens
+        decoding = [r for r in running if r.prefilled == r.prompt][:budget // q]
+        budget -= q * len(decoding)
+        if (q == 1 and decoding and len(decoding) == len(running)
+                and (not waiting or len(running) >= limits.max_num_seqs)):
+            # a pure decode stretch: it lasts until a request finishes, or until an arrival could be admitted
+            m = min(r.output - r.generated for r in decoding)
+            if len(running) < limits.max_num_seqs and nxt < n_req:
+                m = min(m, max(1, math.ceil(arrival[nxt] / interval - 1e-12) - k))
+            if not waiting and nxt >= n_req and admitted_all_at < 0:
+                admitted_all_at = emitted
+            runs.append(StepRun(base=tuple(r.prompt + r.generated for r in decoding), steps=m, first_engine_step=k))
+            emitted += m
+            if max_steps is not None and emitted > max_steps:
+                raise ConfigError(f"{source}: more than {max_steps:,} decode steps (about {nxt:,} requests in); "
+                                  "tune a part of the trace (--max-requests N)")
+            for r in decoding:
+                r.generated += m
+                r.decode_steps += m
+            running = [r for r in running if r.generated < r.output]
+            k += m
+            continue
+        chunks: list[tuple[_Running, int]] = []
+        for r in running:
+            if r.prefilled < r.prompt and budget > 0:
+                c = min(r.prompt - r.prefilled, budget)
+                chunks.append((r, c))
+                budget -= c
+        while waiting and len(running) < limits.max_num_seqs and budget > 0:
+            i = waiting.popleft()
+            r = _Running(prompt=int(prompt[i]), output=int(output[i]), order=counter)
+            counter += 1
+            running.append(r)
+            c = min(r.prompt, budget)
+            chunks.append((r, c))
+            budget -= c
+        if not waiting and nxt >= n_req and admitted_all_at < 0:
+            admitted_all_at = emitted
+        # tokens each decoding request generates this step: its last token's successor plus accepted drafts
+        advance = [min(1 + (limits.accepted(r.decode_steps) if q > 1 else 0), r.output - r.generated)
+                   for r in decoding]
+        if decoding:
+            runs.append(StepRun(base=tuple(r.prompt + r.generated + q - 1 for r in decoding), steps=1,
+                                first_engine_step=k, query_len=q, tokens=None if q == 1 else sum(advance)))
+            emitted += 1
+        done = set()
+        for r, a in zip(decoding, advance):
+            r.generated += a
+            r.decode_steps += 1
+            if r.generated >= r.output:
+                done.add(id(r))
+        for r, c in chunks:
+            r.prefilled += c
+            if r.prefilled == r.prompt:
+                r.generated = 1  # the prefill step yields the first output token
+                if r.output <= 1:
+                    done.add(id(r))
+        running = [r for r in running if id(r) not in done]
+        k += 1
+    return BatchingRuns(runs=tuple(runs), engine_steps=k, queue_empty_step=max(admitted_all_at, 0), requests=n_req)
+
+
+def runs_to_steps(br: BatchingRuns, source: str) -> tuple[DecodeStep, ...]:
+    out = []
+    for run in br.runs:
+        for j in range(run.steps):
+            out.append(DecodeStep(seq_lens=tuple(L + j for L in run.base), query_lens=(run.query_len,) * len(run.base),
+                                  origin=f"{source}, engine step {run.first_engine_step + j}", tokens=run.tokens))
+    return tuple(out)
+
+
+def _columns(requests: Sequence[Request]) -> tuple[list[int], list[int], list[float]]:
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, i))
+    return ([requests[i].prompt_tokens for i in order], [requests[i].output_tokens for i in order],
+            [requests[i].arrival_s for i in order])
+
+
 def batch_requests(requests: Sequence[Request], limits: BatchingLimits = BatchingLimits(), *,
                    source: str = "requests") -> BatchingResult:
     """Decode steps of ``requests`` under the continuous-batching model of this module's docstring."""
     if not requests:
         raise ConfigError(f"{source}: the workload is empty (no requests)")
-    pending = deque(sorted(enumerate(requests), key=lambda p: (p[1].arrival_s, p[0])))
-    waiting: deque[Request] = deque()
-    running: list[_Running] = []
-    steps: list[DecodeStep] = []
-    k = 0
-    admitted_all_at = -1
-    counter = 0
-    while pending or waiting or running:
-        now = k * limits.step_interval_s
-        if not waiting and not running and pending and pending[0][1].arrival_s > now:
-            k = math.ceil(pending[0][1].arrival_s / limits.step_interval_s - 1e-12)  # idle: jump to next arrival
-            now = k * limits.step_interval_s
-        while pending and pending[0][1].arrival_s <= now + 1e-12:
-            waiting.append(pending.popleft()[1])
-        budget = limits.max_num_batched_tokens
-        q = limits.query_len
-        decoding = [r for r in running if r.prefilled == r.req.prompt_tokens][:budget // q]
-        budget -= q * len(decoding)
-        chunks: list[tuple[_Running, int]] = []
-        for r in running:
-            if r.prefilled < r.req.prompt_tokens and budget > 0:
-                c = min(r.req.prompt_tokens - r.prefilled, budget)
-                chunks.append((r, c))
-                budget -= c
-        while waiting and len(running) < limits.max_num_seqs and budget > 0:
-            req = waiting.popleft()
-            r = _Running(req=req, order=counter)
-            counter += 1
-            running.append(r)
-            c = min(req.prompt_tokens, budget)
-            chunks.append((r, c))
-            budget -= c
-        if not waiting and not pending and admitted_all_at < 0:
-            admitted_all_at = len(steps)
-        done = set()
-        # tokens each decoding request generates this step: its last token's successor plus accepted drafts
-        advance = [min(1 + (limits.accepted(r.decode_steps) if q > 1 else 0), r.req.output_tokens - r.generated)
-                   for r in decoding]
-        if decoding:
-            steps.append(DecodeStep(seq_lens=tuple(r.req.prompt_tokens + r.generated + q - 1 for r in decoding),
-                                    query_lens=(q,) * len(decoding), origin=f"{source}, engine step {k}",
-                                    tokens=None if q == 1 else sum(advance)))
-        for r, n in zip(decoding, advance):
-            r.generated += n
-            r.decode_steps += 1
-            if r.generated >= r.req.output_tokens:
-                done.add(id(r))
-        for r, c in chunks:
-            r.prefilled += c
-            if r.prefilled == r.req.prompt_tokens:
-                r.generated = 1  # the prefill step yields the first output token
-                if r.req.output_tokens <= 1:
-                    done.add(id(r))
-        running = [r for r in running if id(r) not in done]
-        k += 1
-    trace = StepTrace(steps=tuple(steps), source=source,
-                      notes=(f"continuous batching: max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens "
-                             f"{limits.max_num_batched_tokens}, {len(requests)} requests",)
-                      + ((limits.describe_speculation(),) if limits.num_speculative_tokens else ()))
-    return BatchingResult(trace=trace, engine_steps=k, queue_empty_step=max(admitted_all_at, 0))
+    br = batching_runs(*_columns(requests), limits)
+    trace = StepTrace(steps=runs_to_steps(br, source), source=source, notes=batching_notes(limits, len(requests)))
+    return BatchingResult(trace=trace, engine_steps=br.engine_steps, queue_empty_step=br.queue_empty_step)
+
+
+def batching_notes(limits: BatchingLimits, requests: int) -> tuple[str, ...]:
+    return ((f"continuous batching: max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens "
+             f"{limits.max_num_batched_tokens}, {requests:,} requests",)
+            + ((limits.describe_speculation(),) if limits.num_speculative_tokens else ()))
 
 
 def steps_from_requests(path: Path, limits: BatchingLimits = BatchingLimits()) -> StepTrace:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,15 +168,31 @@ def nonempty(trace: StepTrace, what: str) -> StepTrace:
 # files
 
 
-def _read_text(path: Path) -> str:
+#: the longest line a step file may have (a step of 65,536 sequences of 16M tokens is about 600 kB)
+MAX_LINE_CHARS = 4 << 20
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 text file, read as a stream (memory bounded by one line)."""
+    n = 0
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="") as f:
+            while True:
+                line = f.readline(MAX_LINE_CHARS + 1)
+                if not line:
+                    return
+                n += 1
+                if len(line) > MAX_LINE_CHARS:
+                    raise ConfigError(f"{path}, line {n}: longer than {MAX_LINE_CHARS:,} characters")
+                if "\x00" in line:
+                    raise ConfigError(f"{path}, line {n}: binary data (a NUL byte), not a text file")
+                yield n, line.rstrip("\r\n")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not a UTF-8 text file ({e.reason})") from None
+        raise ConfigError(f"{path}, line {n + 1}: not UTF-8 text ({e.reason})") from None
 
 
 def _jsonl_records(path: Path) -> Iterable[tuple[dict[str, Any], str]]:
-    for n, line in enumerate(_read_text(path).splitlines(), start=1):
+    for n, line in _lines(path):
         if not line.strip():
             continue
         where = f"{path}, line {n}"
@@ -204,10 +221,12 @@ def _csv_list(cell: str, where: str, field: str) -> list[int]:
 
 
 def _csv_records(path: Path, list_fields: Sequence[str], known: Sequence[str]) -> Iterable[tuple[dict[str, Any], str]]:
-    text = _read_text(path)
-    reader = csv.reader(text.splitlines())
     header: list[str] | None = None
-    for n, row in enumerate(reader, start=1):
+    for n, line in _lines(path):
+        try:
+            row = next(csv.reader([line]))
+        except (csv.Error, StopIteration) as e:
+            raise ConfigError(f"{path}, line {n}: not a CSV row ({e})") from None
         if not any(c.strip() for c in row):
             continue
         if header is None:
@@ -248,6 +267,35 @@ def records(path: Path, *, list_fields: Sequence[str], known: Sequence[str]) -> 
     if path.suffix.lower() == ".csv":
         return _csv_records(path, list_fields, known)
     return _jsonl_records(path)
+
+
+@dataclass(frozen=True, slots=True)
+class StepColumns:
+    """A step file read as flat columns (what tune's batch evaluator takes): step ``i``'s lengths are
+    ``seq_lens[offsets[i]:offsets[i + 1]]``; ``lines[i]`` is its line in the file."""
+
+    offsets: array
+    seq_lens: array
+    query_lens: array
+    weights: array
+    lines: array
+    source: str
+
+
+def load_step_columns(path: Path) -> StepColumns:
+    """Read a step trace (JSON Lines or CSV) as a stream into flat columns, with every check of :func:`make_step`
+    (a file of a million steps takes seconds and its numbers' bytes, not objects)."""
+    offsets, seq, query, weights, lines = array("q", [0]), array("q"), array("q"), array("q"), array("q")
+    for rec, where in records(path, list_fields=("seq_lens", "query_lens"), known=STEP_FIELDS):
+        step = make_step(rec, where)
+        seq.extend(step.seq_lens)
+        query.extend(step.query_lens)
+        offsets.append(len(seq))
+        weights.append(step.weight)
+        lines.append(int(where.rsplit(" ", 1)[1]))
+    if len(weights) == 0:
+        raise ConfigError(f"{path}: the workload is empty (no decode steps)")
+    return StepColumns(offsets, seq, query, weights, lines, str(path))
 
 
 def load_steps(path: Path) -> StepTrace:

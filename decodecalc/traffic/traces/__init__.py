@@ -83,7 +83,8 @@ def _read(p: Path, fmt: str | None, columns: str | Mapping[str, str] | None, tok
 
 
 def _with_unused(table: RequestTable, tokenizer: str | None, model_hint: str | None) -> RequestTable:
-    """The table, with a note when a tokenizer was given for a format that holds token counts."""
-    if tokenizer is None and model_hint is None:
+    """The table, with a note when a tokenizer file was given for a format that holds token counts (the model's
+    name, ``model_hint``, is passed whatever the format, for the case it is ShareGPT: no note for it)."""
+    if tokenizer is None:
         return table
-    return replace(table, notes=table.notes + (f"tokenizer not used: a {table.format} trace holds token counts",))
+    return replace(table, notes=table.notes + (f"--tokenizer not used: the {table.format} trace holds token counts",))
