@@ -43,10 +43,12 @@ OBJECTIVES = ("mean", "p99")
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 1 << 30))
 #: a workload of more steps than this ranks every candidate on a sample of SAMPLE_STEPS steps first, then times
-#: the default and at most MAX_FULL_CONTENDERS - 1 of the best on every step
+#: the default and at most MAX_FULL_CONTENDERS - 1 of the best on every step (a sample of 2,048 steps ranks the
+#: candidates to about SAMPLE_TARGET_REL_SE; its totals are estimated no closer)
 SAMPLE_ABOVE = 6_000
 SAMPLE_STEPS = 2_048
-MAX_FULL_CONTENDERS = 4
+MAX_FULL_CONTENDERS = 3
+SAMPLE_TARGET_REL_SE = 2e-3
 #: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
 GUARD_STEPS = 16
 #: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
@@ -189,9 +191,12 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
     target = TARGET_REL_SE if target_rel_se is None else target_rel_se
 
-    def context(st: StepArrays, summary: dict[str, Any], sample: TuneContext | None) -> TuneContext:
-        # the full pass of a sampled workload times the prediction only: the sample ranked by the score
-        timer = WorkloadTimer(st, work, gpu, profile, max_anchors=anchors, target_rel_se=target, progress=progress,
+    def context(st: StepArrays, summary: dict[str, Any], sample: TuneContext | None,
+                is_sample: bool = False) -> TuneContext:
+        # the full pass of a sampled workload times the prediction only: the sample ranked by the score; a sample's
+        # totals carry its sampling error, so estimating them closer than SAMPLE_TARGET_REL_SE gains nothing
+        timer = WorkloadTimer(st, work, gpu, profile, max_anchors=anchors, progress=progress,
+                              target_rel_se=max(target, SAMPLE_TARGET_REL_SE) if is_sample else target,
                               points=1 if sample is not None else 3)
         return TuneContext(steps=st, summary=summary, work=work, gpu=gpu, profile=profile, vllm=vllm, sglang=sglang,
                            timer=timer, query_keys=query_keys(st.offsets, st.query_lens),
@@ -201,7 +206,7 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     sample = None
     if anchors is not None and steps.num_steps > SAMPLE_ABOVE:
         sub, _ = steps.sample(SAMPLE_STEPS)
-        sample = context(sub, summary, None)
+        sample = context(sub, summary, None, is_sample=True)
     return context(steps, summary, sample)
 
 
