@@ -78,10 +78,15 @@ class ExactTimer:
     added in closed form), so recipes whose launches differ only in empty grid slots (SGLang's adaptive split counts
     under different caps) share them; the result equals ``launch_time_s`` (tests/test_batch.py)."""
 
-    def __init__(self, base: Workload, steps: StepArrays, profile: TimeProfile) -> None:
+    def __init__(self, base: Workload, steps: StepArrays, profile: TimeProfile, memo: dict | None = None) -> None:
+        """``memo``: another timer's kernel memo to share (the same base workload and profile)."""
         self.base, self.steps, self.profile = base, steps, profile
-        self._kernels: dict = {}
+        self._kernels: dict = {} if memo is None else memo
         self.evaluations = 0  # distinct kernel works timed
+
+    @property
+    def memo(self) -> dict:
+        return self._kernels
 
     def work(self, i: int) -> Workload:
         seq, q = self.steps.step_lens(i)

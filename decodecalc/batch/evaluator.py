@@ -1,9 +1,10 @@
 """The one object tune asks for per-step times: a workload's steps under any recipe, estimated once, cached, and
 tightened where a decision needs it.
 
-Every recipe first gets a quick estimate (a few dozen exactly timed steps, :data:`FIRST_ANCHORS`); tune then
-tightens the recipes that decide its answer (the default and the candidates that could be the best) to the target
-error, with up to ``max_anchors`` exactly timed steps each (:meth:`WorkloadTimer.tighten`). A recipe whose launches
+Every recipe first gets a quick estimate (a handful of exactly timed steps, :data:`FIRST_ANCHORS`); tune then
+improves the ones near the best (:meth:`WorkloadTimer.improve`, :data:`NEAR_ANCHORS`) and tightens the recipes that
+decide its answer (the default and the candidates that could be the best) to the target error, with up to
+``max_anchors`` exactly timed steps each (:meth:`WorkloadTimer.tighten`). A recipe whose launches
 do the same work as an earlier one's wherever their signatures agree (SGLang's adaptive split counts under caps the
 rule never reaches) takes that recipe's times there, plus the exact difference of the programs that exit at once.
 """
@@ -35,9 +36,14 @@ from decodecalc.batch.launches import (
 from decodecalc.batch.steps import Block, StepArrays
 
 #: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact)
-DEFAULT_MAX_ANCHORS = 600
-#: exactly timed steps of a recipe's first, quick estimate
-FIRST_ANCHORS = 24
+DEFAULT_MAX_ANCHORS = 768
+#: how far the proxy strays from the scalar model on the H200 profile (exact / proxy between 0.83 and 1.07 on a
+#: 100,000-step trace): the error of a part of the steps no anchor lies in
+PROXY_SPREAD = 0.05
+#: exactly timed steps of a recipe's first, quick estimate (a few per cent: enough to tell the far ones)
+FIRST_ANCHORS = 6
+#: ... and of a recipe near the best (:meth:`WorkloadTimer.improve`)
+NEAR_ANCHORS = 24
 
 Progress = Callable[[str], None]
 
@@ -59,13 +65,17 @@ class WorkloadTimer:
 
     def __init__(self, steps: StepArrays, base: Workload, gpu: GPUSpec, profile: TimeProfile, *,
                  target_rel_se: float = TARGET_REL_SE, max_anchors: int | None = DEFAULT_MAX_ANCHORS,
-                 progress: Progress | None = None, points: int = len(DELTAS)) -> None:
+                 progress: Progress | None = None, points: int = len(DELTAS),
+                 sample_of: tuple[WorkloadTimer, np.ndarray] | None = None) -> None:
         """``points``: occupancy points timed (1: the prediction only; its ranking score is then the prediction and
-        the caller scales it, as tune does for a large workload's full pass)."""
+        the caller scales it, as tune does for a large workload's full pass). ``sample_of``: (the timer of a sample of
+        these steps, the index here of each of its steps): what it timed exactly is reused here."""
         self.steps, self.base, self.gpu, self.profile = steps, base, gpu, profile
         self.points = points
         self.target_rel_se, self.max_anchors = target_rel_se, max_anchors
-        self.exact_timer = ExactTimer(base, steps, profile)
+        self.exact_timer = ExactTimer(base, steps, profile,
+                                      memo=sample_of[0].exact_timer.memo if sample_of is not None else None)
+        self.sample_of = sample_of
         self.progress = progress
         self._entries: dict[tuple, _Entry] = {}
         self.families: dict[str, set[str]] = {}  # engine -> kernel families its launches used
@@ -89,24 +99,37 @@ class WorkloadTimer:
             self.families.setdefault(recipe.engine, set()).update(fams)
         return entry.est
 
-    def tighten(self, recipe_keys: Sequence[tuple]) -> None:
-        """Estimate the recipes (and the recipes they take times from) to the target error, with up to
-        ``max_anchors`` exactly timed steps each."""
+    def improve(self, recipe_keys: Sequence[tuple], anchors: int = NEAR_ANCHORS) -> None:
+        """Quick estimates of the recipes (and their donors) continued to ``anchors`` exactly timed steps."""
         for key in dict.fromkeys(recipe_keys):
             entry = self._entries.get(key)
-            if entry is None or entry.tight:
+            if entry is None or entry.tight or entry.est.strata >= anchors:
                 continue
             if entry.donor is not None:
-                self.tighten([entry.donor])
-            self._entries[key] = self._build(entry.recipe, entry.px, tight=True, start=entry)
+                self.improve([entry.donor], anchors)
+            self._entries[key] = self._build(entry.recipe, entry.px, tight=False, start=entry, cap=anchors)
 
-    def _build(self, recipe: Recipe, px: Proxies, *, tight: bool, start: _Entry | None = None) -> _Entry:
-        cap = self.max_anchors if tight else min(FIRST_ANCHORS, self.max_anchors or FIRST_ANCHORS)
-        target = self.target_rel_se if tight else 0.0  # the first estimate always takes its few anchors
+    def tighten(self, recipe_keys: Sequence[tuple], looser: float = 1.0) -> None:
+        """Estimate the recipes (and the recipes they take times from) to the target error (``looser`` times it:
+        a first cut), with up to ``max_anchors`` exactly timed steps each."""
+        for key in dict.fromkeys(recipe_keys):
+            entry = self._entries.get(key)
+            if entry is None or entry.tight or (looser > 1 and entry.est.rel_se <= self.target_rel_se * looser):
+                continue
+            if entry.donor is not None:
+                self.tighten([entry.donor], looser)
+            self._entries[key] = self._build(entry.recipe, entry.px, tight=True, start=entry, looser=looser)
+
+    def _build(self, recipe: Recipe, px: Proxies, *, tight: bool, start: _Entry | None = None,
+               cap: int = FIRST_ANCHORS, looser: float = 1.0) -> _Entry:
+        cap = self.max_anchors if tight else min(cap, self.max_anchors or cap)
+        # the first estimate always takes its few anchors (no target)
+        target = self.target_rel_se * looser if tight else 0.0
+        tight = tight and looser == 1.0
         donor = self._donor(recipe, px) if start is None else (
             (start.donor, self._entries[start.donor].est, self._entries[start.donor].px, start.same)
             if start.donor is not None else None)
-        kw = dict(target_rel_se=target, max_anchors=cap, points=self.points)
+        kw = dict(target_rel_se=target, max_anchors=cap, points=self.points, known=self._known(recipe.key))
         if donor is None:
             est = estimate(recipe, px, self.exact_timer, self.weights, start=start.own if start else None, **kw)
             return _Entry(recipe, px, est, est, None, None, tight)
@@ -124,6 +147,16 @@ class WorkloadTimer:
                        rel_se_score=_combined(d_est.rel_se_score, own.rel_se_score if own else 0.0, same, px,
                                               self.weights))
         return _Entry(recipe, px, est, own, d_key, same, tight)
+
+    def _known(self, key: tuple) -> dict[int, np.ndarray] | None:
+        """The exact times the sample's timer has of this recipe, indexed by these steps."""
+        if self.sample_of is None:
+            return None
+        timer, index = self.sample_of
+        entry = timer._entries.get(key)
+        if entry is None:
+            return None
+        return {int(index[a]): t for a, t in entry.est.anchor_times.items()}
 
     def _donor(self, recipe: Recipe, px: Proxies) -> tuple | None:
         if recipe.working_key is None or px.signature is None:
@@ -164,22 +197,24 @@ class WorkloadTimer:
         return self._entries[recipe_key].est
 
     def refine(self, recipe_key: tuple, idx: Sequence[int]) -> Estimate:
-        """The recipe's estimate with the steps ``idx`` replaced by exact values at every point (the cached one is
-        updated)."""
+        """The recipe's estimate with the prediction at the steps ``idx`` replaced by the scalar model's (the cached one
+        is updated)."""
         entry = self._entries[recipe_key]
         est = entry.est
         idx = np.asarray([i for i in idx if not est.exact[i]], dtype=np.int64)
         if len(idx) == 0:
             return est
         times = est.times.copy()
-        for i in idx.tolist():
-            t = self.exact_timer.times(entry.recipe, i, all_points=self.points > 1)
-            times[:, i] = t if self.points > 1 else t[0]
+        for i in idx.tolist():  # the prediction only: the guard reads it (the neighbours keep their estimates)
+            times[0, i] = self.exact_timer.times(entry.recipe, i, all_points=False)[0]
+            if self.points == 1:
+                times[1:, i] = times[0, i]
         exact = est.exact.copy()
         exact[idx] = True
         entry.est = Estimate(times=times, score=robust_score(times), exact=exact, splits=est.splits,
                              anchors=np.union1d(est.anchors, idx), rel_se=est.rel_se, rel_se_score=est.rel_se_score,
-                             anchor_times=est.anchor_times)
+                             anchor_times=est.anchor_times, points_u=est.points_u, strata_var=est.strata_var,
+                             ratio_sd=est.ratio_sd)
         return entry.est
 
     def refine_many(self, recipe_keys: Sequence[tuple], idx: Sequence[int]) -> None:
@@ -187,9 +222,32 @@ class WorkloadTimer:
             if key in self._entries:
                 self.refine(key, idx)
 
-    def rel_se_of(self, recipe_keys: Sequence[tuple]) -> float:
-        """The largest estimated relative standard error of the recipes' totals (0: exact)."""
-        return max((self._entries[k].est.rel_se for k in recipe_keys if k in self._entries), default=0.0)
+    def rel_se_of(self, recipe_keys: Sequence[tuple], uses: Sequence[np.ndarray] = (),
+                  times: np.ndarray | None = None) -> float:
+        """The estimated relative standard error of a total made of the recipes' times (0: exact): the largest of
+        theirs, or with ``uses`` (the steps each recipe gives) and the composed ``times``, their parts combined (a
+        part of a recipe's strata carries that share of its variance)."""
+        keys = [k for k in recipe_keys if k in self._entries]
+        if not uses or times is None:
+            return max((self._entries[k].est.rel_se for k in keys), default=0.0)
+        w = self.weights
+        total = float((w * times).sum())
+        var = 0.0
+        for k, m in zip(recipe_keys, uses):
+            if k not in self._entries:
+                continue
+            est = self._entries[k].est
+            if est.strata_var is not None:
+                # the strata whose anchors lie in the part; a part with few of them errs as one stratum (its steps'
+                # ratios interpolated from the same few anchors): at least its estimated mass x the ratios' spread
+                part = m & ~est.exact
+                n_in = int(np.count_nonzero(part[est.anchors])) if len(est.anchors) else 0
+                part_mass = float((w * est.time)[part].sum())
+                spread = est.ratio_sd if n_in else max(est.ratio_sd, PROXY_SPREAD)  # no anchor: the proxy's own
+                var += max(float(est.strata_var[m].sum()), (part_mass * spread) ** 2 / max(1, n_in))
+            else:  # a donor's composition or an exact estimate: its whole variance, as a bound
+                var += (est.rel_se * float((w * est.time).sum())) ** 2
+        return float(np.sqrt(var)) / total if total > 0 else 0.0
 
     def calibrated(self, engine: str) -> bool:
         uncal = set(self.profile.fit.get("uncalibrated_families", ()) or ())

@@ -11,11 +11,30 @@ import numpy as np
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """Nearest rank, as :func:`decodecalc.traffic.weighted_percentile`: the smallest value whose cumulative weight
-    reaches ``q`` percent of the total."""
+    reaches ``q`` percent of the total. A high percentile sorts only the top of the values (a partition first)."""
+    total = float(weights.sum())
+    rank = max(1, math.ceil(q / 100.0 * int(total)))
+    n = len(values)
+    # the values above the rank: at most (total - rank) / min weight of them, plus one
+    w_min = float(weights.min())
+    top = int(min(n, (total - rank) / w_min + 2)) if w_min > 0 else n
+    if top < n // 4:
+        idx = np.argpartition(values, n - top)[n - top:]
+        below = total - float(weights[idx].sum())  # the weight of every value outside the top
+        if below < rank:
+            order = idx[np.argsort(values[idx], kind="stable")]
+            cum = below + np.cumsum(weights[order])
+            return float(values[order[min(int(np.searchsorted(cum, rank)), len(order) - 1)]])
+    return _sorted_percentiles(values, weights, (q,))[0]
+
+
+def _sorted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     order = np.argsort(values, kind="stable")
     cum = np.cumsum(weights[order])
-    rank = max(1, math.ceil(q / 100.0 * int(cum[-1])))
-    return float(values[order[int(np.searchsorted(cum, rank))]])
+    total = int(cum[-1])
+    last = len(order) - 1
+    return [float(values[order[min(int(np.searchsorted(cum, max(1, math.ceil(q / 100.0 * total)))), last)]])
+            for q in qs]
 
 
 def summary(times: np.ndarray, weights: np.ndarray) -> tuple[float, float, float]:
@@ -42,8 +61,8 @@ def top_ratio_steps(new: np.ndarray, old: np.ndarray, k: int) -> np.ndarray:
 def percentiles(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
     """The JSON's mean / p50 / p90 / p99 / max / min of weighted values."""
     total = float(weights.sum())
-    return {"mean": float((values * weights).sum()) / total, "p50": weighted_percentile(values, weights, 50),
-            "p90": weighted_percentile(values, weights, 90), "p99": weighted_percentile(values, weights, 99),
+    p50, p90, p99 = _sorted_percentiles(values, weights, (50, 90, 99))
+    return {"mean": float((values * weights).sum()) / total, "p50": p50, "p90": p90, "p99": p99,
             "max": float(values.max()), "min": float(values.min())}
 
 

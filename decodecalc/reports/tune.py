@@ -15,6 +15,7 @@ decode-attention time on one rank; the per-1,000-token figure covers every layer
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,17 +43,22 @@ ENGINES = ("vllm", "sglang")
 OBJECTIVES = ("mean", "p99")
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 1 << 30))
-#: a workload of more steps than this ranks every candidate on a sample of SAMPLE_STEPS steps first, then times
-#: the default and at most MAX_FULL_CONTENDERS - 1 of the best on every step (a sample of 2,048 steps ranks the
-#: candidates to about SAMPLE_TARGET_REL_SE; its totals are estimated no closer)
+#: a workload of more steps than this ranks every candidate on a sample of SAMPLE_STEPS steps first (quick estimates),
+#: then measures the default and the best few (MAX_FULL_CONTENDERS - 1 at first, more while one the sample ranked
+#: higher than the pick is left, up to MAX_MEASURED) on MEASURE_STEPS steps: every step of a workload up to that size,
+#: else a stratified sample whose totals are regression estimates over every step (decodecalc.batch.population)
 SAMPLE_ABOVE = 6_000
-SAMPLE_STEPS = 2_048
+SAMPLE_STEPS = 1_024
+MEASURE_STEPS = 16_384
 MAX_FULL_CONTENDERS = 3
-SAMPLE_TARGET_REL_SE = 2e-3
+MAX_MEASURED = 8
 #: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
 GUARD_STEPS = 16
 #: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
 GUARD_MARGIN = 0.05
+#: rounds of exact checks of the worst steps of a candidate the guard rules out on estimates though it ranks above
+#: the pick (each times its GUARD_STEPS worst steps)
+GUARD_ROUNDS = 4
 __all__ = ["ENGINES", "OBJECTIVES", "Candidate", "EngineTune", "Stats", "TuneContext", "TuneResult", "make_context",
            "parse_regression", "per_1k_tokens", "sglang_setting", "tune", "tune_engine", "vllm_setting"]
 
@@ -148,10 +154,23 @@ class TuneContext:
     max_seq_len: int
     memo: dict = field(default_factory=dict)  # per-workload results shared by candidates (vLLM's gate per threshold)
     sample: TuneContext | None = None  # a large workload's sample (every candidate is ranked on it first)
+    population: Any = None  # decodecalc.batch.population.Population when ``steps`` sample a larger workload
 
     @property
     def num_layers(self) -> int:
         return self.work.model.num_layers
+
+    def stats(self, times: Any) -> Stats:
+        """The statistics of per-step ``times`` (memoized per array: the search asks again for the same times)."""
+        memo = self.memo.setdefault("stats", {})
+        got = memo.get(id(times))
+        if got is None or got[0] is not times:
+            got = memo[id(times)] = (times, stats(times, self.weights, self.population))
+        return got[1]
+
+    def sampling_rel_se(self, times: Any) -> float:
+        """The relative standard error a sample of the workload adds to a total (0 when every step is here)."""
+        return self.population.total(times)[1] if self.population is not None else 0.0
 
     @staticmethod
     def refreshed(opt: Option) -> Option:
@@ -163,6 +182,8 @@ class TuneContext:
 
     @property
     def generated_tokens(self) -> int:
+        if self.population is not None:
+            return self.population.tokens
         return int((self.steps.tokens * self.steps.weights).sum())
 
 
@@ -175,6 +196,7 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     stops at."""
     from decodecalc.batch.estimate import TARGET_REL_SE
     from decodecalc.batch.evaluator import DEFAULT_MAX_ANCHORS, WorkloadTimer
+    from decodecalc.batch.population import Population
     from decodecalc.batch.stats import query_keys
     from decodecalc.batch.steps import StepArrays, from_trace
     from decodecalc.batch.summary import workload_summary
@@ -191,23 +213,26 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
     target = TARGET_REL_SE if target_rel_se is None else target_rel_se
 
-    def context(st: StepArrays, summary: dict[str, Any], sample: TuneContext | None,
-                is_sample: bool = False) -> TuneContext:
-        # the full pass of a sampled workload times the prediction only: the sample ranked by the score; a sample's
-        # totals carry its sampling error, so estimating them closer than SAMPLE_TARGET_REL_SE gains nothing
-        timer = WorkloadTimer(st, work, gpu, profile, max_anchors=anchors, progress=progress,
-                              target_rel_se=max(target, SAMPLE_TARGET_REL_SE) if is_sample else target,
-                              points=1 if sample is not None else 3)
+    def context(st: StepArrays, summary: dict[str, Any], sample: TuneContext | None = None, index: Any = None,
+                population: Population | None = None) -> TuneContext:
+        # the measuring pass of a sampled workload times the prediction only (the sample ranked by the score) and
+        # starts from the steps the sample timed exactly
+        timer = WorkloadTimer(st, work, gpu, profile, max_anchors=anchors, progress=progress, target_rel_se=target,
+                              points=1 if sample is not None else 3,
+                              sample_of=(sample.timer, index) if sample is not None else None)
         return TuneContext(steps=st, summary=summary, work=work, gpu=gpu, profile=profile, vllm=vllm, sglang=sglang,
                            timer=timer, query_keys=query_keys(st.offsets, st.query_lens),
-                           max_seq_len=int(steps.seq_lens.max()), sample=sample)
+                           max_seq_len=int(steps.seq_lens.max()), sample=sample, population=population)
 
     summary = workload_summary(steps)
-    sample = None
-    if anchors is not None and steps.num_steps > SAMPLE_ABOVE:
-        sub, _ = steps.sample(SAMPLE_STEPS)
-        sample = context(sub, summary, None, is_sample=True)
-    return context(steps, summary, sample)
+    if anchors is None or steps.num_steps <= SAMPLE_ABOVE:
+        return context(steps, summary)
+    measured, population = steps, None
+    if steps.num_steps > MEASURE_STEPS:
+        measured, m_index = steps.sample(MEASURE_STEPS)
+        population = Population.of(steps, m_index, measured)
+    ranking, r_index = measured.sample(SAMPLE_STEPS)
+    return context(measured, summary, context(ranking, summary), index=r_index, population=population)
 
 
 def objective_value(st: Stats, objective: str) -> float:
@@ -218,16 +243,16 @@ def _candidate(ctx: TuneContext, engine: str, opt: Option, default: Option | Non
                max_regression: float | None) -> Candidate:
     from decodecalc.batch.stats import worst_ratio
 
-    w = ctx.weights
     worst, exact_worst = 1.0, True
     if default is not None:
         worst, i = worst_ratio(opt.times, default.times)
         exact_worst = bool(opt.exact[i] and default.exact[i])
     allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
-    rel_se = ctx.timer.rel_se_of(opt.recipes)
-    st = stats(opt.times, w)
-    r = ctx.memo.get("score_ratio", {}).get(opt.label)  # a full pass without the score's points: the sample's ratio
-    score = stats(opt.score, w) if r is None else Stats(st.mean_step_s * r[0], st.p99_step_s * r[1], st.total_s * r[0])
+    rel_se = float(math.hypot(ctx.timer.rel_se_of(opt.recipes, opt.uses, opt.times), ctx.sampling_rel_se(opt.times)))
+    st = ctx.stats(opt.times)
+    r = ctx.memo.get("score_ratio", {}).get(opt.label)  # a measuring pass without the score's points: the sample's
+    score = ctx.stats(opt.score) if r is None else Stats(st.mean_step_s * r[0], st.p99_step_s * r[1],
+                                                          st.total_s * r[0])
     return Candidate(engine=engine, setting=opt.setting, label=opt.label, times=opt.times, stats=st,
                      worst_ratio=worst, allowed=allowed, score=score, steps_2d=opt.steps_2d,
                      scratch_bytes=opt.scratch_bytes, rel_se=rel_se, worst_exact=exact_worst)
@@ -257,8 +282,25 @@ def _search(ctx: TuneContext, engine: str, options: Sequence[Option], objective:
     for o in options[1:]:
         o, d_opt = _guard_checked(ctx, o, d_opt, max_regression)
         checked.append(o)
+    for _ in range(GUARD_ROUNDS):
+        default, best, cands = _best(ctx, engine, d_opt, checked, objective, max_regression)
+        # a candidate ruled out by an estimated step but better than the pick: its worst steps are timed exactly, so
+        # that only the model (not the estimate) rules it out
+        top = objective_value(best.score or best.stats, objective)
+        doubtful = [j for j, c in enumerate(cands[1:]) if not c.allowed and not c.worst_exact
+                    and objective_value(c.score or c.stats, objective) < top]
+        if not doubtful:
+            break
+        for j in doubtful:
+            checked[j], d_opt = _guard_checked(ctx, checked[j], d_opt, max_regression, force=True)
+        checked = [o.refreshed() for o in checked]
+    return default, best, cands
+
+
+def _best(ctx: TuneContext, engine: str, d_opt: Option, others: Sequence[Option], objective: str,
+          max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
     default = _candidate(ctx, engine, d_opt, d_opt, max_regression)
-    cands = [default] + [_candidate(ctx, engine, o, d_opt, max_regression) for o in checked]
+    cands = [default] + [_candidate(ctx, engine, o, d_opt, max_regression) for o in others]
     # a setting is only worth changing to where the nominal prediction agrees that it saves time
     ok = [c for c in cands if c.allowed and (c is default or objective_value(c.stats, objective)
                                              < objective_value(default.stats, objective))]
@@ -359,6 +401,11 @@ def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str
 #: a candidate is a contender (tightened to the target error) when its ranking score is within this fraction of
 #: the best's, or within four of its own standard errors
 CONTENDER_FRACTION = 0.02
+#: a candidate whose first quick estimate lies within this fraction of the best's gets a closer one (the first has a
+#: few exactly timed steps: a few per cent)
+NEAR_FRACTION = 0.15
+#: contenders are first estimated to this many times the target error (a sixteenth of the exactly timed steps)
+FIRST_CUT = 4.0
 
 
 def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> list[str]:
@@ -376,21 +423,65 @@ def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> 
 
 
 def _evaluate(ctx: TuneContext, engine: str, options: list[Option], objective: str,
-              max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...], list[Option]]:
-    """The candidates of ``options`` over ``ctx``'s steps: quick estimates first, then the totals that decide the pick
-    made tight (the default and every candidate that could be the best), the pick's worst step timed exactly."""
-    if not ctx.timer.exact:
-        _, first, cands = _search(ctx, engine, options, objective, max_regression)
-        keep = set(_contenders(cands, first, objective))
-        ctx.timer.tighten([k for o in options if o.label in keep for k in o.recipes if k != "own"])
-        options = [o.refreshed() for o in options]
+              max_regression: float | None, tighten: bool = True
+              ) -> tuple[Candidate, Candidate, tuple[Candidate, ...], list[Option]]:
+    """The candidates of ``options`` over ``ctx``'s steps: quick estimates first, then (``tighten``) the totals that
+    decide the pick made tight (the default and every candidate that could be the best, again while the pick is one
+    that was not), the pick's worst step timed exactly."""
     default, best, cands = _search(ctx, engine, options, objective, max_regression)
-    if best is not default and not best.worst_exact:  # what the table shows of the pick is the scalar model's
+    if not ctx.timer.exact:  # the quick estimates near the best get more steps timed before anything is decided
+        top = objective_value(best.score or best.stats, objective) * (1 + NEAR_FRACTION)
+        near = {c.label for c in cands if objective_value(c.score or c.stats, objective) <= top} | {default.label}
+        ctx.timer.improve([k for o in options if o.label in near for k in o.recipes if k != "own"])
+        options = [o.refreshed() for o in options]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    if tighten and not ctx.timer.exact:
+        # the default first: every candidate's guard is a per-step ratio to it, so a loose default lets a candidate
+        # that slows some steps pass the guard until it is tightened (for nothing)
+        keep: set[str] = {default.label}
+        ctx.timer.tighten([k for k in options[0].recipes if k != "own"])
+        options = [o.refreshed() for o in options]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        # a first cut at FIRST_CUT times the target error: the contenders it leaves far behind need no more
+        ctx.timer.tighten([k for o in options if o.label in set(_contenders(cands, best, objective))
+                           for k in o.recipes if k != "own"], looser=FIRST_CUT)
+        options = [o.refreshed() for o in options]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        for _ in range(4):
+            more = set(_contenders(cands, best, objective)) - keep
+            if not more and best.label in keep:
+                break
+            keep |= more | {best.label}
+            ctx.timer.tighten([k for o in options if o.label in keep for k in o.recipes if k != "own"])
+            options = [o.refreshed() for o in options]
+            default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    if tighten and best is not default and not best.worst_exact:  # what the table shows of the pick is the model's
         opt = next(o for o in options if o.label == best.label)
         opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
         best = _candidate(ctx, engine, opt, d_opt, max_regression)
         cands = tuple(best if c.label == best.label else c for c in cands)
     return default, best, cands, options
+
+
+def _measure(ctx: TuneContext, engine: str, options: list[Option], cands: Sequence[Candidate], objective: str,
+             max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    """A sampled workload's second pass: the default and the candidates the sample ranks best (allowed there) measured
+    on ``ctx``'s steps; while a candidate the sample ranked above the pick was left out (the guard, now checked on
+    more steps, may have ruled out the ones measured), it is measured too. The rest keep the sample's figures."""
+    ranked = [c for c in sorted(cands[1:], key=lambda c: objective_value(c.score or c.stats, objective)) if c.allowed]
+    chosen = [cands[0].label] + [c.label for c in ranked[:MAX_FULL_CONTENDERS - 1]]
+    while True:
+        measured = [option_like(ctx, engine, o.setting) for o in options if o.label in chosen]
+        default, best, got, _ = _evaluate(ctx, engine, measured, objective, max_regression)
+        top = objective_value(best.score or best.stats, objective)
+        left = [c.label for c in ranked if c.label not in chosen
+                and objective_value(c.score or c.stats, objective) < top * (1 + CONTENDER_FRACTION)]
+        if not left or len(chosen) >= MAX_MEASURED:
+            break
+        chosen += left[:2]
+    by_label = {c.label: c for c in got}
+    merged = tuple(by_label.get(c.label) or dataclasses.replace(c, sampled=True) for c in cands)
+    return default, best, merged
 
 
 def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regression: float | None = 0.05,
@@ -412,17 +503,13 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         why = "the settings given"
     dropped = too_big(options[1:], ctx.gpu.memory_bytes)
     options = [o for o in options if o not in dropped]
-    default, best, cands, options = _evaluate(small, engine, options, objective, max_regression)
+    default, best, cands, options = _evaluate(small, engine, options, objective, max_regression,
+                                              tighten=ctx.sample is None)
     if ctx.sample is not None:
-        keep = _contenders(cands, best, objective)[:MAX_FULL_CONTENDERS]
         ratios = ctx.memo.setdefault("score_ratio", {})
-        for c in cands:  # the ranking score over the value, as the sample has it (the full pass times no neighbours)
+        for c in cands:  # the ranking score over the value, as the sample has it (the second pass times no neighbours)
             ratios[c.label] = (c.score.mean_step_s / c.stats.mean_step_s, c.score.p99_step_s / c.stats.p99_step_s)
-        full = [option_like(ctx, engine, o.setting) for o in options if o.label in keep]
-        default, best, full_cands, _ = _evaluate(ctx, engine, full, objective, max_regression)
-        by_label = {c.label: c for c in full_cands}
-        cands = tuple(by_label.get(c.label) or dataclasses.replace(c, sampled=True) for c in cands)
-        best = min((c for c in cands if c.allowed and not c.sampled), key=lambda c: c is not best)
+        default, best, cands = _measure(ctx, engine, options, cands, objective, max_regression)
     words, cmds = _apply(engine, best, default, ctx)
     return EngineTune(
         engine=engine, default=default, best=best, candidates=cands, apply=words, apply_commands=cmds,

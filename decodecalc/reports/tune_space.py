@@ -42,6 +42,7 @@ class Option:
     steps_2d: int | None = None  # vLLM: weighted steps on the 2D kernel
     exact: Any = None  # bool per step: the scalar model's value (not estimated)
     recipes: tuple = ()  # the timer's recipe keys whose estimates make these times
+    uses: tuple = ()  # per recipe, the steps whose times it gives (bool arrays; empty: every step, one recipe)
     refresh: Callable[[], Option] | None = None  # the same option rebuilt from the timer's current estimates
 
     def refreshed(self) -> Option:
@@ -123,12 +124,21 @@ def vllm_option(ctx: Any, segments: int, grid: int) -> Option:
     if any(sh.use_3d and sh.segments != d_seg for sh in shapes):  # the backend overrode the count (SM 12.0)
         est = ctx.timer.vllm(st)
         return Option(times=est.time, score=est.score, exact=est.exact, recipes=("own",), **common)
-    keys = (("vllm-forced", segments), ("vllm-forced", 1))
-    ctx.timer.vllm_forced(segments), ctx.timer.vllm_forced(1)
+    # only the launches some step runs: a threshold no batch reaches never times the 3D kernel
+    parts = [(("vllm-forced", segments), use_3d), (("vllm-forced", 1), ~use_3d)]
+    parts = [(k, m) for k, m in parts if m.any()]
+    for (_, n), _m in parts:
+        ctx.timer.vllm_forced(n)
 
     def rebuild() -> Option:
-        times, score, exact = compose(use_3d, ctx.timer.estimate_of(keys[0]), ctx.timer.estimate_of(keys[1]))
-        return Option(times=times, score=score, exact=exact, recipes=keys, refresh=rebuild, **common)
+        ests = [ctx.timer.estimate_of(k) for k, _ in parts]
+        if len(ests) == 1:
+            e = ests[0]
+            times, score, exact = e.time, e.score, e.exact
+        else:
+            times, score, exact = compose(use_3d, ests[0], ests[1])
+        return Option(times=times, score=score, exact=exact, recipes=tuple(k for k, _ in parts),
+                      uses=tuple(m for _, m in parts), refresh=rebuild, **common)
     return rebuild()
 
 

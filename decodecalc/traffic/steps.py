@@ -122,7 +122,39 @@ def percentiles(pairs: Sequence[tuple[float, int]]) -> dict[str, float]:
 # validation shared by every source
 
 
+def _positive_ints(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of integers >= 1 (the fast check; the slow one names the bad value)."""
+    if type(value) is not list or not value:
+        return False
+    try:
+        array("q", value)  # every element an integer in int64 (C speed; a float or a string raises)
+        if min(value) < 1:
+            return False
+    except (TypeError, OverflowError):
+        return False
+    # True is 1: only a list holding a 1 can hold a JSON true
+    return 1 not in value or all(type(v) is int for v in value)
+
+
+def _fast_step(record: dict[str, Any]) -> tuple[list[int], list[int] | None, int] | None:
+    """(seq_lens, query_lens or None, weight) of a well-formed record, else None (then :func:`make_step` says why)."""
+    if len(record) > 1 and not set(record) <= _STEP_FIELD_SET:
+        return None
+    seq = record.get("seq_lens")
+    if not _positive_ints(seq):
+        return None
+    q = record.get("query_lens")
+    if q is not None and not (_positive_ints(q) and len(q) == len(seq) and all(a <= b for a, b in zip(q, seq))):
+        return None
+    w = record.get("weight", 1)
+    if type(w) is not int or w <= 0:
+        return None
+    return seq, q, w
+
+
 def _int_list(value: Any, where: str, field: str) -> tuple[int, ...]:
+    if _positive_ints(value):
+        return tuple(value)
     if not isinstance(value, list) or not value:
         raise ConfigError(f"{where}, field '{field}': expected a non-empty list of integers, got {value!r}")
     out = []
@@ -133,6 +165,9 @@ def _int_list(value: Any, where: str, field: str) -> tuple[int, ...]:
             raise ConfigError(f"{where}, field '{field}': lengths must be >= 1, got {v}")
         out.append(v)
     return tuple(out)
+
+
+_STEP_FIELD_SET = frozenset(STEP_FIELDS)
 
 
 def make_step(record: dict[str, Any], where: str) -> DecodeStep:
@@ -286,15 +321,27 @@ def load_step_columns(path: Path) -> StepColumns:
     """Read a step trace (JSON Lines or CSV) as a stream into flat columns, with every check of :func:`make_step`
     (a file of a million steps takes seconds and its numbers' bytes, not objects)."""
     offsets, seq, query, weights, lines = array("q", [0]), array("q"), array("q"), array("q"), array("q")
+    query_given = False
     for rec, where in records(path, list_fields=("seq_lens", "query_lens"), known=STEP_FIELDS):
-        step = make_step(rec, where)
-        seq.extend(step.seq_lens)
-        query.extend(step.query_lens)
+        fast = _fast_step(rec) if type(rec) is dict else None
+        if fast is None:
+            step = make_step(rec, where)  # raises with the line and the field, or accepts what the check did not
+            s_lens, q_lens, w = list(step.seq_lens), list(step.query_lens), step.weight
+        else:
+            s_lens, q_lens, w = fast
+        if q_lens is not None or query_given:
+            if not query_given:  # the first step with query lengths: every earlier one decoded one token
+                query_given = True
+                query.extend(array("q", [1]) * len(seq))
+            query.extend(q_lens if q_lens is not None else array("q", [1]) * len(s_lens))
+        seq.extend(s_lens)
         offsets.append(len(seq))
-        weights.append(step.weight)
-        lines.append(int(where.rsplit(" ", 1)[1]))
+        weights.append(w)
+        lines.append(int(where[where.rindex(" ") + 1:]))
     if len(weights) == 0:
         raise ConfigError(f"{path}: the workload is empty (no decode steps)")
+    if not query_given:
+        query = array("q", [1]) * len(seq)
     return StepColumns(offsets, seq, query, weights, lines, str(path))
 
 
