@@ -1,102 +1,215 @@
 #!/usr/bin/env python3
-"""Speed of ``decodecalc tune``: 100,000 decode steps x 40 candidate settings (vLLM's grid of segment
-counts x MIN_LAUNCH_GRID_SIZE_2D), against a plain per-step loop measured in the same run.
+"""Speed and memory of ``decodecalc tune`` on real-traffic-sized workloads, beside today's exact evaluation.
 
-The workload: 100,000 steps drawn (seeded) from the steady-state steps of the four presets, as a step
-log of a mixed deployment would repeat them; tune evaluates each distinct shape once. The plain loop
-plans and times every step under every candidate from scratch (launcher + time model, no reuse); it
-runs on the first ``--loop-steps`` steps and is scaled to 100,000 (it is linear in the steps), and its
-totals on those steps are checked against tune's. Run on one core:
+Every case runs the installed CLI in a fresh process (``python -m decodecalc tune --model llama3.1-8b --gpu h200
+... --json``) over the full candidate set of both engines, and reports its wall time and peak resident memory:
 
-    taskset -c 0 python benchmarks/bench_tune.py [--out benchmarks/results/bench_tune.json]
+* ``presets-drawn``: 100,000 steps drawn from the four presets' steady-state steps (few distinct shapes: the
+  workload of the earlier figure in BENCHMARKS.md), a step file;
+* ``chat-distinct``: 100,000 steps of the chat preset's continuous batching (every step distinct), a step file;
+* ``long-context-distinct``: a request trace that batches into about 100,000 steps of 1-64 sequences up to 64K
+  tokens (every step distinct), ``--max-num-seqs 64``;
+* ``requests-500``: 500 requests (lognormal prompts around 2,000 tokens, outputs around 300, Poisson arrivals);
+* ``day-1m``: a request trace of about 1,000,000 steps (``--max-num-seqs 256``), read as a stream.
+
+The baseline, measured in the same run: ``--exact`` (every step timed by the scalar model, as tune did before the
+batch evaluator) on the first ``--exact-steps`` steps of ``chat-distinct``, scaled per step to the case; on those
+steps the default run's totals are compared with ``--exact``'s (every candidate) and the picks must agree.
+``--check-exact`` also times the default and the best of ``long-context-distinct`` exactly on every step (minutes).
+Run on one core:
+
+    taskset -c 0 python benchmarks/bench_tune.py [--out benchmarks/results/bench_tune.json] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import math
+import os
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
-from decodecalc.reports.tune import VLLM_MIN_GRID, VLLM_SEGMENTS, make_context, tune_engine
-from decodecalc.specs.gpus import resolve_gpu
-from decodecalc.specs.models import resolve_model
-from decodecalc.timemodel import launch_time_s, resolve_profile, work_for_plan
-from decodecalc.traffic import PRESETS, StepTrace, generate
-from decodecalc.workload import make_workload
+MODEL, GPU = "llama3.1-8b", "h200"
+CHILD = """
+import resource, runpy, sys
+sys.argv = ["decodecalc"] + sys.argv[1:]
+try:
+    runpy.run_module("decodecalc", run_name="__main__")
+except SystemExit as e:
+    code = e.code
+else:
+    code = 0
+print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code or 0)
+"""
 
 
-def distinct_workload(n: int) -> StepTrace:
-    """n steps of the chat preset's continuous batching: nearly every step a distinct shape."""
-    return generate(PRESETS["chat"], steps=n)
+def run_tune(args: list[str], out: Path) -> dict:
+    """One ``decodecalc tune ... --json`` in a fresh process: wall seconds, peak RSS, the JSON."""
+    cmd = [sys.executable, "-c", CHILD, "tune", "--model", MODEL, "--gpu", GPU, "--json", *args]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    t0 = time.perf_counter()
+    with open(out, "w") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"tune failed ({' '.join(args)}):\n{proc.stderr}")
+    rss = next(int(x.split()[1]) for x in proc.stderr.splitlines() if x.startswith("MAXRSS_KB"))
+    return {"wall_s": wall, "peak_rss_mb": rss / 1024, "result": json.loads(out.read_text())}
 
 
-def workload(n: int, seed: int = 1) -> StepTrace:
+# ------------------------------------------------------------------------------------------------ workloads
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    return path
+
+
+def presets_drawn(path: Path, n: int) -> Path:
+    from decodecalc.traffic import PRESETS, generate
+
     library = [s for name in sorted(PRESETS) for s in generate(PRESETS[name]).steps]
+    rng = random.Random(1)
+    return write_jsonl(path, ({"seq_lens": list(rng.choice(library).seq_lens)} for _ in range(n)))
+
+
+def chat_distinct(path: Path, n: int) -> Path:
+    from decodecalc.traffic import PRESETS, generate
+
+    return write_jsonl(path, ({"seq_lens": list(s.seq_lens)} for s in generate(PRESETS["chat"], steps=n).steps))
+
+
+def requests(path: Path, n: int, seed: int, prompt_median: float, prompt_sigma: float, output_median: float,
+             output_sigma: float, rate: float | None, max_prompt: int = 60_000) -> Path:
     rng = random.Random(seed)
-    steps = tuple(dataclasses.replace(rng.choice(library), origin=f"bench step {k}") for k in range(n))
-    return StepTrace(steps=steps, source=f"{n:,} steps drawn from the presets' steady-state steps")
+    t = 0.0
+    rows = []
+    for _ in range(n):
+        row = {"prompt_tokens": min(max_prompt, max(1, int(rng.lognormvariate(math.log(prompt_median), prompt_sigma)))),
+               "output_tokens": max(2, int(rng.lognormvariate(math.log(output_median), output_sigma)))}
+        if rate is not None:
+            t += rng.expovariate(rate)
+            row["arrival_s"] = round(t, 3)
+        rows.append(row)
+    return write_jsonl(path, rows)
+
+
+def subset(src: Path, dst: Path, n: int) -> Path:
+    with open(src) as f, open(dst, "w") as g:
+        for _, line in zip(range(n), f):
+            g.write(line)
+    return dst
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def compare(fast: dict, exact: dict) -> dict:
+    """Largest relative difference of any candidate's total, and whether the picks agree."""
+    worst, picks_agree, rows = 0.0, True, 0
+    for engine, e in fast["engines"].items():
+        ref = {c["label"]: c["total_s"] for c in exact["engines"][engine]["candidates"]}
+        for c in e["candidates"]:
+            worst = max(worst, abs(c["total_s"] / ref[c["label"]] - 1))
+            rows += 1
+        picks_agree &= e["best"]["label"] == exact["engines"][engine]["best"]["label"]
+    return {"candidates_compared": rows, "max_total_difference": worst, "picks_agree": picks_agree}
+
+
+def exact_totals(path: Path, labels: dict[str, str], max_num_seqs: int) -> dict[str, float]:
+    """Every step of a request trace timed by the scalar model under the named settings (slow)."""
+    from decodecalc import api
+    from decodecalc.reports.tune import make_context
+    from decodecalc.reports.tune_space import option_like
+
+    steps = api.load_workload(requests=str(path), max_num_seqs=max_num_seqs)
+    inputs = api.tune_inputs(MODEL, gpu=GPU, max_num_seqs=max_num_seqs)
+    from decodecalc.timemodel import resolve_profile
+
+    ctx = make_context(steps, inputs.work, inputs.gpu, resolve_profile(inputs.gpu), vllm=inputs.vllm,
+                       sglang=inputs.sglang, max_anchors=0)
+    out = {}
+    for engine, setting in labels.items():
+        opt = option_like(ctx, engine, setting)
+        out[engine] = float((opt.times * ctx.weights).sum())
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=100_000)
-    ap.add_argument("--loop-steps", type=int, default=200)
-    ap.add_argument("--out")
-    ap.add_argument("--distinct", action="store_true", help="a continuous-batching trace (every step distinct): tune "
-                    "samples --max-shapes of them")
+    ap.add_argument("--out", help="write the figures as JSON here")
+    ap.add_argument("--quick", action="store_true", help="a tenth of every size (a smoke run)")
+    ap.add_argument("--exact-steps", type=int, default=2000)
+    ap.add_argument("--check-exact", action="store_true",
+                    help="time long-context-distinct's default and best exactly on every step (minutes)")
     args = ap.parse_args()
-    model = resolve_model("llama3.1-8b")
-    gpu = resolve_gpu("h200")
-    profile = resolve_profile(gpu)
-    work = make_workload(model)
-    t0 = time.perf_counter()
-    trace = distinct_workload(args.steps) if args.distinct else workload(args.steps)
-    t_build = time.perf_counter() - t0
+    scale = 10 if args.quick else 1
+    tmp = Path(tempfile.mkdtemp(prefix="bench_tune_"))
+    cases = {
+        "presets-drawn": (["--steps", str(presets_drawn(tmp / "presets.jsonl", 100_000 // scale))], None),
+        "chat-distinct": (["--steps", str(chat_distinct(tmp / "chat.jsonl", 100_000 // scale))], None),
+        "long-context-distinct": (["--requests", str(requests(tmp / "long.jsonl", 14_000 // scale, 7, 3000, 1.0, 300,
+                                                              0.9, None)), "--max-num-seqs", "64"], 64),
+        "requests-500": (["--requests", str(requests(tmp / "r500.jsonl", 500, 5, 2000, 0.6, 300, 0.5, 2.0))], None),
+        "day-1m": (["--requests", str(requests(tmp / "day.jsonl", 65_000 // scale, 9, 1500, 1.0, 300, 1.0, 6.0)),
+                    "--max-num-seqs", "256"], 256),
+    }
+    report: dict = {"python": sys.version.split()[0], "cpu_count": os.cpu_count(), "cases": {}}
+    for name, (cli, _) in cases.items():
+        got = run_tune(cli, tmp / f"{name}.json")
+        res = got["result"]
+        row = {"wall_s": round(got["wall_s"], 2), "peak_rss_mb": round(got["peak_rss_mb"]),
+               "steps": res["workload"]["steps"], "distinct_shapes": res["workload"]["distinct_shapes"],
+               "candidates": sum(len(e["candidates"]) for e in res["engines"].values()),
+               "exact_evaluations": res["estimate"]["exact_evaluations"],
+               "max_rel_se": res["estimate"]["max_rel_se"],
+               "picks": {e: v["best"]["label"] for e, v in res["engines"].items()}}
+        report["cases"][name] = row
+        print(f"{name:24s} {row['steps']:>9,} steps ({row['distinct_shapes']:,} distinct) x {row['candidates']} "
+              f"candidates: {row['wall_s']:6.2f} s, {row['peak_rss_mb']:,} MB", flush=True)
 
-    t0 = time.perf_counter()
-    ctx = make_context(trace, work, gpu, profile)
-    res = tune_engine(ctx, "vllm", "mean", 0.05)
-    t_tune = time.perf_counter() - t0
-    ncand = len(res.candidates)
+    # the baseline: every step timed exactly, on the first steps of chat-distinct
+    n = args.exact_steps // scale
+    sub = subset(tmp / "chat.jsonl", tmp / "chat_sub.jsonl", n)
+    exact = run_tune(["--steps", str(sub), "--exact"], tmp / "exact.json")
+    fast = run_tune(["--steps", str(sub)], tmp / "fast.json")
+    per_step = exact["wall_s"] / n
+    base = {"steps": n, "exact_wall_s": round(exact["wall_s"], 2), "default_wall_s": round(fast["wall_s"], 2),
+            "exact_s_per_step": per_step, **compare(fast["result"], exact["result"])}
+    for name, row in report["cases"].items():
+        row["exact_s_scaled"] = round(per_step * row["steps"])
+        row["speedup_vs_exact"] = round(per_step * row["steps"] / row["wall_s"], 1)
+    report["baseline"] = base
+    scaled = ", ".join(f"{k} {v['exact_s_scaled']:,} s" for k, v in report["cases"].items())
+    print(f"baseline: --exact on {n:,} chat steps {exact['wall_s']:.1f} s ({per_step * 1e3:.1f} ms a step; "
+          f"scaled: {scaled}); the default "
+          f"run on them {fast['wall_s']:.1f} s, every total within {base['max_total_difference']:.2%} of --exact's, "
+          f"picks {'the same' if base['picks_agree'] else 'DIFFERENT'}")
 
-    sub = StepTrace(steps=trace.steps[:args.loop_steps], source="subset")
-    settings = [dataclasses.replace(VllmSettings(), num_par_softmax_segments=s, min_launch_grid_size_2d=m)
-                for s in VLLM_SEGMENTS for m in VLLM_MIN_GRID]
-    t0 = time.perf_counter()
-    loop_totals = []
-    for st in settings:
-        total = 0.0
-        for s in sub.steps:
-            w = dataclasses.replace(work, seq_lens=s.seq_lens, query_lens=s.query_lens)
-            vp = plan_vllm(w, gpu, st)
-            run = vp.replay.plan if vp.replay is not None else vp.plan
-            total += launch_time_s(work_for_plan(run, w, "vllm"), profile) * s.weight
-        loop_totals.append(total)
-    t_loop_sub = time.perf_counter() - t0
-    t_loop = t_loop_sub * args.steps / len(sub.steps)
-    # the same subset through tune's path must give the same totals
-    sctx = make_context(sub, work, gpu, profile)
-    sres = tune_engine(sctx, "vllm", "mean", None)
-    by = {tuple(c.setting.values()): c.stats.total_s for c in sres.candidates}
-    worst = max(abs(by[(st.num_par_softmax_segments, st.min_launch_grid_size_2d)] / t - 1)
-                for st, t in zip(settings, loop_totals))
-    out = {"steps": args.steps, "distinct_shapes": ctx.shapes.distinct, "evaluated_shapes": len(ctx.shapes.shapes),
-           "sampled": ctx.shapes.sampled, "workload": trace.source, "candidates": ncand,
-           "build_workload_s": t_build, "tune_s": t_tune,
-           "plain_loop_s_measured": t_loop_sub, "plain_loop_steps": len(sub.steps),
-           "plain_loop_s_for_all_steps": t_loop, "speedup": t_loop / t_tune,
-           "max_relative_difference_on_subset": worst, "python": sys.version.split()[0]}
-    print(f"{args.steps:,} steps ({ctx.shapes.distinct:,} distinct shapes) x {ncand} candidate settings: "
-          f"tune {t_tune:.2f} s; plain per-step loop {t_loop_sub:.2f} s for {len(sub.steps)} steps -> "
-          f"{t_loop:,.0f} s for all ({t_loop / t_tune:,.0f}x); totals on the subset agree to {worst:.1e}")
+    if args.check_exact:
+        res = report["cases"]["long-context-distinct"]
+        long_json = json.loads((tmp / "long-context-distinct.json").read_text())
+        for which in ("default", "best"):
+            labels = {e: v[which]["setting"] for e, v in long_json["engines"].items()}
+            truth = exact_totals(tmp / "long.jsonl", labels, 64)
+            res[f"{which}_vs_exact"] = {e: long_json["engines"][e][which]["total_s"] / truth[e] - 1 for e in truth}
+        print(f"long-context-distinct against every step timed exactly: default {res['default_vs_exact']}, "
+              f"best {res['best_vs_exact']}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
-            f.write("\n")
+        tmp_out = Path(args.out).with_suffix(".tmp")
+        tmp_out.write_text(json.dumps(report, indent=1) + "\n")
+        os.replace(tmp_out, args.out)
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -304,9 +304,13 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
                     tab = torch.zeros((b_run, pool.kv.block_tables.shape[2]), dtype=torch.int32, device=device)
                     tab[:b] = pool.kv.block_tables[c][:b]
                 rows = max(t_run, 1)
-                so = torch.empty((rows, h, S, d_pad), device=device, dtype=torch.float32)
-                sm = torch.empty((rows, h, S), device=device, dtype=torch.float32)
-                se = torch.empty((rows, h, S), device=device, dtype=torch.float32)
+                # the split-K scratch is one buffer the engine reuses for every step (as triton_attn.py allocates it)
+                skey = ("v-scratch", rows, S)
+                if skey not in shared:
+                    shared[skey] = (torch.empty((rows, h, S, d_pad), device=device, dtype=torch.float32),
+                                    torch.empty((rows, h, S), device=device, dtype=torch.float32),
+                                    torch.empty((rows, h, S), device=device, dtype=torch.float32))
+                so, sm, se = shared[skey]
                 shared[key] = (q, out, sl, cu, tab.contiguous(), so, sm, se, max(lens), thr, S)
             q, out, sl, cu, tab, so, sm, se, lmax, thr, S = shared[key]
 
@@ -327,8 +331,11 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
                     indptr.append(indptr[-1] + L)
                 ip = torch.tensor(indptr, dtype=torch.int32, device=device)
                 idx = pool.slots(lens, c)
-                logits = torch.empty((b, h, maxs, d), device=device, dtype=torch.float32)
-                lse = torch.empty((b, h, maxs), device=device, dtype=torch.float32)
+                skey = ("s-scratch", b, maxs)  # attn_logits / attn_lse: one buffer reused (triton_backend.py)
+                if skey not in shared:
+                    shared[skey] = (torch.empty((b, h, maxs, d), device=device, dtype=torch.float32),
+                                    torch.empty((b, h, maxs), device=device, dtype=torch.float32))
+                logits, lse = shared[skey]
                 ns = torch.tensor(splits, dtype=torch.int32, device=device)
                 want = ns.clone()
                 sl = torch.tensor(lens, dtype=torch.int32, device=device)
@@ -458,6 +465,10 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
             m = time_sequence(torch, calls, replays=replays, on_gpu=device == "cuda")
             measured[key] = (m, e["name"])
             del calls
+            if device == "cuda":  # the graph's pool and the scratch go back before the next setting
+                import gc
+                gc.collect()
+                torch.cuda.empty_cache()
         pred = sum(e["predicted"][i] for i in order)
         out_entries.append({"engine": e["engine"], "name": e["name"], "kind": e["kind"], "setting": e["setting"],
                             "predicted_total_s": pred, "measured_total_s": m["total_s"],
@@ -632,7 +643,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.repredict:
         rep = repredict(Path(args.repredict), Path(args.profile) if args.profile else None)
-        Path(args.out).write_text(json.dumps(rep, indent=1) + "\n")
+        Path(args.out).write_text(json.dumps(rep, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)) + "\n")
         print(f"{rep['within_5pct']}/{rep['settings']} (workload, setting) totals within 5% (median |error| "
               f"{rep['median_abs_error']:.1%}, max {rep['max_abs_error']:.1%}); tune's pick within 3% of the best "
               f"measured candidate for {rep['picks_within_3pct']}/{rep['engines']} (case, engine)")

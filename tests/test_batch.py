@@ -48,7 +48,7 @@ def random_steps(seed: int, n: int = 120, max_len: int = 70000, batches=(1, 2, 3
 def recipes(base, gpu=GPU):
     return [VllmRecipe(base, gpu, VllmSettings()),
             VllmRecipe(base, gpu, VllmSettings(num_par_softmax_segments=64, min_launch_grid_size_2d=4096)),
-            VllmForcedRecipe(base, 1), VllmForcedRecipe(base, 256),
+            VllmForcedRecipe(base, 1), VllmForcedRecipe(base, 256), VllmForcedRecipe(base, 512),
             SglangRecipe(base, gpu, SglangSettings()),
             SglangRecipe(base, gpu, SglangSettings(max_kv_splits=64, static_kv_splits=True)),
             SglangRecipe(base, gpu, SglangSettings(max_kv_splits=1024))]

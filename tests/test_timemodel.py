@@ -296,6 +296,28 @@ def test_reduce_segments_occupancy_matches_the_compiled_kernels():
     assert w.kernels[1].occupancy == 3
 
 
+def test_reduce_segments_spill_threshold_matches_the_compiled_kernels():
+    # Triton 3.6 on the H200 compiled vLLM 0.33.0's reduce_segments at d128 for 64..4096 segments
+    # (benchmarks/results/probe_vllm_B4_L32k.json): a handful of spills at 256 segments (255 registers), then 32
+    # registers and 1,100+ spills from 512 on; the model switches to the spilling family exactly there
+    from decodecalc.timemodel.work import reduce_segments_spills
+
+    probe = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "probe_vllm_B4_L32k.json").read_text())
+    checked = 0
+    for case in probe["cases"]:
+        res = case.get("kernels", {}).get("reduce_segments")
+        if res is None:
+            continue
+        assert reduce_segments_spills(case["segments"], 128) == (res["n_spills"] > 100), case["case"]
+        checked += 1
+    assert checked == 7
+    shape = Shape(num_heads=32, num_kv_heads=8, seq_lens=(32768,) * 4)
+    spilled = vllm_work(shape, splits=512, use_3d=True).kernels[1]
+    kept = vllm_work(shape, splits=256, use_3d=True).kernels[1]
+    assert (spilled.family, kept.family) == ("vllm_reduce_spill", "vllm_reduce")
+    assert spilled.bytes_per_iter == 512 * 128 * 4
+
+
 def test_compiled_occupancy_of_the_3d_kernel_from_the_probe():
     from benchmarks.fit_timemodel import compiled_occupancy
 

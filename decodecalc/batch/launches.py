@@ -28,7 +28,7 @@ from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import LaunchWork, sglang_work, vllm_work, work_for_plan
 from decodecalc.timemodel.residuals import cell_key
-from decodecalc.timemodel.work import SPLIT_COUNT_KERNEL, reduce_segments_occupancy, sglang_cells, vllm_3d_cells
+from decodecalc.timemodel.work import SPLIT_COUNT_KERNEL, reduce_segments_kernel, sglang_cells, vllm_3d_cells
 from decodecalc.workload import Workload
 
 from decodecalc.batch.kernels import DELTAS, KernelArrays, Proxies
@@ -110,10 +110,10 @@ def _vllm_arrays(base: Workload, lens: np.ndarray, q: np.ndarray, mask: np.ndarr
                         iters=_masked(iters, np.concatenate([mask, mask], axis=1)), counts=counts, idle=idle)
     d_pad = next_power_of_2(dv)
     tokens = q.sum(axis=1)
-    reduce = KernelArrays(family=f"{prefix}_reduce", head_dim=d_pad, bytes_per_iter=s * (4 * d_pad + 8),
+    family, bytes_per_iter, occ = reduce_segments_kernel(s, d_pad, prefix)
+    reduce = KernelArrays(family=family, head_dim=d_pad, bytes_per_iter=bytes_per_iter,
                           iters=np.ones((len(lens), 1), dtype=np.int64), counts=(tokens * h)[:, None],
-                          idle=np.zeros(len(lens), dtype=np.int64),
-                          occupancy=reduce_segments_occupancy(s, d_pad) if prefix == "vllm" else None)
+                          idle=np.zeros(len(lens), dtype=np.int64), occupancy=occ)
     return (main, reduce), 2
 
 

@@ -317,7 +317,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
         free = fit_globals and gi == 0
         idle_fams = [f for f in fams if kernel in own_idle_kernels
                      and any(k.family == f and k.idle_programs for m in sub for k in m.work.kernels)]
-        sat_fams = [f for f in fams if kernel in saturating_kernels and not f.endswith(("_reduce", "_stage2"))]
+        sat_fams = [f for f in fams if kernel in saturating_kernels and not f.endswith(("_reduce", "_reduce_spill", "_stage2"))]
         prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams, sat_fams)
         for _round in range(3 if search_occupancy else 0):
             changed = False

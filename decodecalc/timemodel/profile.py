@@ -21,14 +21,14 @@ from decodecalc.timemodel.residuals import ResidualMap, residual_map_from_mappin
 from decodecalc.yamlio import load_yaml_file, safe_load
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
-FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
+FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
             "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2",
             # the default backends (decodecalc.timemodel.backends): FlashInfer, FA3, FlashMLA
             "flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
             "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine")
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
-FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1"}
+FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1", "vllm_reduce_spill": "vllm_reduce"}
 
 def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: int = 65536,
               shared_per_sm: int = 233472, max_threads_per_sm: int = 2048, max_blocks_per_sm: int = 32,
@@ -44,7 +44,7 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: in
 
 #: the --kernel names of predict_time_s / recommend and the families of their kernels
 KERNEL_FAMILIES = {
-    "vllm": ("vllm_2d", "vllm_3d", "vllm_reduce"),
+    "vllm": ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill"),
     "sglang": ("sglang_stage1", "sglang_mha_stage1", "sglang_stage2"),
     # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
     "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),

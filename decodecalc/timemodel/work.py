@@ -256,11 +256,35 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
     main = KernelWork(family=f"{prefix}_3d", iters=_scaled(_hist_weighted(per), h_kv), bytes_per_iter=tile * (d + dv) * kvb,
                       idle_programs=idle * h_kv, head_dim=next_power_of_2(d), order=order)
     d_pad = next_power_of_2(dv)
-    reduce = KernelWork(family=f"{prefix}_reduce", iters=((1, sum(q_lens) * h),), bytes_per_iter=s * (4 * d_pad + 8),
-                        head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),),
-                        occupancy=reduce_segments_occupancy(s, d_pad) if prefix == "vllm" else None)
+    family, bytes_per_iter, occ = reduce_segments_kernel(s, d_pad, prefix)
+    reduce = KernelWork(family=family, iters=((1, sum(q_lens) * h),), bytes_per_iter=bytes_per_iter,
+                        head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),), occupancy=occ)
     return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}",
                       group_size=h // h_kv)
+
+
+#: fp32 tile elements of ``reduce_segments`` its 128 threads hold in registers before the compiled kernel spills
+#: (255 registers a thread: Triton 3.6 on the H200 compiles S x d_pad = 32,768 to 255 registers and 22 spills, 65,536
+#: and more to 32 registers and 1,100+ spills: benchmarks/results/probe_vllm_B4_L32k.json)
+REDUCE_REGISTER_TILE = 32768
+
+
+def reduce_segments_spills(segments: int, head_size_padded: int) -> bool:
+    """Whether vLLM's ``reduce_segments`` keeps its (NUM_SEGMENTS_PER_SEQ, HEAD_SIZE_PADDED) tile in local memory."""
+    return segments * head_size_padded > REDUCE_REGISTER_TILE
+
+
+def reduce_segments_kernel(segments: int, head_size_padded: int, prefix: str = "vllm") -> tuple[str, int, int | None]:
+    """(family, bytes per program, resident programs per SM) of vLLM's ``reduce_segments``: it reads each segment's
+    max, sum and output row (``segments x (4 d_pad + 8)`` bytes); past REDUCE_REGISTER_TILE its tile spills, and the
+    ``vllm_reduce_spill`` family times the tile's ``segments x d_pad`` fp32 through local memory instead (measured
+    on the H200: 90 us for 128 programs at 512 segments, d 128, where the registers' model says 11;
+    benchmarks/fit_reduce_spill_h200.py). decodecalc's reference kernel keeps its own family."""
+    if prefix != "vllm":
+        return f"{prefix}_reduce", segments * (4 * head_size_padded + 8), None
+    if reduce_segments_spills(segments, head_size_padded):
+        return "vllm_reduce_spill", segments * head_size_padded * 4, occupancy(32, 2048, 4)
+    return "vllm_reduce", segments * (4 * head_size_padded + 8), reduce_segments_occupancy(segments, head_size_padded)
 
 
 def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
