@@ -161,7 +161,7 @@ def main() -> int:
         "long-context-distinct": (["--requests", str(requests(tmp / "long.jsonl", 14_000 // scale, 7, 3000, 1.0, 300,
                                                               0.9, None)), "--max-num-seqs", "64"], 64),
         "requests-500": (["--requests", str(requests(tmp / "r500.jsonl", 500, 5, 2000, 0.6, 300, 0.5, 2.0))], None),
-        "day-1m": (["--requests", str(requests(tmp / "day.jsonl", 65_000 // scale, 9, 1500, 1.0, 300, 1.0, 6.0)),
+        "day-1m": (["--requests", str(requests(tmp / "day.jsonl", 150_000 // scale, 9, 1500, 1.0, 300, 1.0, 6.0)),
                     "--max-num-seqs", "256"], 256),
     }
     report: dict = {"python": sys.version.split()[0], "cpu_count": os.cpu_count(), "cases": {}}

@@ -22,12 +22,15 @@ import math
 import sys
 from pathlib import Path
 
-from decodecalc.derived import next_power_of_2
-from decodecalc.specs.gpus import resolve_gpu
-from decodecalc.timemodel import resolve_profile
-from decodecalc.timemodel.fit import nelder_mead
-from decodecalc.timemodel.predict import kernel_time_s
-from decodecalc.timemodel.work import KernelWork, reduce_segments_kernel
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decodecalc.derived import next_power_of_2  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.timemodel import resolve_profile  # noqa: E402
+from decodecalc.timemodel.fit import nelder_mead  # noqa: E402
+from decodecalc.timemodel.predict import kernel_time_s  # noqa: E402
+from decodecalc.timemodel.work import KernelWork, reduce_segments_kernel  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the probe runs (probe_split_range_h200.py --only vllm at Llama-3.1-8B's 32:8 and Llama-3.1-70B TP8's 8:1 heads)

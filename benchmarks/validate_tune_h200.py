@@ -510,6 +510,7 @@ def workload_trace(wl: str, steps: int, skip: int = 0) -> Any:
         from decodecalc.batch.steps import StepArrays
 
         full = load_workload(requests=wl.split(":", 1)[1])
+        full = full.expand() if hasattr(full, "expand") else full
         assert isinstance(full, StepArrays)
         from decodecalc.traffic import DecodeStep
 

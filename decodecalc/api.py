@@ -285,7 +285,8 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
     ``mix:...``) and ``metrics`` (a vLLM server's Prometheus scrape: a file or a URL, docs/metrics.md). With
     ``num_speculative_tokens`` k > 0, requests and presets decode k draft tokens per step, accepted at
     ``draft_acceptance_rate`` (default 0.7; decodecalc/traffic/requests.py); a step trace carries its own
-    ``query_lens``. Files come back as arrays (decodecalc.batch.steps.StepArrays), the rest as a StepTrace."""
+    ``query_lens``. Step files come back as arrays (decodecalc.batch.steps.StepArrays), request traces as runs of
+    steps (decodecalc.batch.runs.RunSteps), the rest as a StepTrace."""
     from decodecalc.traffic import (
         DEFAULT_ACCEPTANCE_RATE,
         BatchingLimits,
@@ -352,7 +353,7 @@ def _check_width(trace: StepTrace, max_num_seqs: int, what: str, concurrency: in
 def _request_file(path: Path, limits: Any, trace_format: str | None, columns: str | None, tokenizer: str | None,
                   model_hint: str | None, max_requests: int | None) -> Any:
     """A request trace file read (any format), batched into runs of decode steps, as arrays."""
-    from decodecalc.batch.steps import from_runs
+    from decodecalc.batch.runs import RunSteps
     from decodecalc.limits import check_int
     from decodecalc.traffic.requests import batching_notes, batching_runs
     from decodecalc.traffic.traces import read_requests
@@ -367,7 +368,7 @@ def _request_file(path: Path, limits: Any, trace_format: str | None, columns: st
     notes = (f"{table.format} trace: {len(table):,} requests" + (" (token counts estimated)"
                                                                   if table.tokens_estimated else ""),
              *table.notes, *batching_notes(limits, len(table)))
-    return from_runs(br.runs, str(path), notes)
+    return RunSteps.of(br.runs, str(path), notes)
 
 
 def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regression: str | float | None = "5%",

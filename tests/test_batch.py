@@ -202,3 +202,47 @@ def test_engine_step_origins_name_the_engine_step():
     sa = from_runs(br.runs, "f.csv")
     assert sa.origin(0) == "f.csv, engine step 1" and sa.num_steps == 2
     assert dataclasses.asdict(br.runs[0])["steps"] == 1
+
+
+@pytest.mark.parametrize("k", [0, 2])
+def test_runs_give_what_the_expanded_steps_give(k):
+    """A request trace kept as runs (decodecalc.batch.runs): the workload block, the covariates of every step and
+    the stratified sample are those of the expanded steps, computed without expanding them."""
+    from decodecalc.batch.population import covariates
+    from decodecalc.batch.runs import RunSteps
+    from decodecalc.batch.summary import workload_summary
+
+    rng = random.Random(11 + k)
+    reqs = [Request(rng.randint(1, 3000), rng.randint(1, 400), round(rng.random() * 30, 3)) for _ in range(300)]
+    lim = BatchingLimits(max_num_seqs=32, num_speculative_tokens=k)
+    runs = RunSteps.of(batching_runs(*_columns(reqs), lim).runs, "x", ("a note",))
+    steps = runs.expand()
+    assert runs.num_steps == steps.num_steps > 1000
+    assert runs.summary() == workload_summary(steps)
+    assert np.array_equal(runs.covariates(), covariates(steps))
+    assert runs.max_seq_len == int(steps.seq_lens.max())
+    a, ia = runs.sample(200)
+    b, ib = steps.sample(200)
+    assert np.array_equal(ia, ib)
+    for f in ("offsets", "seq_lens", "query_lens", "weights", "tokens"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+    assert [a.origin(i) for i in range(a.num_steps)] == [b.origin(i) for i in range(b.num_steps)]
+
+
+def test_a_large_request_trace_is_sampled_from_its_runs():
+    """Above MEASURE_STEPS steps tune never expands a request trace: its context holds the sample, and the workload
+    block and population totals come from the runs (equal to the expanded steps')."""
+    from decodecalc.batch.population import covariates
+    from decodecalc.batch.runs import RunSteps
+    from decodecalc.batch.summary import workload_summary
+    from decodecalc.reports.tune import MEASURE_STEPS
+
+    reqs = [Request(100 + 37 * i % 900, 150 + i % 60, 0.0) for i in range(200)]
+    runs = RunSteps.of(batching_runs(*_columns(reqs), BatchingLimits(max_num_seqs=2)).runs, "r")
+    assert runs.num_steps > MEASURE_STEPS
+    ctx = make_context(runs, make_workload(resolve_model("llama3.1-8b")), GPU, PROFILE)
+    steps = runs.expand()
+    assert ctx.summary == workload_summary(steps)
+    assert ctx.steps.num_steps <= MEASURE_STEPS and ctx.population.steps == steps.num_steps
+    assert np.allclose(ctx.population.sums, covariates(steps).sum(axis=0))
+    assert ctx.max_seq_len == int(steps.seq_lens.max())

@@ -188,8 +188,15 @@ class WorkloadTimer:
         return self.run(SglangSplitsRecipe(self.base, splits, self.steps.offsets, max_kv_splits, adaptive,
                                            aux_kernel, name, self.steps))
 
-    def backend(self, kernel: str, engine: str, planner: Callable) -> Estimate:
-        return self.run(BackendRecipe(self.base, self.gpu, kernel, engine, planner))
+    def backend(self, kernel: str, engine: str, planner: Callable, looser: float | None = None) -> Estimate:
+        """Another backend's kernel over the workload (``looser``: its total estimated to that many times the target
+        error; None: the quick estimate)."""
+        recipe = BackendRecipe(self.base, self.gpu, kernel, engine, planner)
+        est = self.run(recipe)
+        if looser is None or self.exact:
+            return est
+        self.tighten([recipe.key], looser=looser)
+        return self.estimate_of(recipe.key)
 
     # exact values where an estimate must not decide ---------------------------------------------------------------
 

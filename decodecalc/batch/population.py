@@ -17,6 +17,7 @@ weighted residuals in workload order (neighbouring strata paired); on that trace
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,9 +45,9 @@ class Population:
     tokens: int  # output tokens the workload generates
 
     @classmethod
-    def of(cls, whole: StepArrays, index: np.ndarray, sample: StepArrays) -> Population:
+    def of(cls, whole: Any, index: np.ndarray, sample: StepArrays) -> Population:
         """The population ``whole`` sampled at ``index`` as ``sample``."""
-        x_all = covariates(whole)
+        x_all = whole.covariates() if hasattr(whole, "covariates") else covariates(whole)
         w = whole.weights.astype(np.float64)
         return cls(sums=(x_all * w[:, None]).sum(axis=0), x=x_all[index], weights=sample.weights.astype(np.float64),
                    steps=int(whole.weights.sum()), tokens=int((whole.tokens * whole.weights).sum()))

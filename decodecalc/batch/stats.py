@@ -94,16 +94,24 @@ def changes(new: np.ndarray, old: np.ndarray, weights: np.ndarray, batch: np.nda
             "worst_step": int(np.argmax(r)), "best_ratio": float(r.min()), "worst_ratio": float(r.max())}
 
 
+#: the hash's mix of a KV length (the golden ratio in 64 bits)
+HASH_LENGTH_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def hash_multipliers(width: int) -> np.ndarray:
+    """The odd 64-bit multiplier of each position of a step (a seeded draw: the same in every run)."""
+    rng = np.random.default_rng(0x5EED)
+    return rng.integers(1, 2**63, size=max(width, 1), dtype=np.uint64) | np.uint64(1)
+
+
 def step_hashes(offsets: np.ndarray, seq_lens: np.ndarray, query_lens: np.ndarray) -> np.ndarray:
     """A 64-bit hash of every step's (KV length, query length) pairs in order: equal steps, equal hashes (distinct
-    steps collide with probability ~2^-64 per pair)."""
+    steps collide with probability ~2^-64 per pair). Linear in the lengths (decodecalc.batch.runs relies on it)."""
     n = len(offsets) - 1
     pos = np.arange(len(seq_lens)) - np.repeat(offsets[:-1], np.diff(offsets))
-    rng = np.random.default_rng(0x5EED)
-    mult = rng.integers(1, 2**63, size=int(pos.max()) + 1 if len(pos) else 1, dtype=np.uint64) | np.uint64(1)
+    mult = hash_multipliers(int(pos.max()) + 1 if len(pos) else 1)
     with np.errstate(over="ignore"):
-        mixed = (seq_lens.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + query_lens.astype(np.uint64)) \
-            * mult[pos]
+        mixed = (seq_lens.astype(np.uint64) * HASH_LENGTH_MIX + query_lens.astype(np.uint64)) * mult[pos]
         h = np.add.reduceat(mixed, offsets[:-1]) if n else np.zeros(0, dtype=np.uint64)
         h = h * np.uint64(31) + np.diff(offsets).astype(np.uint64)
     return h

@@ -21,6 +21,18 @@ from decodecalc.traffic import StepTrace
 BLOCK_ELEMENTS = 1 << 21
 
 
+def stratified_picks(weights: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted step indices, their weights): one step from each of ``k`` consecutive strata of equal weight, at a
+    seeded position in each (a step heavier than a stratum may be drawn twice and weighs both)."""
+    cum = np.cumsum(weights.astype(float))
+    total = cum[-1]
+    rng = np.random.default_rng(seed)
+    picks = np.minimum(np.searchsorted(cum, (np.arange(k) + rng.random(k)) * (total / k), side="right"),
+                       len(weights) - 1)
+    idx, inv = np.unique(picks, return_inverse=True)
+    return idx, np.bincount(inv.reshape(-1), minlength=len(idx)) * (total / k)
+
+
 @dataclass(frozen=True, eq=False)
 class StepArrays:
     """Every step of a workload: KV lengths ``seq_lens[offsets[i]:offsets[i + 1]]`` of step ``i`` in batch order,
@@ -78,13 +90,7 @@ class StepArrays:
         """``k`` steps, one from each of ``k`` consecutive strata of equal weight (workload order, a seeded position
         in each), each weighing its stratum: a sample whose weighted totals estimate the workload's without bias.
         Returns the sample and the indices of its steps."""
-        cum = np.cumsum(self.weights.astype(float))
-        total = cum[-1]
-        rng = np.random.default_rng(seed)
-        picks = np.minimum(np.searchsorted(cum, (np.arange(k) + rng.random(k)) * (total / k), side="right"),
-                           self.num_steps - 1)
-        idx, inv = np.unique(picks, return_inverse=True)  # a step heavier than a stratum may be drawn twice
-        w = np.bincount(inv.reshape(-1), minlength=len(idx)) * (total / k)
+        idx, w = stratified_picks(self.weights, k, seed)
         counts = self.batch[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
@@ -165,27 +171,11 @@ class EngineStepOrigins(Sequence[str]):
 
 def from_runs(runs: Sequence, source: str, notes: tuple[str, ...] = ()) -> StepArrays:
     """The arrays of the decode steps of :func:`decodecalc.traffic.requests.batching_runs`' runs: run ``r``'s step
-    ``j`` has the lengths ``base + j`` (expanded here without a loop over steps)."""
-    R = len(runs)
-    m = np.fromiter((r.steps for r in runs), dtype=np.int64, count=R)
-    B = np.fromiter((len(r.base) for r in runs), dtype=np.int64, count=R)
-    bases = np.fromiter((L for r in runs for L in r.base), dtype=np.int64, count=int(B.sum()))
-    base_start = np.concatenate([[0], np.cumsum(B)[:-1]])
-    step_run = np.repeat(np.arange(R), m)  # the run of every step
-    first = np.concatenate([[0], np.cumsum(m)[:-1]])
-    step_j = np.arange(len(step_run)) - first[step_run]  # the step's index within its run
-    batch = B[step_run]
-    offsets = np.zeros(len(step_run) + 1, dtype=np.int64)
-    np.cumsum(batch, out=offsets[1:])
-    elem_step = np.repeat(np.arange(len(step_run)), batch)
-    pos = np.arange(int(offsets[-1])) - offsets[:-1][elem_step]
-    seq = bases[base_start[step_run][elem_step] + pos] + step_j[elem_step]
-    q = np.repeat(np.fromiter((r.query_len for r in runs), dtype=np.int64, count=R), m * B)
-    tokens_run = np.fromiter((r.tokens if r.tokens is not None else -1 for r in runs), dtype=np.int64, count=R)
-    tokens = np.where(tokens_run[step_run] >= 0, tokens_run[step_run], batch)
-    engine = np.fromiter((r.first_engine_step for r in runs), dtype=np.int64, count=R)[step_run] + step_j
-    return StepArrays(offsets=offsets, seq_lens=seq, query_lens=q, weights=np.ones(len(step_run), dtype=np.int64),
-                      tokens=tokens, source=source, notes=notes, origins=EngineStepOrigins(source, engine))
+    ``j`` has the lengths ``base + j`` (expanded without a loop over steps; decodecalc.batch.runs keeps them as
+    runs)."""
+    from decodecalc.batch.runs import RunSteps
+
+    return RunSteps.of(runs, source, notes).expand()
 
 
 class LineOrigins(Sequence[str]):

@@ -31,15 +31,9 @@ def _say(console: Console, text: str, indent: str = "", style: str = "") -> None
 
 def _shown(e: EngineTune, objective: str) -> list[Candidate]:
     """The five best candidates by the objective (settings that launch the same shown once), then the default."""
-    from decodecalc.reports.tune import objective_value
+    from decodecalc.reports.tune import leading_candidates
 
-    rows: list[Candidate] = []
-    seen: set[tuple[float, float, float]] = set()
-    for c in sorted(e.candidates, key=lambda c: (objective_value(c.stats, objective), c.stats.total_s)):
-        key = (c.stats.mean_step_s, c.stats.p99_step_s, c.stats.total_s)
-        if key not in seen and len(rows) < 5:
-            seen.add(key)
-            rows.append(c)
+    rows = leading_candidates(e.candidates, objective, 5)
     default = e.candidates[0]
     if default.label not in {c.label for c in rows}:
         rows.append(default)

@@ -197,21 +197,26 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     from decodecalc.batch.estimate import TARGET_REL_SE
     from decodecalc.batch.evaluator import DEFAULT_MAX_ANCHORS, WorkloadTimer
     from decodecalc.batch.population import Population
+    from decodecalc.batch.runs import RunSteps
     from decodecalc.batch.stats import query_keys
     from decodecalc.batch.steps import StepArrays, from_trace
     from decodecalc.batch.summary import workload_summary
 
     vllm = vllm or VllmSettings()
     sglang = sglang or SglangSettings()
-    steps = trace if isinstance(trace, StepArrays) else from_trace(trace)
+    anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
+    target = TARGET_REL_SE if target_rel_se is None else target_rel_se
+    # a request trace's runs are expanded only where every step is timed (a large one is sampled from its runs)
+    lazy = isinstance(trace, RunSteps) and anchors is not None and trace.num_steps > MEASURE_STEPS
+    steps = trace if lazy or isinstance(trace, StepArrays) else (
+        trace.expand() if isinstance(trace, RunSteps) else from_trace(trace))
     batch = steps.batch
     over = batch > vllm.max_num_seqs
     if over.any():
         i = int(over.argmax())
-        raise ConfigError(f"{steps.origin(i)}, field 'seq_lens': {int(batch[i])} sequences in one step, more than "
+        where = f"{steps.source}, step {i + 1}" if lazy else steps.origin(i)
+        raise ConfigError(f"{where}, field 'seq_lens': {int(batch[i])} sequences in one step, more than "
                           f"max_num_seqs {vllm.max_num_seqs} (raise --max-num-seqs or split the step)")
-    anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
-    target = TARGET_REL_SE if target_rel_se is None else target_rel_se
 
     def context(st: StepArrays, summary: dict[str, Any], sample: TuneContext | None = None, index: Any = None,
                 population: Population | None = None) -> TuneContext:
@@ -222,9 +227,10 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
                               sample_of=(sample.timer, index) if sample is not None else None)
         return TuneContext(steps=st, summary=summary, work=work, gpu=gpu, profile=profile, vllm=vllm, sglang=sglang,
                            timer=timer, query_keys=query_keys(st.offsets, st.query_lens),
-                           max_seq_len=int(steps.seq_lens.max()), sample=sample, population=population)
+                           max_seq_len=max_seq_len, sample=sample, population=population)
 
-    summary = workload_summary(steps)
+    summary = steps.summary() if lazy else workload_summary(steps)
+    max_seq_len = steps.max_seq_len if lazy else int(steps.seq_lens.max())
     if anchors is None or steps.num_steps <= SAMPLE_ABOVE:
         return context(steps, summary)
     measured, population = steps, None
@@ -398,6 +404,8 @@ def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str
     return f"the best {knob} ({top}) is the largest searched: {why}"
 
 
+#: the best candidates by the objective whose estimated guard failures are checked exactly (the tables show five)
+SHOWN_CHECKED = 8
 #: a candidate is a contender (tightened to the target error) when its ranking score is within this fraction of
 #: the best's, or within four of its own standard errors
 CONTENDER_FRACTION = 0.02
@@ -406,6 +414,19 @@ CONTENDER_FRACTION = 0.02
 NEAR_FRACTION = 0.15
 #: contenders are first estimated to this many times the target error (a sixteenth of the exactly timed steps)
 FIRST_CUT = 4.0
+
+
+def leading_candidates(cands: Sequence[Candidate], objective: str, n: int) -> list[Candidate]:
+    """The ``n`` best candidates by the objective, settings that launch the same (equal statistics) once: the rows a
+    table shows."""
+    rows: list[Candidate] = []
+    seen: set[tuple[float, float, float]] = set()
+    for c in sorted(cands, key=lambda c: (objective_value(c.stats, objective), c.stats.total_s)):
+        key = (c.stats.mean_step_s, c.stats.p99_step_s, c.stats.total_s)
+        if key not in seen and len(rows) < n:
+            seen.add(key)
+            rows.append(c)
+    return rows
 
 
 def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> list[str]:
@@ -460,6 +481,17 @@ def _evaluate(ctx: TuneContext, engine: str, options: list[Option], objective: s
         opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
         best = _candidate(ctx, engine, opt, d_opt, max_regression)
         cands = tuple(best if c.label == best.label else c for c in cands)
+    # the rows a table shows carry no estimated guard failure: an "over" there is the model's, not the estimate's
+    doubtful = {c.label for c in leading_candidates(cands[1:], objective, SHOWN_CHECKED) if not c.allowed and not c.worst_exact}
+    if doubtful:
+        d_opt = options[0]
+        checked = []
+        for o in options[1:]:
+            if o.label in doubtful:
+                o, d_opt = _guard_checked(ctx, o, d_opt, max_regression, force=True)
+            checked.append(o)
+        options = [d_opt.refreshed()] + [o.refreshed() for o in checked]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
     return default, best, cands, options
 
 
@@ -576,12 +608,19 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
                      "the per-1,000-token figures are an upper bound")
     est = ctx.timer.report()
     if est["estimated_steps"]:
-        notes.append(f"{est['exact_evaluations']:,} launches timed exactly; the rest of the steps estimated from them: "
-                     f"every total within about {est['max_rel_se'] * 100:.2g}% (one standard error; --exact times "
-                     "every step)")
+        decided = max(c.rel_se for e in out.values() for c in (e.default, e.best))
+        rest = max(c.rel_se for e in out.values() for c in e.candidates)
+        others = (f"; the other settings' totals, quick estimates that only rank them, within about {rest * 100:.2g}%"
+                  if rest > decided else "")
+        notes.append(f"{est['exact_evaluations']:,} launches timed exactly, the rest of the steps estimated from them "
+                     f"(one standard error; --exact times every step): the defaults and the picks "
+                     f"{'exact' if decided == 0 else f'within about {decided * 100:.2g}%'}{others}")
     if ctx.sample is not None:
-        notes.append(f"{ctx.steps.num_steps:,} steps: every setting ranked on a sample of {ctx.sample.steps.num_steps:,} "
-                     "of them; the default and the best timed on every step; the other settings, the backends and "
-                     "the heuristics keep the sample's figures")
+        total_steps = ctx.population.steps if ctx.population is not None else ctx.steps.num_steps
+        measured = (f"timed on a stratified sample of {ctx.steps.num_steps:,} steps whose totals are estimated over "
+                    "every step" if ctx.population is not None else "timed on every step")
+        notes.append(f"{total_steps:,} steps: every setting ranked on a sample of {ctx.sample.steps.num_steps:,} of "
+                     f"them; the default, the best and the other backends {measured}; the other settings and the "
+                     "heuristics keep the first sample's figures")
     return TuneResult(ctx=ctx, objective=objective, max_regression=max_regression, engines=out, skipped=skipped,
-                      backends=backend_levers(ctx.sample or ctx, out) if backends else (), notes=tuple(notes))
+                      backends=backend_levers(ctx, out) if backends else (), notes=tuple(notes))
