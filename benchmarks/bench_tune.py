@@ -2,7 +2,8 @@
 """Speed and memory of ``decodecalc tune`` on real-traffic-sized workloads, beside today's exact evaluation.
 
 Every case runs the installed CLI in a fresh process (``python -m decodecalc tune --model llama3.1-8b --gpu h200
-... --json``) over the full candidate set of both engines, and reports its wall time and peak resident memory:
+... --json``) over the full candidate set of both engines, and reports its wall time and peak resident memory
+(``VmHWM`` of the child):
 
 * ``presets-drawn``: 100,000 steps drawn from the four presets' steady-state steps (few distinct shapes: the
   workload of the earlier figure in BENCHMARKS.md), a step file;
@@ -45,7 +46,12 @@ except SystemExit as e:
     code = e.code
 else:
     code = 0
-print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+# VmHWM: this process image's own peak (ru_maxrss would carry the forking parent's peak across fork and exec)
+try:
+    hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+except OSError:
+    hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print("MAXRSS_KB", hwm, file=sys.stderr)
 sys.exit(code or 0)
 """
 

@@ -71,8 +71,8 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
     _say(console, f"searched {len(e.candidates)} settings; the range ends where {e.range_note}", style="dim")
     if e.edge_note:
         _say(console, e.edge_note, style="yellow")
-    for left in e.left_out:
-        _say(console, f"left out (the GPU cannot hold its scratch): {left}", style="dim")
+    if e.left_out:
+        _say(console, f"left out (the GPU cannot hold their split-K scratch): {'; '.join(e.left_out)}", style="dim")
     st = e.changes
     per1k = e.attention_s_per_1k_tokens
     saving = e.to_dict()["saving_vs_default"]

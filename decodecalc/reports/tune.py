@@ -549,7 +549,7 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         attention_s_per_1k_tokens={"default": per_1k_tokens(ctx, default.stats), "best": per_1k_tokens(ctx, best.stats)},
         changes=step_changes(ctx, best.times, default.times), range_note=why,
         edge_note=_edge_note(engine, best, options, why),
-        left_out=tuple(f"{o.label}: {o.scratch_bytes / 1e9:,.1f} GB of split-K scratch" for o in dropped),
+        left_out=tuple(f"{o.label} ({o.scratch_bytes / 1e9:,.1f} GB)" for o in dropped),
     )
 
 

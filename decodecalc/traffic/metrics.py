@@ -53,6 +53,8 @@ SPEC_DRAFTS = "vllm:spec_decode_num_drafts"  # counters, present with --speculat
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 CACHE_INFO = "vllm:cache_config_info"  # gauge set to 1, the CacheConfig fields as labels
+#: a URL's whole fetch (connection, answer, body): 9 s, so that the command's error comes within 10 s of its start
+METRICS_TIMEOUT_S = 9.0
 
 DEFAULT_STEPS = 300  # as the presets (decodecalc/traffic/presets.py)
 MAX_STEPS = 1_000_000
@@ -80,7 +82,7 @@ def is_url(source: str) -> bool:
     return source.strip().lower().startswith(("http://", "https://"))
 
 
-def read_metrics_text(source: str, *, timeout_s: float = 10.0) -> tuple[str, str]:
+def read_metrics_text(source: str, *, timeout_s: float = METRICS_TIMEOUT_S) -> tuple[str, str]:
     """(the text, where it came from) of a ``/metrics`` scrape: a file path, or an ``http://`` /
     ``https://`` URL fetched within ``timeout_s`` seconds in all (connection, answer and body).
     At most :data:`decodecalc.limits.MAX_METRICS_BYTES` are read; the text must be UTF-8."""
