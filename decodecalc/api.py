@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Union
 
-from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
 from decodecalc.inputs import Inputs, build_inputs
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def grid_for(inputs: Inputs, system: str | None = None) -> GridResult:
     system = getattr(system, "value", system)  # the CLI passes an enum member
     systems = SYSTEMS if system is None else (str(system).lower(),)
     if systems[0] not in SYSTEMS:
-        raise ConfigError(f"--system {system!r}; valid: {', '.join(SYSTEMS)}")
+        raise ChoiceError(f"--system {system!r}; valid: {', '.join(SYSTEMS)}")
     report = grid_report(inputs.work, inputs.gpu, systems=systems, vllm=inputs.vllm, sglang=inputs.sglang,
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
     if system is not None and report.systems[0].error:
@@ -205,7 +205,7 @@ def recommend_for(inputs: Inputs, kernel: str | None = None,
     kernel = getattr(kernel, "value", kernel)
     kernels = KERNELS if kernel is None else (str(kernel).lower(),)
     if kernels[0] not in KERNELS:
-        raise ConfigError(f"--kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+        raise ChoiceError(f"--kernel {kernel!r}; valid: {', '.join(KERNELS)}")
     if candidates is not None and not isinstance(candidates, str) and all(isinstance(c, int) for c in candidates):
         candidates = ",".join(map(str, candidates))  # recommend(candidates=[1, 4, 16])
     cands = [candidates] if isinstance(candidates, str) else candidates
@@ -387,11 +387,11 @@ def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regress
 
     objective = str(getattr(objective, "value", objective)).lower()
     if objective not in OBJECTIVES:
-        raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+        raise ChoiceError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     engine = getattr(engine, "value", engine)
     engines = ENGINES if engine is None else (str(engine).lower(),)
     if engines[0] not in ENGINES:
-        raise ConfigError(f"--engine {engine!r}; valid: {', '.join(ENGINES)}")
+        raise ChoiceError(f"--engine {engine!r}; valid: {', '.join(ENGINES)}")
     guard = parse_regression(max_regression)
     names = heuristics if heuristics is None or isinstance(heuristics, str) else ",".join(heuristics)
     if names is not None and not isinstance(heuristics, str) and not names:

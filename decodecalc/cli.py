@@ -89,4 +89,59 @@ def main() -> None:
     make_streams_encoding_safe()  # PYTHONIOENCODING=ascii / LANG=C: "µs" prints as "us", no crash
     argv = sys.argv[1:]
     command = argv[0] if argv and not argv[0].startswith("-") else None
-    build_app(command)()
+    sys.exit(run(build_app(command), command))
+
+
+def run(app: Any, command: str | None) -> int:
+    """Run the app and give its exit status, with one rule for every command (README, "Exit status"): 0 on
+    success and when the reader closes the pipe early (``| head``); 1 for a value that parses but cannot be (a
+    domain error, a bad file, a conflicting pair: ``Error: ...`` from the command itself); 2 for a usage error (an
+    unknown option, a value outside an option's choices, a missing argument), printed as the same one ``Error:``
+    line with a pointer to ``--help``; 130 on Ctrl-C."""
+    import typer
+    from rich.console import Console
+
+    # rich turns a closed stdout into SystemExit(1) after pointing stdout at /dev/null; for a reader that stopped
+    # early (`| head`) that is success
+    Console.on_broken_pipe = _quiet_on_broken_pipe  # type: ignore[method-assign]
+    try:  # typer >= 0.20 carries its own click
+        from typer._click import exceptions as cx
+    except ImportError:  # pragma: no cover - older typer on the real click
+        from click import exceptions as cx  # type: ignore[no-redef]
+
+    try:
+        rv = app(standalone_mode=False)
+    except cx.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as a usage error
+            print(exc.ctx.get_help() if getattr(exc, "ctx", None) else exc.format_message())
+            return exc.exit_code
+        from decodecalc.commands.options import print_error
+
+        where = f"decodecalc {command} -h" if command else "decodecalc -h"
+        hint = f" (see {where})" if isinstance(exc, cx.UsageError) else ""
+        print_error(exc.format_message() + hint)
+        return exc.exit_code
+    except typer.Abort:
+        return 130
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+def _quiet_on_broken_pipe(console: Any) -> None:
+    if not getattr(console, "quiet", False):
+        quiet_broken_pipe()
+    raise SystemExit(0)
+
+
+def quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): exit 0 with nothing more written (stdout now discards, so the
+    interpreter's last flush cannot fail again)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0

@@ -16,6 +16,13 @@ class ConfigError(DecodecalcError):
     """A value that cannot describe a real launch (bad TP, bad length, malformed file...)."""
 
 
+class ChoiceError(ConfigError):
+    """An option's value outside its fixed choices (``--objective p50``): a usage error, exit status 2 like an
+    unknown option (README, "Exit status")."""
+
+    exit_code = 2
+
+
 class UnsupportedError(DecodecalcError):
     """The modeled system cannot serve this configuration (for example MLA in vLLM's Triton path)."""
 

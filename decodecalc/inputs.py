@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from decodecalc.errors import ConfigError
+from decodecalc.errors import ChoiceError, ConfigError
 
 if TYPE_CHECKING:  # the core is imported when inputs are built, not when the CLI starts
     from decodecalc.launchers.sglang_triton import SglangSettings
@@ -101,7 +101,7 @@ def build_inputs(
                   context_len=context_len)
     layer = str(getattr(layer, "value", layer))  # the CLI passes an enum member
     if layer not in LAYERS:
-        raise ConfigError(f"--layer {layer!r}; valid: {', '.join(LAYERS)}")
+        raise ChoiceError(f"--layer {layer!r}; valid: {', '.join(LAYERS)}")
     cfg = resolve_model(model)
     if layer == "sliding" and not cfg.sliding_window:
         raise ConfigError(f"--layer sliding: {cfg.name} has no sliding-window layers")

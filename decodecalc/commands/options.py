@@ -201,14 +201,19 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
-def fail(message: str, code: int = 1) -> None:
-    """Print the one-line error to stderr and exit non-zero (no traceback)."""
+def print_error(message: str) -> None:
+    """The one-line ``Error: ...`` on stderr (domain errors and usage errors alike)."""
     from rich.console import Console
     from rich.text import Text
 
     # a Text, not markup: "[...]" and emoji codes such as ":b:" in the message print as written
     Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
         Text.assemble(("Error:", "bold red"), " ", message))
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print the one-line error to stderr and exit non-zero (no traceback)."""
+    print_error(message)
     raise typer.Exit(code)
 
 
@@ -222,6 +227,10 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         make_streams_encoding_safe()
         try:
             return func(*args, **kwargs)
+        except BrokenPipeError:  # `| head`: the reader has what it wanted
+            from decodecalc.cli import quiet_broken_pipe
+
+            raise typer.Exit(quiet_broken_pipe()) from None
         except DecodecalcError as exc:
             fail(str(exc), exc.exit_code)
         except OSError as exc:

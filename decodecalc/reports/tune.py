@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from decodecalc.errors import ConfigError, UnsupportedError
+from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings, check_supported
 from decodecalc.reports.tune_backends import BackendNote, backend_levers
@@ -523,9 +523,9 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
     the candidates that could be the best are then timed on every step, and the others keep their sample's figures
     (``sampled`` in the JSON)."""
     if objective not in OBJECTIVES:
-        raise ConfigError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+        raise ChoiceError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     if engine not in ENGINES:
-        raise ConfigError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        raise ChoiceError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     small = ctx.sample or ctx
     if only is None:
         options, why = _options(small, engine)
