@@ -126,3 +126,15 @@ def build_inputs(
     sglang = SglangSettings(max_kv_splits=max_kv_splits, deterministic=batch_invariant,
                             static_kv_splits=static_kv_splits, context_len=context_len)
     return Inputs(work, gpu_spec, vllm, sglang, kernel_block_size, layer)
+
+
+def context_warning(inputs: Inputs) -> str | None:
+    """A warning when the step's longest KV length passes the model's context (an engine serving the model would
+    refuse such a request: its max_model_len defaults to the context); None otherwise or when it is not known."""
+    context = inputs.work.model.context_length
+    longest = inputs.work.max_seqlen_k
+    if context is None or longest <= context:
+        return None
+    return (f"KV length {longest:,} is past {inputs.work.model.name}'s context of {context:,} tokens; an engine "
+            "serving it refuses such a request (max_model_len), so these figures describe no real launch")
+

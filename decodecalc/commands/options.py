@@ -156,7 +156,7 @@ def plain(value: Any) -> Any:
 
 # The pure half (Inputs, build_inputs, parse_int_list) lives in decodecalc/inputs.py, shared with the
 # Python API (decodecalc/api.py); validation of the built workload belongs there.
-from decodecalc.inputs import Inputs, build_inputs, parse_int_list  # noqa: E402,F401
+from decodecalc.inputs import Inputs, build_inputs, context_warning, parse_int_list  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +209,15 @@ def print_error(message: str) -> None:
     # a Text, not markup: "[...]" and emoji codes such as ":b:" in the message print as written
     Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
         Text.assemble(("Error:", "bold red"), " ", message))
+
+
+def print_warning(message: str) -> None:
+    """One ``warning: ...`` line on stderr (the output on stdout stays what it is)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+        Text.assemble(("warning:", "yellow"), " ", message))
 
 
 def fail(message: str, code: int = 1) -> None:
@@ -296,7 +305,11 @@ def with_workload_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
         shared_values = {name: plain(kwargs.pop(name)) for name in SHARED_OPTIONS}
-        return func(inputs=build_inputs(**shared_values), **kwargs)
+        inputs = build_inputs(**shared_values)
+        warning = context_warning(inputs)
+        if warning is not None:
+            print_warning(warning)
+        return func(inputs=inputs, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]  # type: ignore[attr-defined]  # inspect.signature reads it
                                         + shared)

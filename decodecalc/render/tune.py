@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from decodecalc.formatting import fmt_bytes_short, fmt_saving, fmt_us
@@ -68,6 +69,9 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
     if over:
         _say(console, f"worst step: the candidate's slowest step against the default; over: slows a step by more "
              f"than the guard ({guard}), so not eligible", style="dim")
+    _say(console, f"*: the pick: the lowest ranking score (the predicted {result.objective} step time averaged over "
+         "occupancy +-1, as recommend ranks; the table shows the plain prediction) among the settings within the "
+         "guard whose plain prediction also beats the default's", style="dim")
     _say(console, f"searched {len(e.candidates)} settings; the range ends where {e.range_note}", style="dim")
     if e.edge_note:
         _say(console, e.edge_note, style="yellow")
@@ -140,8 +144,8 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
     w = ctx.work
     wl = ctx.summary
     b, s = wl["batch"], wl["seq_len"]
-    console.print(f"[bold]{w.model.name}[/] TP={w.tp} on {ctx.gpu.name}  (h={w.num_heads} h_kv={w.num_kv_heads} "
-                  f"d={w.head_size}, {ctx.num_layers} layers)", highlight=False)
+    console.print(f"[bold]{escape(w.model.name)}[/] TP={w.tp} on {escape(ctx.gpu.name)}  (h={w.num_heads} "
+                  f"h_kv={w.num_kv_heads} d={w.head_size}, {ctx.num_layers} layers)", highlight=False)
     _say(console, f"workload {wl['source']}: {wl['steps']:,} steps ({wl['distinct_shapes']:,} distinct shapes), "
          f"{wl['generated_tokens']:,} generated tokens; batch p50 {b['p50']:.0f}, p99 {b['p99']:.0f}, max "
          f"{b['max']:.0f} sequences; KV length p50 {s['p50']:,.0f}, p99 {s['p99']:,.0f}, max {s['max']:,.0f} tokens")

@@ -341,14 +341,23 @@ def _apply(engine: str, best: Candidate, default: Candidate, ctx: TuneContext) -
                 f"sed -i 's/^\\(MIN_LAUNCH_GRID_SIZE_2D =\\) [0-9]*/\\1 {m}/' \"$F\"")
         return words, cmds
     m, static = best.setting["triton_attention_num_kv_splits"], best.setting["static_kv_splits"]
+    launch = _sglang_launch_line(ctx, m)
     if static:
         return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} and "
                  f"the environment variable SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1 (every sequence then gets "
                  f"{m} split{'s' * (m > 1)})",),
-                ("export SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1", f"--triton-attention-num-kv-splits {m}"))
+                ("export SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1", *launch))
     return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} (the "
              "maximum of the adaptive rule; leave SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS unset)",),
-            ("unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", f"--triton-attention-num-kv-splits {m}"))
+            ("unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", *launch))
+
+
+def _sglang_launch_line(ctx: TuneContext, max_kv_splits: int) -> tuple[str, str]:
+    """SGLang's launch command with the tuned flag, as two shell lines (a continuation) under 80 columns: the
+    model's Hugging Face id where the library knows it, else a placeholder to fill in."""
+    model = ctx.work.model.hf_id or "MODEL_PATH"
+    return (f"python -m sglang.launch_server --model-path {model} \\",
+            f"  --tp {ctx.work.tp} --attention-backend triton --triton-attention-num-kv-splits {max_kv_splits}")
 
 
 def step_changes(ctx: TuneContext, new: Any, old: Any) -> dict[str, Any]:

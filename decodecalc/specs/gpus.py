@@ -60,7 +60,7 @@ GPUS: tuple[GPUSpec, ...] = (
         name="h100-sxm", num_sms=132, hbm_bandwidth_bytes_per_s=3350 * GB, bf16_dense_flops_per_s=989e12,
         l2_bytes=50 * MiB, compute_capability=(9, 0), vendor="nvidia", memory_bytes=80 * GB_INT,
         source="NVIDIA H100 datasheet (SXM5: 3.35 TB/s, 989 TFLOP/s dense BF16); 132 SMs per flash-attention#609",
-        aliases=("h100", "h100-sxm5", "h100-80gb"),
+        aliases=("h100", "h100-sxm5", "h100-80gb", "h100-80gb-hbm3"),  # the last: nvidia-smi, torch
     ),
     GPUSpec(
         name="h100-pcie", num_sms=114, hbm_bandwidth_bytes_per_s=2000 * GB, bf16_dense_flops_per_s=756e12,
@@ -84,14 +84,14 @@ GPUS: tuple[GPUSpec, ...] = (
         name="a100-40gb", num_sms=108, hbm_bandwidth_bytes_per_s=1555 * GB, bf16_dense_flops_per_s=312e12,
         l2_bytes=40 * MiB, compute_capability=(8, 0), vendor="nvidia", memory_bytes=40 * GB_INT,
         source="NVIDIA A100 datasheet (SXM 40GB: 1,555 GB/s, 312 TFLOP/s dense BF16); GA100 whitepaper (108 SMs, 40 MB L2)",
-        aliases=("a100-40g", "a100-sxm-40gb"),
+        aliases=("a100-40g", "a100-sxm-40gb", "a100-sxm4-40gb"),
     ),
     GPUSpec(
         name="a100-80gb", num_sms=108, hbm_bandwidth_bytes_per_s=2039 * GB, bf16_dense_flops_per_s=312e12,
         l2_bytes=40 * MiB, compute_capability=(8, 0), vendor="nvidia", memory_bytes=80 * GB_INT,
         source="NVIDIA A100 datasheet (SXM 80GB: 2,039 GB/s, 312 TFLOP/s dense BF16; PCIe 80GB: 1,935 GB/s); "
         "GA100 whitepaper (108 SMs, 40 MB L2)",
-        aliases=("a100", "a100-80g", "a100-sxm-80gb"),
+        aliases=("a100", "a100-80g", "a100-sxm-80gb", "a100-sxm4-80gb"),
     ),
     GPUSpec(
         name="l40s", num_sms=142, hbm_bandwidth_bytes_per_s=864 * GB, bf16_dense_flops_per_s=362e12,
@@ -116,7 +116,7 @@ GPUS: tuple[GPUSpec, ...] = (
         l2_bytes=72 * MiB, compute_capability=(8, 9), vendor="nvidia", memory_bytes=24 * GB_INT,
         source="NVIDIA Ada Lovelace whitepaper appendix (RTX 4090: 128 SMs, 1,008 GB/s, 165.2 TFLOP/s BF16 with "
         "FP32 accumulate, 330.3 with FP16 accumulate, 72 MB L2)",
-        aliases=("4090", "rtx4090"),
+        aliases=("4090", "rtx4090", "geforce-rtx-4090"),
     ),
     GPUSpec(
         # Datasheet 8 TB/s; the driver reports a 7680-bit bus (7.68 TB/s, pytorch/ao#4002) and
@@ -176,7 +176,10 @@ def resolve_gpu(
     """Look a GPU up by name or alias (case-insensitive) and apply the user's overrides."""
     table = gpu_table()
     # "NVIDIA H100_SXM", "h100 sxm" and "h100-sxm" name the same row
-    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    # (nvidia-smi and torch.cuda.get_device_name write "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
+    key = "-".join(name.strip().lower().replace("_", "-").split())
+    while "--" in key:
+        key = key.replace("--", "-")
     for vendor_prefix in ("nvidia-", "amd-instinct-", "amd-"):
         key = key.removeprefix(vendor_prefix)
     gpu = table.get(key)

@@ -94,6 +94,10 @@ def resolve_model(spec: str) -> ModelConfig:
         cached = hf.find_in_hf_cache(spec)
         if cached is not None:
             return hf.load_hf_config(cached, name=spec)
+        # the library's own Hugging Face ids (a model's hf_id: meta-llama/Llama-3.1-70B), case as HF ignores it
+        by_hf = {m.hf_id.lower(): m for m in library.values() if m.hf_id}
+        if spec.lower() in by_hf:
+            return by_hf[spec.lower()]
         raise ConfigError(
             f"model {spec!r} is neither a library id, an existing file, nor a repo id in the local "
             f"Hugging Face cache ({hf.hf_cache_dir()}); known ids: {', '.join(sorted(library))}"

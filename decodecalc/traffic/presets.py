@@ -112,6 +112,12 @@ def generate(preset: Preset, *, concurrency: int | None = None, steps: int = DEF
     return nonempty(trace, f"--workload {preset.name}")
 
 
+#: the largest median a mix may ask for (a request trace's own bound on one request: decodecalc.traffic.traces)
+MAX_MIX_TOKENS = 1 << 31
+#: steps a generated mix may have (each is built as an object; 100,000 take a few seconds)
+MAX_MIX_STEPS = 100_000
+
+
 def parse_mix(spec: str) -> tuple[Preset, int]:
     """``mix:prompt=2048,output=256[,sigma=0.8][,steps=300]`` -> (a Preset, steps)."""
     body = spec.split(":", 1)[1] if ":" in spec else ""
@@ -125,17 +131,21 @@ def parse_mix(spec: str) -> tuple[Preset, int]:
             vals[key] = float(raw)
         except ValueError:
             raise ConfigError(f"--workload {spec!r}: {key}={raw!r} is not a number") from None
+        if not math.isfinite(vals[key]):
+            raise ConfigError(f"--workload {spec!r}: {key}={raw.strip()} is not a finite number")
     for key in ("prompt", "output"):
         if key not in vals:
             raise ConfigError(f"--workload {spec!r}: give {key}=<median tokens>, e.g. mix:prompt=2048,output=256")
-        if vals[key] < 1:
-            raise ConfigError(f"--workload {spec!r}: {key} must be >= 1 token, got {vals[key]:g}")
+        if not 1 <= vals[key] <= MAX_MIX_TOKENS:
+            raise ConfigError(f"--workload {spec!r}: {key} must be 1 to {MAX_MIX_TOKENS:,} tokens (a median), got "
+                              f"{vals[key]:g}")
     sigma = vals.get("sigma", 0.8)
     if not 0 <= sigma <= 3:
         raise ConfigError(f"--workload {spec!r}: sigma must be between 0 and 3, got {sigma:g}")
     steps = vals.get("steps", DEFAULT_STEPS)
-    if steps != int(steps):
-        raise ConfigError(f"--workload {spec!r}: steps must be an integer, got {steps:g}")
+    if steps != int(steps) or not 1 <= steps <= MAX_MIX_STEPS:
+        raise ConfigError(f"--workload {spec!r}: steps must be an integer from 1 to {MAX_MIX_STEPS:,}, got {steps:g} "
+                          "(a generated mix builds every step; a larger workload is a request trace: --requests)")
     preset = Preset(name="mix", description="parametric mix", prompt_median=vals["prompt"],
                     output_median=vals["output"], sigma_prompt=sigma, sigma_output=sigma, concurrency=32,
                     source="parametric (log-normal lengths)")
