@@ -51,6 +51,7 @@ def command_name(info: Any) -> str:
 def build_app(only: str | None = None) -> typer.Typer:
     """The application; with ``only`` (a command name) typer is given just that command."""
     fastparams.install()  # plain options are converted without pydantic (start-up; see the module)
+    fastparams.install_flag_help()  # --json, not --json <bool>
     app = typer.Typer(name="decodecalc", help=HELP, no_args_is_help=True, pretty_exceptions_show_locals=False,
                       context_settings=CONTEXT, rich_markup_mode="rich")
 

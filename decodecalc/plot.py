@@ -1,6 +1,6 @@
 """Heatmaps of a sweep: SM coverage, split count and the split / no-split (2D/3D) regions.
 
-PNG output needs the optional ``plot`` extra (``pip install 'decodecalc[plot]'``); matplotlib is
+PNG output needs the optional ``plot`` extra (``pip install '.[plot]'`` from the clone); matplotlib is
 imported inside the functions only. :func:`render_terminal` is the dependency-free fallback
 (plain strings; the CLI prints them).
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import DecodecalcError
+from decodecalc.extras import install_hint
 from decodecalc.formatting import fmt_tokens
 from decodecalc.reports.sweep import SweepGrid, SweepResult
 
@@ -61,7 +62,7 @@ def sweep_png_writer(result: SweepResult, *, max_rows: int = 8, dpi: int = 110) 
         import matplotlib.pyplot as plt
         from matplotlib.colors import LogNorm
     except ImportError:
-        raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib); "
+        raise DecodecalcError(f"--plot needs the 'plot' extra: {install_hint('plot')} (matplotlib); "
                               "without it the sweep prints a terminal heatmap") from None
     grids = [g for g in result.grids if g.applicable][:max_rows]
     if not grids:

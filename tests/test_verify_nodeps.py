@@ -23,8 +23,28 @@ def test_missing_extra_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(v, "missing_requirements", lambda: ["torch", "triton"])
     r = CliRunner().invoke(app, ["verify", "--model", "llama3-8b", "--seq-len", "64"], env={"COLUMNS": "200"})
     assert r.exit_code == 1
-    assert "Error:" in r.output and "pip install 'decodecalc[verify]'" in r.output
+    from decodecalc.extras import install_hint
+
+    assert "Error:" in r.output and install_hint("verify") in r.output
+    assert "decodecalc[verify]" not in r.output  # nothing is published under that name
     assert "Traceback" not in r.output
+
+
+def test_grid_verify_without_the_extra_fails_before_printing(monkeypatch):
+    import decodecalc.verify as v
+
+    monkeypatch.setattr(v, "missing_requirements", lambda: ["torch", "triton"])
+    r = CliRunner().invoke(app, ["grid", "--model", "llama3-8b", "--verify"], env={"COLUMNS": "200"})
+    assert r.exit_code == 1 and r.output.startswith("Error:") and "Decode attention launch" not in r.output
+
+
+def test_the_install_hint_names_where_decodecalc_came_from(monkeypatch):
+    import decodecalc.extras as ex
+
+    monkeypatch.setattr(ex, "_source_dir", lambda: "/home/me/decodecalc")
+    assert ex.install_hint("plot") == "pip install '/home/me/decodecalc[plot]'"
+    monkeypatch.setattr(ex, "_source_dir", lambda: None)
+    assert ex.install_hint("verify") == "pip install '.[verify]' (from the decodecalc clone)"
 
 
 def test_verify_help_lists_its_options():

@@ -145,3 +145,25 @@ def install() -> bool:
     core.build_runtime_param = build_runtime_param
     _INSTALLED = True
     return True
+
+
+def install_flag_help() -> bool:
+    """typer 0.29 shows a flag's type in --help as ``<bool>`` (``--json <bool>``, ``--help -h <bool>``), as if it
+    took a value; a flag takes none, so its type column is left empty. True if installed (on a typer without this
+    hook nothing changes)."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:
+        return False
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None:
+        return False
+    if getattr(original, "flags_untyped", False):
+        return True
+
+    def display_type_rich(self: Any, ctx: Any) -> Any:
+        return None if getattr(self, "is_flag", False) else original(self, ctx)
+
+    display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich
+    return True

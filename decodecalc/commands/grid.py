@@ -26,6 +26,10 @@ def grid(
     from decodecalc.api import grid_for
     from decodecalc.commands.output import to_json, write_atomic
 
+    if verify:  # before anything is printed: a missing torch must not follow a finished table
+        from decodecalc.verify.locate import require_torch_triton
+
+        require_torch_triton()
     result = grid_for(inputs, system)
     if output is not None:
         write_atomic(output, to_json(result.to_dict()) + "\n")

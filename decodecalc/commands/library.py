@@ -36,12 +36,13 @@ def gpus(json_out: JsonOpt = False) -> None:
 
     if json_out:
         from decodecalc.commands.output import to_json
+        from decodecalc.timemodel.profile import calibration_of
 
         typer.echo(to_json([{
             "name": g.name, "num_sms": g.num_sms, "hbm_bandwidth_bytes_per_s": g.hbm_bandwidth_bytes_per_s,
             "bf16_dense_flops_per_s": g.bf16_dense_flops_per_s, "l2_bytes": g.l2_bytes,
             "compute_capability": list(g.compute_capability) if g.compute_capability else None,
-            "vendor": g.vendor, "source": g.source} for g in GPUS]))
+            "vendor": g.vendor, "time_profile": calibration_of(g), "source": g.source} for g in GPUS]))
         return
     from decodecalc.render import stdout
     from decodecalc.render.library import print_gpus

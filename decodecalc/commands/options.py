@@ -216,8 +216,8 @@ def print_warning(message: str) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
-        Text.assemble(("warning:", "yellow"), " ", message))
+    # wrapped at the terminal's width (80 in a pipe), unlike the one-line errors a script may parse
+    Console(stderr=True, highlight=False, emoji=False).print(Text.assemble(("warning:", "yellow"), " ", message))
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -15,6 +15,7 @@ import typer
 
 from decodecalc.commands.options import OUTPUT, Dtype, KvDtype, handle_errors, plain
 from decodecalc.errors import ConfigError
+from decodecalc.extras import install_hint
 
 
 class Metric(str, Enum):
@@ -72,6 +73,8 @@ def sweep(
     fmt: Annotated[Optional[Format], typer.Option("--format", help="Print (or write) this format (default: "
                                                   "from --output's suffix, else csv).", case_sensitive=False,
                                                   rich_help_panel=OUTPUT)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print (or write) JSON: the same as --format json, as "
+                                          "every other command spells it.", rich_help_panel=OUTPUT)] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write PNG heatmaps (needs the 'plot' "
                                                  "extra).")] = None,
     metric: Annotated[Metric, typer.Option("--metric", help="What the terminal heatmap shows.",
@@ -96,14 +99,16 @@ def sweep(
     from decodecalc.plot import plot_available, sweep_png_writer
     from decodecalc.reports.sweep import run_sweep
 
-    kind = fmt.value if fmt is not None else ("json" if output is not None and output.suffix.lower() == ".json"
-                                              else "csv")
+    if as_json and fmt is not None and fmt.value != "json":
+        raise ConfigError(f"--json conflicts with --format {fmt.value}")
+    kind = "json" if as_json else fmt.value if fmt is not None else (
+        "json" if output is not None and output.suffix.lower() == ".json" else "csv")
     if output is not None:  # both files are checked before the sweep runs
         check_writable(output, "--output")
     if plot is not None:
         check_writable(plot, "--plot")
     if plot is not None and not plot_available():
-        raise ConfigError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)")
+        raise ConfigError(f"--plot needs the 'plot' extra: {install_hint('plot')} (matplotlib)")
     spec = build_spec(models=model, tps=tp, gpus=gpu, policies=policies, batch=batch, seq_len=seq_len,
                       dtype=plain(dtype), kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, sms=sms)
     spec.validate()
@@ -146,7 +151,7 @@ def sweep(
             err.print(f"wrote {output} ({spec.num_points:,} points)")
         if plot is not None:
             err.print(f"wrote {plot}")
-    if output is None and fmt is not None:
+    if output is None and (fmt is not None or as_json):
         typer.echo(result.to_csv() if kind == "csv" else to_json(result.to_json()), nl=kind == "json")
     elif output is None:  # quiet means no progress bar, not no result
         from decodecalc.render.sweep import print_heatmaps

@@ -34,6 +34,7 @@ from decodecalc.commands.options import (
     handle_errors,
     plain,
 )
+from decodecalc.extras import install_hint
 
 TRAFFIC = "Workload (one of --steps, --requests, --workload, --metrics)"
 StepsOpt = Annotated[Optional[Path], typer.Option("--steps", help="Step trace: JSON Lines (or .csv), one decode step "
@@ -167,7 +168,7 @@ def register(app: typer.Typer) -> None:
             if not plot_available():
                 from decodecalc.errors import DecodecalcError
 
-                raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)")
+                raise DecodecalcError(f"--plot needs the 'plot' extra: {install_hint('plot')} (matplotlib)")
         inputs = tune_inputs(
             model, tp=tp, gpu=gpu, sms=sms, bandwidth=bandwidth, dtype=plain(dtype),
             kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, batch_invariant=batch_invariant,

@@ -31,13 +31,18 @@ def print_models(console: Console, models: Iterable[ModelConfig]) -> None:
 def print_gpus(console: Console, gpus: Iterable[GPUSpec]) -> None:
     gs = list(gpus)
     t = Table(title=f"{len(gs)} GPUs (GB = 1e9 B; sources below)", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("name", "SMs/CUs", "HBM GB/s", "bf16 TFLOP/s", "L2 MB", "cc / arch", "src"):
-        t.add_column(col, justify="left" if col in ("name", "cc / arch") else "right", overflow="fold")
+    from decodecalc.timemodel.profile import calibration_of
+
+    for col in ("name", "SMs/CUs", "HBM GB/s", "bf16 TFLOP/s", "L2 MB", "cc / arch", "time", "src"):
+        t.add_column(col, justify="left" if col in ("name", "cc / arch", "time") else "right", overflow="fold")
     for i, g in enumerate(gs, 1):
         cc = ".".join(map(str, g.compute_capability)) if g.compute_capability else (g.gfx_arch or "-")
         t.add_row(g.name, str(g.num_sms), f"{g.hbm_bandwidth_bytes_per_s / 1e9:,.0f}",
-                  f"{g.bf16_dense_flops_per_s / 1e12:,.0f}", f"{g.l2_bytes / 1e6:.0f}", cc, f"[{i}]")
+                  f"{g.bf16_dense_flops_per_s / 1e12:,.0f}", f"{g.l2_bytes / 1e6:.0f}", cc,
+                  {"packaged": "cal.", "user": "yours"}.get(calibration_of(g) or "", "-"), f"[{i}]")
     console.print(t)
+    console.print(Text("time: the time model's profile. cal.: calibrated on that GPU and shipped; yours: your own "
+                       "`decodecalc calibrate`; -: the datasheet fallback, every predicted time marked uncalibrated"))
     console.print("Sources:")
     for i, g in enumerate(gs, 1):
         line = Text(f"[{i}] {g.name}: {g.source}")

@@ -43,11 +43,11 @@ def print_recommendation(console: Console, err: Console, res: RecommendResult, t
         t.add_column(col, justify="right" if col == "speedup" else "left", overflow="fold")
     for k, kr in rec.kernels.items():
         fast = kr.fastest
-        t.add_row(k, f"{kr.default.label.split(': ', 1)[-1]}\n{fmt_us(kr.default.predicted_time_s)} us",
-                  f"{kr.recommended.label}\n{fmt_us(kr.recommended.predicted_time_s)} us",
-                  f"{fast.label}\n{fmt_us(fast.predicted_time_s)} us", _speedup(kr))
+        t.add_row(k, f"{kr.default.label.split(': ', 1)[-1]}\n{fmt_us(kr.default.predicted_time_s)} µs",
+                  f"{kr.recommended.label}\n{fmt_us(kr.recommended.predicted_time_s)} µs",
+                  f"{fast.label}\n{fmt_us(fast.predicted_time_s)} µs", _speedup(kr))
     console.print(t)
-    c = Table(title="Every candidate (predicted us)", box=box.SIMPLE_HEAD, pad_edge=False)
+    c = Table(title="Every candidate (predicted µs)", box=box.SIMPLE_HEAD, pad_edge=False)
     c.add_column("kernel")
     allsplits = sorted({ch.splits for kr in rec.kernels.values() for ch in kr.candidates})
     for s in allsplits:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from decodecalc.extras import install_hint
 from decodecalc.formatting import fmt_bytes_short, fmt_saving, fmt_us
 from decodecalc.render import print_wrapped
 
@@ -181,7 +182,7 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise DecodecalcError("--plot needs the 'plot' extra: pip install 'decodecalc[plot]' (matplotlib)") from None
+        raise DecodecalcError(f"--plot needs the 'plot' extra: {install_hint('plot')} (matplotlib)") from None
     heur = [h for h in result.heuristics if h.times is not None]
     fig, axes = plt.subplots(1, 3 if heur else 2, figsize=(19 if heur else 13, 4.2))
     ax1, ax2 = axes[0], axes[1]

@@ -336,6 +336,21 @@ def _builtin_h200() -> TimeProfile:
     return prof
 
 
+def calibration_of(gpu: GPUSpec) -> str | None:
+    """Where ``gpu``'s calibrated time profile would come from (what :func:`resolve_profile` picks, without
+    loading it): ``"user"`` (``decodecalc calibrate``'s file), ``"packaged"``, or None (the uncalibrated datasheet
+    fallback)."""
+    if (user_profile_dir() / f"{_profile_key(gpu.name)}.yaml").is_file():
+        return "user"
+    for name in (gpu.name, *getattr(gpu, "aliases", ())):
+        try:
+            if resources.files("decodecalc.profiles").joinpath(f"{_profile_key(name)}.yaml").is_file():
+                return "packaged"
+        except ModuleNotFoundError:  # pragma: no cover - the package always has the folder
+            return None
+    return None
+
+
 def resolve_profile(gpu: GPUSpec, *, profile_path: Path | None = None) -> TimeProfile:
     """The profile for ``gpu`` (a GPUSpec): an explicit file, else the user's calibrated file,
     else the packaged one, else the uncalibrated datasheet fallback."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError
+from decodecalc.extras import install_hint
 from decodecalc.timemodel import TimeProfile
 from decodecalc.timemodel.fit import CALIBRATION_SHAPES, CALIBRATION_VARIANTS, QUICK_SHAPES, fit_calibration_rows
 from decodecalc.verify import engine
@@ -25,7 +26,7 @@ def cuda_or_error() -> Any:
 
     missing = missing_requirements()
     if missing:
-        raise DecodecalcError(f"calibrate needs {' and '.join(missing)}: pip install 'decodecalc[verify]' on a machine "
+        raise DecodecalcError(f"calibrate needs {' and '.join(missing)}: {install_hint('verify')} on a machine "
                               "with a CUDA GPU")
     import torch
 

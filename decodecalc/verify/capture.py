@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import DecodecalcError
+from decodecalc.extras import install_hint
 
 __all__ = ["LaunchRecorder", "RecordedLaunch"]
 
@@ -150,7 +151,7 @@ def _patch_classes() -> None:
         from triton.runtime.jit import JITFunction
     except ImportError as exc:  # pragma: no cover - caller checks availability first
         raise DecodecalcError(
-            "decodecalc verify needs triton: pip install 'decodecalc[verify]'"
+            f"decodecalc verify needs triton: {install_hint('verify')}"
         ) from exc
     classes: list[type] = [JITFunction]
     try:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from decodecalc.errors import DecodecalcError, UnsupportedError
+from decodecalc.extras import install_hint
 from decodecalc.workload import Workload
 
 __all__ = ["Environment", "check_workload", "detect_environment", "run_dtype"]
@@ -38,7 +39,7 @@ def detect_environment() -> Environment:
     missing = missing_requirements()
     if missing:
         raise DecodecalcError(
-            f"{' and '.join(missing)} not installed; verify needs torch and triton: pip install 'decodecalc[verify]' "
+            f"{' and '.join(missing)} not installed; verify needs torch and triton: {install_hint('verify')} "
             "(on a CPU-only machine install torch==2.13.0 first)")
     interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
     import torch

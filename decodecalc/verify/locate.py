@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from decodecalc.errors import ConfigError, DecodecalcError
+from decodecalc.extras import install_hint
 
 __all__ = ["EXPECTED_VERSIONS", "REQUIRED_FILES", "UpstreamSource", "UpstreamVersionWarning", "default_roots",
            "locate", "require_torch_triton"]
@@ -58,7 +59,7 @@ def require_torch_triton() -> None:
     if missing:
         raise DecodecalcError(
             f"{' and '.join(missing)} not installed; the verify machinery needs torch and triton: "
-            "pip install 'decodecalc[verify]' (on a CPU-only machine install torch==2.13.0 first)"
+            f"{install_hint('verify')} (on a CPU-only machine install torch==2.13.0 first)"
         )
 
 
