@@ -441,3 +441,34 @@ def test_closed_pipe_gives_no_traceback() -> None:
     err = p.stderr.read().decode() if p.stderr is not None else ""
     p.wait(timeout=30)
     assert "Traceback" not in err and p.returncode in (0, 1, 120, -signal.SIGPIPE), err
+
+
+def test_a_broken_user_profile_names_itself_and_the_way_out(tmp_path, monkeypatch):
+    """A calibrated profile of absurd constants (bandwidths of 1e-300 B/s) is one error naming the file and how to
+    get back to the packaged profile; a command that times nothing still runs (issue 19, hostile profiles)."""
+    import copy
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    data = yaml.safe_load((root / "decodecalc" / "profiles" / "h200.yaml").read_text())
+    bad = copy.deepcopy(data)
+    for fam in bad["families"].values():
+        fam["program_bandwidth_bytes_per_s"] = 1e-300
+    folder = tmp_path / "decodecalc" / "profiles"
+    folder.mkdir(parents=True)
+    (folder / "h200.yaml").write_text(yaml.safe_dump(bad))
+    env = {"XDG_CONFIG_HOME": str(tmp_path), "COLUMNS": "80", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "decodecalc", *args], capture_output=True, text=True, env=env,
+                              cwd=root, timeout=120)
+
+    r = run("tune", "-w", "chat", "--heuristics", "none", "--engine", "sglang")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert line.startswith("Error:") and "\n" not in line
+    assert "program_bandwidth_bytes_per_s must be between" in line and f"remove {folder / 'h200.yaml'}" in line
+    assert run("grid", "-m", "llama3-8b").returncode == 0

@@ -63,6 +63,13 @@ PROFILE_SCHEMA = 1
 # parameters
 
 
+#: the range a kernel family's fitted constants may take: seconds of fixed latency, bytes per second a program or an
+#: SM streams (a picosecond to a second; 1 kB/s to 1e20 B/s, a stand-in for "no limit": beyond either end the
+#: times overflow or vanish)
+PLAUSIBLE = {"latency_s": (1e-12, 1.0), "program_bandwidth_bytes_per_s": (1e3, 1e20),
+             "sm_bandwidth_bytes_per_s": (1e3, 1e20)}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FamilyParams:
     """The four physical numbers of one kernel family on one GPU."""
@@ -103,6 +110,9 @@ class FamilyParams:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")
+            lo, hi = PLAUSIBLE[name]
+            if not lo <= v <= hi:  # a time model of no GPU: its times would overflow or vanish
+                raise ConfigError(f"{name} must be between {lo:g} and {hi:g}, got {v!r}")
         if not (isinstance(self.program_overhead_s, (int, float)) and self.program_overhead_s >= 0):
             raise ConfigError(f"program_overhead_s must be >= 0, got {self.program_overhead_s!r}")
         if not (isinstance(self.max_programs_per_sm, int) and self.max_programs_per_sm >= 1):
@@ -358,7 +368,11 @@ def resolve_profile(gpu: GPUSpec, *, profile_path: Path | None = None) -> TimePr
         return load_profile_file(Path(profile_path), expect_gpu=gpu.name)
     user = user_profile_dir() / f"{_profile_key(gpu.name)}.yaml"
     if user.is_file():
-        return load_profile_file(user, expect_gpu=gpu.name)
+        try:
+            return load_profile_file(user, expect_gpu=gpu.name)
+        except ConfigError as exc:  # the user's own file breaks every command that times: say how to get out
+            raise ConfigError(f"{exc} (your calibrated profile: remove {user}, or run `decodecalc calibrate` again, "
+                              "to use the packaged one)") from None
     for name in (gpu.name, *getattr(gpu, "aliases", ())):
         prof = packaged_profile(name)
         if prof is not None:
