@@ -125,24 +125,15 @@ def run(app: Any, command: str | None) -> int:
     except typer.Abort:
         return 130
     except BrokenPipeError:
+        from decodecalc.commands.options import quiet_broken_pipe
+
         return quiet_broken_pipe()
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 def _quiet_on_broken_pipe(console: Any) -> None:
+    from decodecalc.commands.options import quiet_broken_pipe
+
     if not getattr(console, "quiet", False):
         quiet_broken_pipe()
     raise SystemExit(0)
-
-
-def quiet_broken_pipe() -> int:
-    """The reader of stdout went away (``| head``): exit 0 with nothing more written (stdout now discards, so the
-    interpreter's last flush cannot fail again)."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    return 0

@@ -20,7 +20,8 @@ import pytest
 from decodecalc.batch.evaluate import ExactTimer, proxies
 from decodecalc.batch.kernels import DELTAS
 from decodecalc.batch.launches import SglangRecipe, SglangSplitsRecipe, VllmForcedRecipe, VllmRecipe
-from decodecalc.batch.steps import from_runs, from_trace
+from decodecalc.batch.runs import from_runs
+from decodecalc.batch.steps import from_trace
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
 from decodecalc.reports.tune import make_context, tune

@@ -2,7 +2,7 @@
 
     __main__ -> cli, commands -> render, plot -> verify -> api -> reports -> batch -> timemodel, figures, inputs
     -> launchers
-    -> workload, traffic -> specs -> errors, derived, limits, formatting, yamlio
+    -> workload, traffic -> specs -> errors, derived, limits, formatting, yamlio, extras
 
 Arrows point only downward (a module may import its own layer or any lower one), there is no
 import cycle between modules, and ``verify`` (torch, triton) is a side package that nothing below
@@ -21,7 +21,7 @@ PKG = Path(__file__).resolve().parent.parent / "decodecalc"
 
 #: (layer, module prefixes), lowest first
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "derived", "limits", "formatting", "yamlio", "data", "profiles"),
+    ("errors", "derived", "limits", "formatting", "yamlio", "data", "profiles", "extras"),
     ("specs",),
     ("workload", "traffic"),
     ("launchers",),

@@ -181,3 +181,9 @@ class RunSteps:
         """:meth:`StepArrays.sample` without expanding the other steps."""
         idx, w = stratified_picks(self.weights, k, seed)
         return self.take(idx, w), idx
+
+
+def from_runs(runs: Sequence[Any], source: str, notes: tuple[str, ...] = ()) -> StepArrays:
+    """Every step of :func:`decodecalc.traffic.requests.batching_runs`' runs, expanded: run ``r``'s step ``j`` has the
+    lengths ``base + j``."""
+    return RunSteps.of(runs, source, notes).expand()

@@ -169,15 +169,6 @@ class EngineStepOrigins(Sequence[str]):
         return f"{self.source}, engine step {int(self.engine_steps[i])}"
 
 
-def from_runs(runs: Sequence, source: str, notes: tuple[str, ...] = ()) -> StepArrays:
-    """The arrays of the decode steps of :func:`decodecalc.traffic.requests.batching_runs`' runs: run ``r``'s step
-    ``j`` has the lengths ``base + j`` (expanded without a loop over steps; decodecalc.batch.runs keeps them as
-    runs)."""
-    from decodecalc.batch.runs import RunSteps
-
-    return RunSteps.of(runs, source, notes).expand()
-
-
 class LineOrigins(Sequence[str]):
     """``path, line n`` of each step of a step file, made on demand."""
 

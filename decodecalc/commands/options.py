@@ -211,6 +211,19 @@ def print_error(message: str) -> None:
         Text.assemble(("Error:", "bold red"), " ", message))
 
 
+def quiet_broken_pipe() -> int:
+    """The reader of stdout went away (``| head``): exit 0 with nothing more written (stdout now discards, so the
+    interpreter's last flush cannot fail again)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def print_warning(message: str) -> None:
     """One ``warning: ...`` line on stderr (the output on stdout stays what it is)."""
     from rich.console import Console
@@ -237,8 +250,6 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except BrokenPipeError:  # `| head`: the reader has what it wanted
-            from decodecalc.cli import quiet_broken_pipe
-
             raise typer.Exit(quiet_broken_pipe()) from None
         except DecodecalcError as exc:
             fail(str(exc), exc.exit_code)
