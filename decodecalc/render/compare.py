@@ -108,7 +108,9 @@ def print_compare(console: Console, res: CompareResult, explain: bool = False) -
                 items = tuple(r.plan.explain) + (tuple(r.figures.explain) if r.figures is not None else ())
                 console.print(explain_panel(f"{r.name}: formula, inputs and source of every number", items))
     if res.best:
-        figure = "predicted time" if res.best_by == "predicted_time_s" else "roofline / SM coverage"
+        figure = {"predicted_time_s": "predicted time",
+                  "predicted_time_s_uncalibrated": "uncalibrated predicted time"}.get(res.best_by,
+                                                                                      "roofline / SM coverage")
         print_wrapped(console, f"* best by {figure}: {res.best} ({res.best_rule})")
         if res.best_roofline_proxy and res.best_roofline_proxy != res.best:
             print_wrapped(console, f"  best by the roofline proxy (roofline time / SM coverage, every policy): "

@@ -446,13 +446,28 @@ def best_by_prediction(results: list[PolicyResult]) -> str | None:
     return min(ok, key=lambda r: r.extra["predicted_time_s"]).name
 
 
+UNCALIBRATED_RULE = ("smallest predicted_time_s, every one uncalibrated (~: no time profile of this GPU; the "
+                     "datasheet fallback scales the H200's): a rough ranking, with the rows that have no prediction "
+                     "left out")
+
+
+def best_by_uncalibrated_prediction(results: list[PolicyResult]) -> str | None:
+    """Smallest ``predicted_time_s`` of any kind among applicable rows (None when no row has one)."""
+    ok = [r for r in results if r.applicable and r.extra.get("predicted_time_s") is not None]
+    return min(ok, key=lambda r: r.extra["predicted_time_s"]).name if ok else None
+
+
 def choose_best(results: list[PolicyResult]) -> tuple[str | None, str, str]:
-    """The starred row, the figure it is ranked by, and the rule in words: the calibrated predicted time
-    where any row has one, else the roofline proxy."""
+    """The starred row, the figure it is ranked by, and the rule in words: the calibrated predicted time where
+    any row has one, else an uncalibrated predicted time where any row has one (a roofline proxy whose values
+    differ by under 1% between rows would star almost any of them), else the roofline proxy."""
     best = best_by_prediction(results)
     if best is not None:
         names = ", ".join(r.name for r in results if r.applicable and r.extra.get("predicted_calibrated") is True)
         return best, "predicted_time_s", PREDICTED_RULE.format(names=names)
+    best = best_by_uncalibrated_prediction(results)
+    if best is not None:
+        return best, "predicted_time_s_uncalibrated", UNCALIBRATED_RULE
     return best_policy(results), "sm_limited_time_s", ROOFLINE_RULE
 
 
