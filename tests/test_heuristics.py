@@ -89,7 +89,9 @@ def test_user_rule(tmp_path, ctx_result):
     assert scores["user-segments"].times[4] == ctx.timer.vllm_forced(1).time[4]  # batch 64: the 2D kernel
     from decodecalc.timemodel import launch_time_s, sglang_work
 
-    rule_of = (lambda i: [max(1, min(32, L // 2048)) for L in ctx.steps.step_lens(i)[0]])
+    def rule_of(i: int) -> list[int]:
+        return [max(1, min(32, L // 2048)) for L in ctx.steps.step_lens(i)[0]]
+
     grid = max(max(rule_of(i)) for i in range(ctx.steps.num_steps))  # the split dimension: largest over the workload
     assert grid == 30023 // 2048
     w = ctx.timer.exact_timer.work(0)  # a step of one sequence: the same launch as the scalar model's

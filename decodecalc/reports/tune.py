@@ -128,7 +128,10 @@ class EngineTune:
 
     def to_dict(self) -> dict[str, Any]:
         short = ("setting", "mean_step_s", "p99_step_s", "total_s", "scratch_bytes")
-        pick = (lambda c: {k: v for k, v in c.to_dict().items() if k in short} | {"label": c.label})
+
+        def pick(c: Candidate) -> dict[str, Any]:
+            return {k: v for k, v in c.to_dict().items() if k in short} | {"label": c.label}
+
         return {"default": pick(self.default), "best": pick(self.best),
                 "candidates": [c.to_dict() for c in self.candidates], "apply": list(self.apply),
                 "apply_commands": list(self.apply_commands),

@@ -214,7 +214,6 @@ def flashmla_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     piece_iters = MLA_PIECE_ITERS[0] + MLA_PIECE_ITERS[1] * rows / 64
     loads = [(b, n) for b, n in det["part_loads"] if n]
     iters = max(1, max(math.ceil(b + piece_iters * n) for b, n in loads))
-    blocks = sum(b for b, _ in loads)
     block_bytes = _MLA_BLOCK * shape.head_size * shape.kv_bytes_per_element
     kernels = [KernelWork(family="flashmla_fwd", iters=((iters, busy * per_part),), bytes_per_iter=block_bytes,
                           hbm_bytes_per_iter=block_bytes // mblocks,
