@@ -11,8 +11,8 @@ from decodecalc.commands.options import SglangSrcOpt, VllmSrcOpt, handle_errors
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
-OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: "
-                                                "$XDG_CONFIG_HOME/decodecalc/profiles/<gpu>.yaml).")]
+OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: <gpu>.yaml "
+                                                "in $XDG_CONFIG_HOME/decodecalc/profiles).")]
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
 
 

@@ -166,4 +166,32 @@ def install_flag_help() -> bool:
 
     display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
     TyperOption.display_type_rich = display_type_rich
+    _install_unbroken_names()
     return True
+
+
+def _install_unbroken_names() -> None:
+    """typer's help tables let rich squeeze the option-name column until a long name is cut with an ellipsis
+    (``--max-num-batched-tok…`` at 80 columns). Every column but the last (the help text) is given the width of
+    its longest cell, so names never break and the help text wraps in what is left."""
+    try:
+        from rich.table import Table
+        from typer import rich_utils
+    except ImportError:
+        return
+    if getattr(rich_utils.Table, "names_unbroken", False):
+        return
+
+    class HelpTable(Table):
+        names_unbroken = True
+
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            super().add_row(*renderables, **kwargs)
+            for column, cell in zip(self.columns[:-1], renderables[:-1]):
+                width = getattr(cell, "cell_len", None)
+                if width is None:
+                    width = len(str(cell)) if cell is not None else 0
+                column.min_width = max(column.min_width or 0, width)
+                column.overflow = "fold"
+
+    rich_utils.Table = HelpTable

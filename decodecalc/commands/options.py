@@ -130,8 +130,9 @@ ModelRunnerOpt = Annotated[ModelRunner, typer.Option("--model-runner", help="vLL
                                                      rich_help_panel=VLLM)]
 ThresholdOpt = Annotated[Optional[int], typer.Option("--seq-threshold-3d", help="Override vLLM's seq_threshold_3D.",
                                                      rich_help_panel=VLLM)]
-StaticSplitsOpt = Annotated[bool, typer.Option("--static-kv-splits", help="SGLang "
-                                               "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1.", rich_help_panel=SGLANG)]
+StaticSplitsOpt = Annotated[bool, typer.Option("--static-kv-splits", help="SGLang's environment variable "
+                                               "SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS set to 1.",
+                                               rich_help_panel=SGLANG)]
 ContextLenOpt = Annotated[Optional[int], typer.Option("--context-len", help="Model context length (SGLang sizes "
                                                       "max_kv_splits from it in deterministic and MLA modes).",
                                                       rich_help_panel=SGLANG)]

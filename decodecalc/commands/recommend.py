@@ -14,9 +14,8 @@ KernelOpt = Annotated[Optional[System], typer.Option("--kernel", "-k", help="Onl
 CandidatesOpt = Annotated[Optional[list[str]], typer.Option(
     "--candidates", help="Split counts to choose from (1 = unsplit, vLLM's 2D kernel): '1,4,16' for every kernel, "
     "or 'vllm=1,16,64' / 'sglang=4,8' per kernel (repeatable). Default: vLLM 1..128, SGLang 1..64 (powers of two).")]
-ProfileOpt = Annotated[Optional[Path], typer.Option("--profile", help="Time-model profile YAML (default: "
-                                                    "$XDG_CONFIG_HOME/decodecalc/profiles/<gpu>.yaml, then the "
-                                                    "packaged one).")]
+ProfileOpt = Annotated[Optional[Path], typer.Option("--profile", help="Time-model profile YAML (default: <gpu>.yaml in "
+                                                    "$XDG_CONFIG_HOME/decodecalc/profiles, then the packaged one).")]
 
 
 def recommend(

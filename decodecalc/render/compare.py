@@ -43,7 +43,8 @@ def compare_table(res: CompareResult, width: int) -> tuple[Table, bool]:
         ["policy", "grid", "splits", "tok/split", "SM (waves)"]
     cols += ["partial a/u", "/KV", "roofline", "/cov", "predicted"] if wide else ["roofline", "predicted"]
     for col in cols:
-        t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold", no_wrap=col == "policy")
+        t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold",
+                     no_wrap=col in ("policy", "tok/split", "busy/all", "partial a/u", "roofline", "predicted"))
     for r in res.policies:
         if not r.applicable or r.plan is None or r.figures is None:
             t.add_row(Text(r.name, style="dim"), Text("n/a", style="dim"), *[""] * (len(cols) - 2))

@@ -20,7 +20,7 @@ def print_models(console: Console, models: Iterable[ModelConfig]) -> None:
     t = Table(title=f"{len(ms)} models", box=box.SIMPLE_HEAD, pad_edge=False)
     for col, right in (("id", False), ("layers", True), ("heads q/kv", True), ("head dim", True),
                        ("attention", False), ("window", True), ("dtype", False)):
-        t.add_column(col, justify="right" if right else "left", overflow="fold")
+        t.add_column(col, justify="right" if right else "left", overflow="fold", no_wrap=col == "id")  # ids are copied
     for m in ms:
         head = f"{m.head_dim_k}/{m.head_dim_v}" if m.is_mla else str(m.head_dim)
         t.add_row(m.name, str(m.num_layers), f"{m.num_attention_heads}/{m.num_key_value_heads}", head, m.attention,
