@@ -33,9 +33,28 @@ def documents() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+_SHIM: list[str] = []
+
+
+def _shim_dir() -> str:
+    """A folder holding a ``decodecalc`` that runs this checkout's package with this interpreter: the blocks run
+    the code beside them whether or not the console script is installed or on PATH."""
+    if not _SHIM:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="decodecalc-shim-"))
+        script = folder / "decodecalc"
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m decodecalc "$@"\n')
+        script.chmod(0o755)
+        _SHIM.append(str(folder))
+    return _SHIM[0]
+
+
 def run_block(match: re.Match[str]) -> str:
     cmd = match.group("cmd")
     env = {**os.environ, **ENV}
+    env["PATH"] = _shim_dir() + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=300)
     text = (out.stdout + out.stderr).rstrip("\n")
