@@ -1,7 +1,7 @@
 """What-if KV-split heuristics scored over a whole decode workload.
 
 Each heuristic gives every step of the workload a launch; the time model times it
-(:class:`decodecalc.reports.tune_eval.StepTimer`) and the table compares mean and p99 step time with
+(:class:`decodecalc.batch.evaluator.WorkloadTimer`) and the table compares mean and p99 step time with
 the engine's default and with the per-step optimum (the bound). The engines' own rules are the
 launcher modules' (never restated here); the proposals are modeled from their pull requests, each
 with its source; a user rule is a Python file.
