@@ -43,15 +43,6 @@ def _ticks(values: tuple[int, ...], n: int = 6) -> tuple[list[int], list[str]]:
     return idx, [fmt_tokens(values[i]) for i in idx]
 
 
-def plot_sweep(result: SweepResult, path: Path, *, max_rows: int = 8, dpi: int = 110) -> Path:
-    """Write one PNG to ``path``: a row of three heatmaps per applicable (model, TP, GPU, policy) grid.
-
-    Writes ``path`` directly; the CLI passes :func:`sweep_png_writer` to
-    ``decodecalc.commands.output.write_files`` instead, which writes atomically beside the CSV."""
-    sweep_png_writer(result, max_rows=max_rows, dpi=dpi)(Path(path))
-    return Path(path)
-
-
 def sweep_png_writer(result: SweepResult, *, max_rows: int = 8, dpi: int = 110) -> Callable[[Path], None]:
     """Draw the heatmaps now (so every problem is raised before any file is touched) and return the
     function that saves them as PNG to the path it is given (and frees the figure)."""

@@ -8,7 +8,7 @@ every command that prints a predicted time marks it uncalibrated when there is o
 ``compare``, ``recommend``; ``calibrated: false`` plus the warnings in the JSON).
 
 The domain of the packaged H200 profile is the set of shapes ``benchmarks/fit_timemodel.py``
-fitted it on: ``/work/shared/data/h200-upstream-dev-grid.json`` (the 40 shared shapes: llama3-8b
+fitted it on: the project's shared H200 development grid (``shared/data/h200-upstream-dev-grid.json``; 40 shapes: llama3-8b
 and llama3-70b TP8, d=128) and ``benchmarks/results/timemodel-h200-extra.json`` (65 more: head
 sizes 64, 96, 128, 256; group sizes 1-8 and 12), all bfloat16 queries and KV, one query token,
 block size 16, no sliding window, measured on the H200 (132 SMs). A profile may carry its own
