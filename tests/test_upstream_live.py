@@ -1,6 +1,6 @@
 """Re-run a few shapes through the real upstream code, live, under the Triton interpreter.
 
-Needs torch + triton (``pip install 'decodecalc[verify]'``; CPU torch==2.13.0) and the
+Needs torch + triton (``pip install '.[verify]'``; CPU torch==2.13.0) and the
 unpacked sources (``tools/fetch_upstream.sh``); every test skips with the reason otherwise.
 Marked ``interpreter``: ``pytest -m interpreter tests/test_upstream_live.py``.
 """
@@ -8,6 +8,7 @@ Marked ``interpreter``: ``pytest -m interpreter tests/test_upstream_live.py``.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.interpreter
 
 def _skip_unless_ready() -> None:
     if not is_available():
-        pytest.skip(f"{' and '.join(missing_requirements())} not installed: pip install 'decodecalc[verify]'")
+        pytest.skip(f"{' and '.join(missing_requirements())} not installed: pip install '.[verify]'")
 
 
 @pytest.fixture(scope="module")
@@ -188,5 +189,7 @@ def test_missing_torch_or_triton_names_the_extra(monkeypatch):
     from decodecalc.verify import upstream
 
     monkeypatch.setattr(verify, "missing_requirements", lambda: ["torch"])
-    with pytest.raises(DecodecalcError, match=r"pip install 'decodecalc\[verify\]'"):
+    from decodecalc.extras import install_hint
+
+    with pytest.raises(DecodecalcError, match=re.escape(install_hint("verify"))):
         upstream.load_sglang()

@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton not installed: pip install 'decodecalc[verify]'", allow_module_level=True)
+    pytest.skip("triton not installed: pip install '.[verify]'", allow_module_level=True)
 
 from helpers import gpu as make_gpu  # noqa: E402
 from helpers import model, work  # noqa: E402
