@@ -472,3 +472,43 @@ def test_a_broken_user_profile_names_itself_and_the_way_out(tmp_path, monkeypatc
     assert line.startswith("Error:") and "\n" not in line
     assert "program_bandwidth_bytes_per_s must be between" in line and f"remove {folder / 'h200.yaml'}" in line
     assert run("grid", "-m", "llama3-8b").returncode == 0
+
+
+def test_outputs_to_devices_and_twice_to_one_file(tmp_path):
+    """Issue 19 hostile outputs: `-o /dev/full` exited 0 (and, as root, replaced the device with a file);
+    `-o a.csv --plot a.csv` overwrote its own output. A device is written into and a failed write is an error; two
+    outputs naming one file are refused and nothing is written."""
+    import stat
+
+    root = Path(__file__).resolve().parents[1]
+    env = {"COLUMNS": "80", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "decodecalc", *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+
+    if Path("/dev/full").exists() and stat.S_ISCHR(os.stat("/dev/full").st_mode):
+        r = run("grid", "-m", "llama3-8b", "-o", "/dev/full")
+        assert r.returncode == 1 and "cannot write /dev/full: No space left on device" in r.stderr
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # still the device
+    r = run("grid", "-m", "llama3-8b", "-o", "/dev/null")
+    assert r.returncode == 0 and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    r = run("sweep", "-b", "1:2", "-s", "1K:2K:x2", "-q", "-o", "a.csv", "--plot", "a.csv")
+    assert r.returncode == 1 and "named for two outputs" in r.stderr and not (tmp_path / "a.csv").exists()
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("import sys\ndef splits(step):\n    sys.exit(0)\n", "raised SystemExit: 0"),
+    ("import sys\nsys.exit(0)\ndef splits(step):\n    return [1] * step.batch\n", "cannot load it: SystemExit"),
+    ("def splits(step):\n    return [2**63] * step.batch\n", "expected integers from 1 to 65,535"),
+    ("def segments(step):\n    return 10**30\n", "expected integers from 1 to 65,535"),
+])
+def test_a_rule_that_exits_or_asks_for_absurd_counts_is_an_error(tmp_path, body, needle):
+    """Issue 19: a --rule calling sys.exit(0) ended tune with status 0 and no output; one returning 2^63 splits
+    reached an OverflowError."""
+    rule = tmp_path / "rule.py"
+    rule.write_text(body)
+    r = CliRunner().invoke(app, ["tune", "-w", "chat", "--rule", str(rule), "--heuristics", "none"],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 1 and r.output.startswith("Error:") and needle in r.output, r.output
+    assert "Traceback" not in r.output

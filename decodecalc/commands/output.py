@@ -90,10 +90,15 @@ def write_files(items: Sequence[tuple[Path, Content]]) -> None:
     file is removed and no requested file is created or changed; the error names the requested path."""
     import tempfile  # only when writing a file: keeps the plain CLI path light
 
+    _check_distinct(items)
     staged: list[tuple[str, Path]] = []
+    special: list[tuple[Path, Content]] = []
     try:
         for path, content in items:
             path = Path(path)
+            if _is_special(path):  # /dev/null, /dev/full, a FIFO: written into, never replaced by a file
+                special.append((path, content))
+                continue
             folder = _folder(path)
             if not folder.is_dir():
                 raise ConfigError(f"cannot write {path}: folder {folder} does not exist")
@@ -116,6 +121,8 @@ def write_files(items: Sequence[tuple[Path, Content]]) -> None:
                 os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the mode open() would
             except OSError as exc:
                 raise _cannot(path, exc) from None
+        for path, content in special:
+            _write_special(path, content)
         for tmp, path in staged:
             try:
                 os.replace(tmp, path)
@@ -128,6 +135,41 @@ def write_files(items: Sequence[tuple[Path, Content]]) -> None:
             except OSError:
                 pass
         raise
+
+
+def _check_distinct(items: Sequence[tuple[Path, Content]]) -> None:
+    """Two outputs of one run naming the same file (``-o a.csv --plot a.csv``) would overwrite each other."""
+    seen: dict[str, Path] = {}
+    for path, _ in items:
+        key = os.path.realpath(path)
+        if key in seen:
+            raise ConfigError(f"{seen[key]} is named for two outputs; give each output its own file")
+        seen[key] = Path(path)
+
+
+def _is_special(path: Path) -> bool:
+    """An existing target that is not a regular file (a character device such as /dev/null, a FIFO): os.replace
+    would swap it for a plain file (as root, even /dev/full)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _write_special(path: Path, content: Content) -> None:
+    """Write into a device or FIFO directly; a failed write (/dev/full: no space left) is an error, not success."""
+    try:
+        if isinstance(content, str):
+            with open(path, "w") as f:
+                f.write(content)
+                f.flush()
+        else:
+            content(path)
+    except OSError as exc:
+        raise _cannot(path, exc) from None
 
 
 def write_atomic(path: Path, text: str) -> None:

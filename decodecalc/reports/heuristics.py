@@ -267,7 +267,7 @@ def load_rule(path: Path) -> tuple[Callable[..., Any] | None, Callable[..., Any]
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's code: any failure is a bad input
+    except (Exception, SystemExit) as exc:  # the user's code: any failure (sys.exit too) is a bad input
         line = getattr(exc, "lineno", None)
         raise ConfigError(f"--rule {path}{f', line {line}' if line else ''}: cannot load it: "
                           f"{type(exc).__name__}: {exc}") from None
@@ -287,16 +287,20 @@ def _rule_step(ctx: Any, i: int) -> RuleStep:
 def _call(fn: Callable[..., Any], step: RuleStep, path: Path, what: str) -> Any:
     try:
         return fn(step)
-    except Exception as exc:  # the user's code
+    except (Exception, SystemExit) as exc:  # the user's code (a sys.exit there must not end decodecalc quietly)
         raise ConfigError(f"--rule {path}: {what}(step) raised {type(exc).__name__}: {exc} on the step at "
                           f"{step.origin} (batch {step.batch}, KV lengths {step.seq_lens[-1]}..{step.seq_lens[0]})") \
             from None
 
 
+#: the most splits or segments a rule may ask for: stage 1's grid z of both engines' kernels (CUDA's gridDim.z)
+MAX_RULE_COUNT = 65_535
+
+
 def _check_count(v: Any, step: RuleStep, path: Path, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_RULE_COUNT:
         raise ConfigError(f"--rule {path}: {what}(step) returned {v!r} for the step at {step.origin}; expected "
-                          "integers >= 1")
+                          f"integers from 1 to {MAX_RULE_COUNT:,} (a kernel's grid z)")
     return v
 
 
