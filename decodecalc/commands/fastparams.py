@@ -162,11 +162,14 @@ def install_flag_help() -> bool:
         return True
 
     def display_type_rich(self: Any, ctx: Any) -> Any:
+        # help is being drawn, so typer's rich_utils (rich.markdown, markdown_it: ~75 ms) is loaded by now; its
+        # table is patched here rather than at start-up, which never imports it (each panel's table is made
+        # after its rows' types are read)
+        _install_unbroken_names()
         return None if getattr(self, "is_flag", False) else original(self, ctx)
 
     display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
     TyperOption.display_type_rich = display_type_rich
-    _install_unbroken_names()
     return True
 
 
@@ -174,11 +177,13 @@ def _install_unbroken_names() -> None:
     """typer's help tables let rich squeeze the option-name column until a long name is cut with an ellipsis
     (``--max-num-batched-tok…`` at 80 columns). Every column but the last (the help text) is given the width of
     its longest cell, so names never break and the help text wraps in what is left."""
-    try:
-        from rich.table import Table
-        from typer import rich_utils
-    except ImportError:
+    import sys
+
+    rich_utils = sys.modules.get("typer.rich_utils")
+    if rich_utils is None or not hasattr(rich_utils, "Table"):
         return
+    from rich.table import Table
+
     if getattr(rich_utils.Table, "names_unbroken", False):
         return
 
