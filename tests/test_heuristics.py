@@ -103,7 +103,7 @@ def test_user_rule(tmp_path, ctx_result):
 @pytest.mark.parametrize("body, needle", [
     ("def splits(step):\n    return [1 / 0]\n", "raised ZeroDivisionError"),
     ("def splits(step):\n    return [1]\n", "returned 1 values for the step at w, line"),
-    ("def splits(step):\n    return [0] * step.batch\n", "expected integers >= 1"),
+    ("def splits(step):\n    return [0] * step.batch\n", "expected integers from 1 to 65,535"),
     ("def split(step):\n    return 1\n", "define splits(step)"),
     ("def splits(step:\n", "cannot load it: SyntaxError"),
 ])

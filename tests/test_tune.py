@@ -125,7 +125,8 @@ def test_a_setting_the_plain_prediction_finds_slower_is_never_picked(setup, monk
     candidate's plain prediction, the better its score."""
     import dataclasses
 
-    import decodecalc.reports.tune as T
+    import decodecalc.reports.tune_search as T
+    from decodecalc.reports.tune_stats import Stats
 
     model, gpu, profile, work = setup
     ctx = make_context(random_trace(6), work, gpu, profile)
@@ -133,7 +134,7 @@ def test_a_setting_the_plain_prediction_finds_slower_is_never_picked(setup, monk
 
     def forced(*a, **k):
         c = plain(*a, **k)
-        return dataclasses.replace(c, score=T.Stats(1 / c.stats.mean_step_s, 1 / c.stats.p99_step_s, 1 / c.stats.total_s))
+        return dataclasses.replace(c, score=Stats(1 / c.stats.mean_step_s, 1 / c.stats.p99_step_s, 1 / c.stats.total_s))
     monkeypatch.setattr(T, "_candidate", forced)
     res = tune(ctx, max_regression=None)
     for e in res.engines.values():

@@ -1,0 +1,211 @@
+"""How ``decodecalc tune`` finds an engine's best setting among its candidates: quick estimates first, the guard's
+doubtful steps timed exactly, the totals that decide tightened to the target error, and a sampled workload's
+contenders measured on more steps (the rules and their numbers: decodecalc/reports/tune.py's docstring)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from decodecalc.reports.tune_space import Option, option_like
+from decodecalc.reports.tune_stats import Stats
+from decodecalc.reports.tune_types import Candidate, TuneContext, objective_value
+
+#: a workload of more steps than tune's SAMPLE_ABOVE is ranked on a sample first; its second pass measures the
+#: default and the best few (MAX_FULL_CONTENDERS - 1 at first, more while one the sample ranked higher than the pick
+#: is left, up to MAX_MEASURED)
+MAX_FULL_CONTENDERS = 3
+MAX_MEASURED = 8
+#: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
+GUARD_STEPS = 16
+#: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
+GUARD_MARGIN = 0.05
+#: rounds of exact checks of the worst steps of a candidate the guard rules out on estimates though it ranks above
+#: the pick (each times its GUARD_STEPS worst steps)
+GUARD_ROUNDS = 4
+
+
+def _candidate(ctx: TuneContext, engine: str, opt: Option, default: Option | None,
+               max_regression: float | None) -> Candidate:
+    from decodecalc.batch.stats import worst_ratio
+
+    worst, exact_worst = 1.0, True
+    if default is not None:
+        worst, i = worst_ratio(opt.times, default.times)
+        exact_worst = bool(opt.exact[i] and default.exact[i])
+    allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
+    rel_se = float(math.hypot(ctx.timer.rel_se_of(opt.recipes, opt.uses, opt.times), ctx.sampling_rel_se(opt.times)))
+    st = ctx.stats(opt.times)
+    r = ctx.memo.get("score_ratio", {}).get(opt.label)  # a measuring pass without the score's points: the sample's
+    score = ctx.stats(opt.score) if r is None else Stats(st.mean_step_s * r[0], st.p99_step_s * r[1],
+                                                          st.total_s * r[0])
+    return Candidate(engine=engine, setting=opt.setting, label=opt.label, times=opt.times, stats=st,
+                     worst_ratio=worst, allowed=allowed, score=score, steps_2d=opt.steps_2d,
+                     scratch_bytes=opt.scratch_bytes, rel_se=rel_se, worst_exact=exact_worst)
+
+
+def _guard_checked(ctx: TuneContext, opt: Option, default: Option, max_regression: float | None,
+                   force: bool = False) -> tuple[Option, Option]:
+    """Where the guard may turn on an estimate (the worst estimated step ratio lies near it) or ``force``: the steps
+    with the largest ratios are timed exactly (both settings) and the options rebuilt from the refined estimates."""
+    from decodecalc.batch.stats import top_ratio_steps, worst_ratio
+
+    if not opt.recipes or opt.recipes == ("own",):
+        return opt, default
+    worst, i = worst_ratio(opt.times, default.times)
+    near = max_regression is not None and abs(worst - 1.0 - max_regression) <= GUARD_MARGIN
+    if not (near or force) or (opt.exact[i] and default.exact[i]):
+        return opt, default
+    idx = top_ratio_steps(opt.times, default.times, GUARD_STEPS)
+    ctx.timer.refine_many(opt.recipes + default.recipes, idx)
+    return ctx.refreshed(opt), ctx.refreshed(default)
+
+
+def _search(ctx: TuneContext, engine: str, options: Sequence[Option], objective: str,
+            max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    d_opt = options[0]
+    checked = []
+    for o in options[1:]:
+        o, d_opt = _guard_checked(ctx, o, d_opt, max_regression)
+        checked.append(o)
+    for _ in range(GUARD_ROUNDS):
+        default, best, cands = _best(ctx, engine, d_opt, checked, objective, max_regression)
+        # a candidate ruled out by an estimated step but better than the pick: its worst steps are timed exactly, so
+        # that only the model (not the estimate) rules it out
+        top = objective_value(best.score or best.stats, objective)
+        doubtful = [j for j, c in enumerate(cands[1:]) if not c.allowed and not c.worst_exact
+                    and objective_value(c.score or c.stats, objective) < top]
+        if not doubtful:
+            break
+        for j in doubtful:
+            checked[j], d_opt = _guard_checked(ctx, checked[j], d_opt, max_regression, force=True)
+        checked = [o.refreshed() for o in checked]
+    return default, best, cands
+
+
+def _best(ctx: TuneContext, engine: str, d_opt: Option, others: Sequence[Option], objective: str,
+          max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    default = _candidate(ctx, engine, d_opt, d_opt, max_regression)
+    cands = [default] + [_candidate(ctx, engine, o, d_opt, max_regression) for o in others]
+    # a setting is only worth changing to where the nominal prediction agrees that it saves time
+    ok = [c for c in cands if c.allowed and (c is default or objective_value(c.stats, objective)
+                                             < objective_value(default.stats, objective))]
+    # ranked by the robust score, as recommend ranks (occupancy, the least certain input, +-1); exact ties (the
+    # same launches, e.g. every threshold above the largest batch) go to the default, then to the smallest knob
+    # values (less split-K scratch)
+    best = min(ok, key=lambda c: (objective_value(c.score or c.stats, objective), c.stats.total_s, c is not default,
+                                  tuple(int(v) for v in c.setting.values())))
+    return default, best, tuple(cands)
+
+
+#: the best candidates by the objective whose estimated guard failures are checked exactly (the tables show five)
+SHOWN_CHECKED = 8
+#: a candidate is a contender (tightened to the target error) when its ranking score is within this fraction of
+#: the best's, or within four of its own standard errors
+CONTENDER_FRACTION = 0.02
+#: a candidate whose first quick estimate lies within this fraction of the best's gets a closer one (the first has a
+#: few exactly timed steps: a few per cent)
+NEAR_FRACTION = 0.15
+#: contenders are first estimated to this many times the target error (a sixteenth of the exactly timed steps)
+FIRST_CUT = 4.0
+
+
+def leading_candidates(cands: Sequence[Candidate], objective: str, n: int) -> list[Candidate]:
+    """The ``n`` best candidates by the objective, settings that launch the same (equal statistics) once: the rows a
+    table shows."""
+    rows: list[Candidate] = []
+    seen: set[tuple[float, float, float]] = set()
+    for c in sorted(cands, key=lambda c: (objective_value(c.stats, objective), c.stats.total_s)):
+        key = (c.stats.mean_step_s, c.stats.p99_step_s, c.stats.total_s)
+        if key not in seen and len(rows) < n:
+            seen.add(key)
+            rows.append(c)
+    return rows
+
+
+def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> list[str]:
+    """Labels of the candidates that could still be the pick once their totals are tight: the default, then every
+    allowed one whose ranking score lies near the best's (their quick estimates' errors taken into account), best
+    first."""
+    top = objective_value(best.score or best.stats, objective)
+    near = []
+    for c in cands[1:]:
+        margin = max(CONTENDER_FRACTION, 4 * c.rel_se)
+        value = objective_value(c.score or c.stats, objective)
+        if c.allowed and value <= top * (1 + margin):
+            near.append((value, c.label))
+    return [cands[0].label] + [label for _, label in sorted(near)]
+
+
+def evaluate_candidates(ctx: TuneContext, engine: str, options: list[Option], objective: str,
+              max_regression: float | None, tighten: bool = True
+              ) -> tuple[Candidate, Candidate, tuple[Candidate, ...], list[Option]]:
+    """The candidates of ``options`` over ``ctx``'s steps: quick estimates first, then (``tighten``) the totals that
+    decide the pick made tight (the default and every candidate that could be the best, again while the pick is one
+    that was not), the pick's worst step timed exactly."""
+    default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    if not ctx.timer.exact:  # the quick estimates near the best get more steps timed before anything is decided
+        top = objective_value(best.score or best.stats, objective) * (1 + NEAR_FRACTION)
+        near = {c.label for c in cands if objective_value(c.score or c.stats, objective) <= top} | {default.label}
+        ctx.timer.improve([k for o in options if o.label in near for k in o.recipes if k != "own"])
+        options = [o.refreshed() for o in options]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    if tighten and not ctx.timer.exact:
+        # the default first: every candidate's guard is a per-step ratio to it, so a loose default lets a candidate
+        # that slows some steps pass the guard until it is tightened (for nothing)
+        keep: set[str] = {default.label}
+        ctx.timer.tighten([k for k in options[0].recipes if k != "own"])
+        options = [o.refreshed() for o in options]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        # a first cut at FIRST_CUT times the target error: the contenders it leaves far behind need no more
+        ctx.timer.tighten([k for o in options if o.label in set(_contenders(cands, best, objective))
+                           for k in o.recipes if k != "own"], looser=FIRST_CUT)
+        options = [o.refreshed() for o in options]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        for _ in range(4):
+            more = set(_contenders(cands, best, objective)) - keep
+            if not more and best.label in keep:
+                break
+            keep |= more | {best.label}
+            ctx.timer.tighten([k for o in options if o.label in keep for k in o.recipes if k != "own"])
+            options = [o.refreshed() for o in options]
+            default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    if tighten and best is not default and not best.worst_exact:  # what the table shows of the pick is the model's
+        opt = next(o for o in options if o.label == best.label)
+        opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
+        best = _candidate(ctx, engine, opt, d_opt, max_regression)
+        cands = tuple(best if c.label == best.label else c for c in cands)
+    # the rows a table shows carry no estimated guard failure: an "over" there is the model's, not the estimate's
+    doubtful = {c.label for c in leading_candidates(cands[1:], objective, SHOWN_CHECKED) if not c.allowed and not c.worst_exact}
+    if doubtful:
+        d_opt = options[0]
+        checked = []
+        for o in options[1:]:
+            if o.label in doubtful:
+                o, d_opt = _guard_checked(ctx, o, d_opt, max_regression, force=True)
+            checked.append(o)
+        options = [d_opt.refreshed()] + [o.refreshed() for o in checked]
+        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    return default, best, cands, options
+
+
+def measure_contenders(ctx: TuneContext, engine: str, options: list[Option], cands: Sequence[Candidate], objective: str,
+             max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    """A sampled workload's second pass: the default and the candidates the sample ranks best (allowed there) measured
+    on ``ctx``'s steps; while a candidate the sample ranked above the pick was left out (the guard, now checked on
+    more steps, may have ruled out the ones measured), it is measured too. The rest keep the sample's figures."""
+    ranked = [c for c in sorted(cands[1:], key=lambda c: objective_value(c.score or c.stats, objective)) if c.allowed]
+    chosen = [cands[0].label] + [c.label for c in ranked[:MAX_FULL_CONTENDERS - 1]]
+    while True:
+        measured = [option_like(ctx, engine, o.setting) for o in options if o.label in chosen]
+        default, best, got, _ = evaluate_candidates(ctx, engine, measured, objective, max_regression)
+        top = objective_value(best.score or best.stats, objective)
+        left = [c.label for c in ranked if c.label not in chosen
+                and objective_value(c.score or c.stats, objective) < top * (1 + CONTENDER_FRACTION)]
+        if not left or len(chosen) >= MAX_MEASURED:
+            break
+        chosen += left[:2]
+    by_label = {c.label: c for c in got}
+    merged = tuple(by_label.get(c.label) or dataclasses.replace(c, sampled=True) for c in cands)
+    return default, best, merged
