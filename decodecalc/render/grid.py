@@ -63,11 +63,10 @@ def _sglang_cells(p: SglangPlan) -> dict[str, str]:
 
 def _predicted(s: SystemResult) -> str:
     """The time model's figure as the report attached it (absent when the profile could not be used)."""
-    t = s.data.get("predicted_time_s")
-    if t is None:
+    p = s.prediction
+    if p is None or p.time_s is None:
         return "-"
-    label = "" if s.data.get("predicted_calibrated") else " (uncalibrated)"
-    return fmt_time(t) + label
+    return fmt_time(p.time_s) + ("" if p.calibrated else " (uncalibrated)")
 
 
 def _common_cells(s: SystemResult) -> dict[str, str]:
@@ -150,9 +149,10 @@ def grid_notes(r: GridReport) -> list[Text]:
             notes.append(Text(f"sglang sliding-window layer: each sequence reads its window, min(L, W - 1) = "
                               f"{fmt_per_seq(s.model.window_kv_lens, 3)} keys, cut into the num_kv_splits of its "
                               "full length (triton_backend.py forward_decode, window_kv_indptr)", style="cyan"))
-        if "predicted_time_error" in s.data:
-            notes.append(Text(f"{s.name}: no predicted time: {s.data['predicted_time_error']}", style="yellow"))
-        for w in s.data.get("predicted_warnings", ()) or ():
+        pred = s.prediction
+        if pred is not None and pred.error is not None:
+            notes.append(Text(f"{s.name}: no predicted time: {pred.error}", style="yellow"))
+        for w in pred.warnings if pred is not None else ():
             notes.append(Text(f"{s.name}: predicted time uncalibrated: {w}", style="yellow"))
     return notes
 

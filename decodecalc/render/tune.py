@@ -80,7 +80,7 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
         _say(console, f"left out (the GPU cannot hold their split-K scratch): {'; '.join(e.left_out)}", style="dim")
     st = e.changes
     per1k = e.attention_s_per_1k_tokens
-    saving = e.to_dict()["saving_vs_default"]
+    saving = e.saving_vs_default
     _say(console, f"best vs default: {st['gain']:,} steps faster, {st['lose']:,} slower, {st['same']:,} within "
          f"{st['threshold']:.0%}; {saving:.1%} less decode-attention time "
          f"({per1k['default'] * 1e3:,.1f} -> {per1k['best'] * 1e3:,.1f} ms per 1,000 generated tokens, all "

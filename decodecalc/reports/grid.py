@@ -28,6 +28,31 @@ class SystemResult(Generic[PlanT]):
     error: str | None = None  # set when the system cannot serve the config
     model: PlanT | None = None  # VllmPlan for vllm_result, SglangPlan for sglang_result (None with an error)
     figures: analysis.SystemFigures | None = None
+    prediction: Prediction | None = None  # the time model's figure (typed; ``data`` carries it as JSON keys)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """The time model's prediction of one launch as ``grid`` reports it: a time (and whether the profile is
+    calibrated for it, else why not), or the error that kept it from being made."""
+
+    time_s: float | None = None
+    calibrated: bool = False
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+    model_time_s: float | None = None
+    residual_factor: float = 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON keys of ``systems.<name>`` (grid --json's contract)."""
+        if self.error is not None:
+            return {"predicted_time_error": self.error}
+        out: dict[str, Any] = {"predicted_time_s": self.time_s, "predicted_calibrated": self.calibrated}
+        if self.warnings:
+            out["predicted_warnings"] = list(self.warnings)
+        out["predicted_model_time_s"] = self.model_time_s
+        out["predicted_residual_factor"] = self.residual_factor
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +119,12 @@ def _launches_json(plan: LaunchPlan) -> list[dict[str, Any]]:
 
 def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global") -> dict[str, Any]:
     """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note."""
-    return _predicted(plan, work, gpu, kernel, layer)[0]
+    return _predicted(plan, work, gpu, kernel, layer)[0].to_json()
 
 
 def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
-               layer: str = "global") -> tuple[dict[str, Any], tuple[Derived, ...]]:
-    """The time model's prediction for a launch, as JSON keys, and its --explain records.
+               layer: str = "global") -> tuple[Prediction, tuple[Derived, ...]]:
+    """The time model's prediction for a launch and its --explain records.
 
     A malformed user profile is reported by `recommend`/`calibrate` as an error; here it must not
     hide the launch report, so it is carried as ``predicted_time_error``. Outside the profile's
@@ -112,7 +137,7 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
         prof = timemodel.resolve_profile(gpu)
         p = timemodel.predict_plan(plan, work, gpu, kernel, profile=prof)
     except DecodecalcError as exc:
-        return {"predicted_time_error": str(exc)}, ()
+        return Prediction(error=str(exc)), ()
     warnings = domain_warnings(work, gpu, prof, layer=layer, kernel=kernel)
     if not prof.calibrated:
         warnings = (f"no calibrated time profile for {gpu.name}: datasheet figures and H200 latencies; run "
@@ -120,12 +145,9 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
     elif not p.calibrated:
         warnings = ("a kernel family of this launch is not calibrated in the profile "
                     f"({prof.path or 'built-in'}); re-run 'decodecalc calibrate'", *warnings)
-    out: dict[str, Any] = {"predicted_time_s": p.time_s, "predicted_calibrated": p.calibrated and not warnings}
-    if warnings:
-        out["predicted_warnings"] = list(warnings)
-    out["predicted_model_time_s"] = p.model_time_s
-    out["predicted_residual_factor"] = p.correction.factor if p.correction else 1.0
-    return out, _time_explain(p, prof)
+    return Prediction(time_s=p.time_s, calibrated=p.calibrated and not warnings, warnings=tuple(warnings),
+                      model_time_s=p.model_time_s,
+                      residual_factor=p.correction.factor if p.correction else 1.0), _time_explain(p, prof)
 
 
 def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:
@@ -201,8 +223,9 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
         }
     data.update(_figures_json(fig))
     pred, time_explain = _predicted(vp.plan, work, gpu, "vllm", layer)
-    data.update(pred)
-    return SystemResult("vllm", data, vp.plan.explain + fig.explain + time_explain, model=vp, figures=fig)
+    data.update(pred.to_json())
+    return SystemResult("vllm", data, vp.plan.explain + fig.explain + time_explain, model=vp, figures=fig,
+                        prediction=pred)
 
 
 def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
@@ -236,8 +259,9 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
     }
     data.update(_figures_json(fig))
     pred, time_explain = _predicted(sp.plan, work, gpu, "sglang", layer)
-    data.update(pred)
-    return SystemResult("sglang", data, sp.plan.explain + fig.explain + time_explain, model=sp, figures=fig)
+    data.update(pred.to_json())
+    return SystemResult("sglang", data, sp.plan.explain + fig.explain + time_explain, model=sp, figures=fig,
+                        prediction=pred)
 
 
 def paging_figures(work: Workload, kernel_block_size: int | None) -> dict[str, Any]:

@@ -83,6 +83,11 @@ class EngineTune:
     edge_note: str = ""  # the best sits on the edge of the range (and why the range ends there)
     left_out: tuple[str, ...] = ()  # candidates whose scratch the GPU cannot hold
 
+    @property
+    def saving_vs_default(self) -> float:
+        """The share of the default's total the best setting saves (negative: it costs more)."""
+        return 1.0 - self.best.stats.total_s / self.default.stats.total_s
+
     def to_dict(self) -> dict[str, Any]:
         short = ("setting", "mean_step_s", "p99_step_s", "total_s", "scratch_bytes")
 
@@ -93,7 +98,7 @@ class EngineTune:
                 "candidates": [c.to_dict() for c in self.candidates], "apply": list(self.apply),
                 "apply_commands": list(self.apply_commands),
                 "calibrated": self.calibrated, "attention_s_per_1k_tokens": dict(self.attention_s_per_1k_tokens),
-                "saving_vs_default": 1.0 - self.best.stats.total_s / self.default.stats.total_s,
+                "saving_vs_default": self.saving_vs_default,
                 "steps": self.changes, "range": self.range_note, "edge_of_range": self.edge_note or None,
                 "left_out": list(self.left_out)}
 
