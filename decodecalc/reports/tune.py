@@ -20,17 +20,16 @@ from typing import Any
 
 from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
 from decodecalc.launchers.sglang_triton import SglangSettings
-from decodecalc.launchers.vllm_unified import VllmSettings, check_supported
+from decodecalc.launchers.vllm_unified import VllmSettings
 from decodecalc.reports.tune_backends import BackendNote, backend_levers
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.reports.tune_search import evaluate_candidates, measure_contenders, leading_candidates
 from decodecalc.reports.tune_space import (
+    SPACES,
     Option,
     option_like,
-    sglang_options,
     sglang_setting,
     too_big,
-    vllm_options,
     vllm_setting,
 )
 from decodecalc.reports.tune_types import (
@@ -115,46 +114,13 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     return context(measured, summary, context(ranking, summary), index=r_index, population=population)
 
 
-TRITON_ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"  # vLLM 0.33.0: the two constants at L58-59
-
-
 def _apply(engine: str, best: Candidate, default: Candidate, ctx: TuneContext) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(how to apply the best setting, in words; the shell lines or flags to copy, each under 80 columns)."""
+    from decodecalc.reports.tune_apply import APPLY
+
     if best is default:
         return ("keep the default: no candidate beats it on this workload within the guard",), ()
-    if engine == "vllm":
-        s, m = best.setting["NUM_PAR_SOFTMAX_SEGMENTS"], best.setting["MIN_LAUNCH_GRID_SIZE_2D"]
-        d_s, d_m = default.setting["NUM_PAR_SOFTMAX_SEGMENTS"], default.setting["MIN_LAUNCH_GRID_SIZE_2D"]
-        t = max(0, m // ctx.work.num_kv_heads)
-        words = (f"edit the two constants of vllm/v1/attention/backends/triton_attn.py (vLLM 0.33.0, L58-59) in the "
-                 f"installed package: NUM_PAR_SOFTMAX_SEGMENTS {d_s} -> {s}, MIN_LAUNCH_GRID_SIZE_2D {d_m} -> {m}",
-                 f"the 3D (split) path then runs the steps with num_seqs x cdiv(query length, BLOCK_Q) up to "
-                 f"seq_threshold_3D = {m} // {ctx.work.num_kv_heads} KV heads = {t} ({t} sequences of one query "
-                 "token), snapped to the nearest CUDA-graph capture size; both constants apply to every batch and "
-                 "the split-K scratch grows with the threshold and the segment count")
-        cmds = (f"M={TRITON_ATTN_MODULE}",
-                'F=$(python -c "import $M as m; print(m.__file__)")',
-                f"sed -i 's/^\\(NUM_PAR_SOFTMAX_SEGMENTS =\\) [0-9]*/\\1 {s}/' \"$F\"",
-                f"sed -i 's/^\\(MIN_LAUNCH_GRID_SIZE_2D =\\) [0-9]*/\\1 {m}/' \"$F\"")
-        return words, cmds
-    m, static = best.setting["triton_attention_num_kv_splits"], best.setting["static_kv_splits"]
-    launch = _sglang_launch_line(ctx, m)
-    if static:
-        return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} and "
-                 f"the environment variable SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1 (every sequence then gets "
-                 f"{m} split{'s' * (m > 1)})",),
-                ("export SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS=1", *launch))
-    return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} (the "
-             "maximum of the adaptive rule; leave SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS unset)",),
-            ("unset SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS", *launch))
-
-
-def _sglang_launch_line(ctx: TuneContext, max_kv_splits: int) -> tuple[str, str]:
-    """SGLang's launch command with the tuned flag, as two shell lines (a continuation) under 80 columns: the
-    model's Hugging Face id where the library knows it, else a placeholder to fill in."""
-    model = ctx.work.model.hf_id or "MODEL_PATH"
-    return (f"python -m sglang.launch_server --model-path {model} \\",
-            f"  --tp {ctx.work.tp} --attention-backend triton --triton-attention-num-kv-splits {max_kv_splits}")
+    return APPLY[engine](best.setting, default.setting, ctx)
 
 
 def step_changes(ctx: TuneContext, new: Any, old: Any) -> dict[str, Any]:
@@ -181,29 +147,18 @@ def per_1k_tokens(ctx: TuneContext, st: Stats) -> float:
 
 
 def _options(ctx: TuneContext, engine: str) -> tuple[list[Option], str]:
-    _options_checked(ctx, engine)
-    return vllm_options(ctx) if engine == "vllm" else sglang_options(ctx)
+    SPACES[engine].refuses(ctx)
+    return SPACES[engine].options(ctx)
 
 
 def _default_option(ctx: TuneContext, engine: str) -> Option:
-    from decodecalc.reports.tune_space import default_setting
-
-    _options_checked(ctx, engine)
-    return option_like(ctx, engine, default_setting(ctx, engine))
-
-
-def _options_checked(ctx: TuneContext, engine: str) -> None:
-    """The engine's own refusals of the workload (vLLM's startup checks, SGLang's extend kernel for multi-token
-    steps), raised before any option is built."""
-    if engine == "vllm":
-        check_supported(ctx.work, ctx.vllm)
-    elif bool((ctx.steps.query_lens > 1).any()):
-        raise UnsupportedError("query lengths > 1: SGLang runs prefill, mixed and speculative-verify batches through "
-                               "extend_attention, which does not split the KV (triton_backend.py L1059, L1127)")
+    space = SPACES[engine]
+    space.refuses(ctx)
+    return space.option_of(ctx, space.default_setting(ctx))
 
 
 def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str) -> str:
-    knob = "NUM_PAR_SOFTMAX_SEGMENTS" if engine == "vllm" else "triton_attention_num_kv_splits"
+    knob = SPACES[engine].knob
     top = max(int(o.setting[knob]) for o in options)
     if int(best.setting[knob]) < top:
         return ""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.errors import UnsupportedError
 from decodecalc.launchers import sglang_triton as sg
 from decodecalc.launchers import vllm_triton_backend as vtb
 from decodecalc.launchers import vllm_unified as vu
@@ -182,18 +183,55 @@ def sglang_option(ctx: Any, max_kv_splits: int, static: bool) -> Option:
     return rebuild()
 
 
+def _vllm_setting_option(ctx: Any, setting: dict[str, Any]) -> Option:
+    return vllm_option(ctx, int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]), int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
+
+
+def _sglang_setting_option(ctx: Any, setting: dict[str, Any]) -> Option:
+    return sglang_option(ctx, int(setting["triton_attention_num_kv_splits"]), bool(setting["static_kv_splits"]))
+
+
+def _vllm_refusals(ctx: Any) -> None:
+    """vLLM's own start-up checks of the workload's shape (block size, head size...)."""
+    vu.check_supported(ctx.work, ctx.vllm)
+
+
+def _sglang_refusals(ctx: Any) -> None:
+    if bool((ctx.steps.query_lens > 1).any()):
+        raise UnsupportedError("query lengths > 1: SGLang runs prefill, mixed and speculative-verify batches through "
+                               "extend_attention, which does not split the KV (triton_backend.py L1059, L1127)")
+
+
+@dataclass(frozen=True)
+class EngineSpace:
+    """One engine's settings as tune searches them: the knob whose range is searched, the candidates, the default,
+    the option of any setting, and the engine's own refusals of a workload (raised before any option is built)."""
+
+    name: str
+    knob: str
+    options: Callable[[Any], tuple[list[Option], str]]
+    default_setting: Callable[[Any], dict[str, Any]]
+    option_of: Callable[[Any, dict[str, Any]], Option]
+    refuses: Callable[[Any], None]
+
+
+#: the engines tune knows, by name (the one place that says which function serves which engine)
+SPACES: dict[str, EngineSpace] = {
+    "vllm": EngineSpace("vllm", "NUM_PAR_SOFTMAX_SEGMENTS", vllm_options,
+                        lambda ctx: vllm_setting(*_vllm_defaults(ctx)), _vllm_setting_option, _vllm_refusals),
+    "sglang": EngineSpace("sglang", "triton_attention_num_kv_splits", sglang_options,
+                          lambda ctx: sglang_setting(*_sglang_defaults(ctx)), _sglang_setting_option, _sglang_refusals),
+}
+
+
 def default_setting(ctx: Any, engine: str) -> dict[str, Any]:
     """The engine's default setting (as an Option's ``setting`` holds it)."""
-    if engine == "vllm":
-        return vllm_setting(*_vllm_defaults(ctx))
-    return sglang_setting(*_sglang_defaults(ctx))
+    return SPACES[engine].default_setting(ctx)
 
 
 def option_like(ctx: Any, engine: str, setting: dict[str, Any]) -> Option:
     """The option of ``setting`` (as an Option's ``setting`` holds it) over ``ctx``'s steps."""
-    if engine == "vllm":
-        return vllm_option(ctx, int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]), int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
-    return sglang_option(ctx, int(setting["triton_attention_num_kv_splits"]), bool(setting["static_kv_splits"]))
+    return SPACES[engine].option_of(ctx, setting)
 
 
 def too_big(options: Sequence[Option], memory_bytes: int) -> list[Option]:
