@@ -495,9 +495,12 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
                            "pick_vs_best_measured": pick["measured_total_s"] / best["measured_total_s"] - 1.0,
                            "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
                            "predicted_saving_vs_default": 1.0 - pick["predicted_total_s"] / default["predicted_total_s"]}
-    return {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "skip_steps": skip,
+    case = {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "skip_steps": skip,
             "distinct_shapes": ctx.summary["distinct_shapes"], "kv_copies": copies, "entries": out_entries,
             "summary": summary, "workload_summary": ctx.summary}
+    if wl.startswith("trace:"):  # the steps themselves: --repredict needs no trace file (it is not committed)
+        case["replayed_steps"] = [list(ctx.steps.step_lens(i)[0]) for i in range(ctx.steps.num_steps)]
+    return case
 
 
 def workload_trace(wl: str, steps: int, skip: int = 0) -> Any:
@@ -528,8 +531,12 @@ def workload_trace(wl: str, steps: int, skip: int = 0) -> Any:
 
 def case_trace(case: dict[str, Any]) -> Any:
     """The workload a case replayed (presets are seeded: steps ``skip_steps`` to ``skip_steps + steps``)."""
-    from decodecalc.traffic import StepTrace
+    from decodecalc.traffic import DecodeStep, StepTrace
 
+    if case.get("replayed_steps"):  # a trace's steps as replayed (the trace file itself is not committed)
+        return StepTrace(steps=tuple(DecodeStep(seq_lens=tuple(lens), query_lens=(1,) * len(lens),
+                                                origin=f"{case['workload']}, replayed step {k + 1}")
+                                     for k, lens in enumerate(case["replayed_steps"])), source=case["workload"])
     skip = int(case.get("skip_steps", 0))
     tr = workload_trace(case["workload"], max(case["steps"], 200), skip)
     return StepTrace(steps=tr.steps[:case["steps"]], source=tr.source, notes=tr.notes)
