@@ -22,15 +22,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from decodecalc.errors import ConfigError
 from decodecalc.traffic import metrics as M
-from decodecalc.traffic.metrics import (
-    Bucket,
-    TokenHistogram,
-    length_distribution,
-    metrics_steps,
-    metrics_workload,
-    next_1_2_5,
-    read_metrics_text,
-)
+from decodecalc.traffic import metrics_lengths as L
+from decodecalc.traffic.metrics import metrics_steps, metrics_workload, read_metrics_text
+from decodecalc.traffic.metrics_lengths import Bucket, TokenHistogram, length_distribution, next_1_2_5
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "metrics" / "vllm-metrics.txt"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -137,7 +131,7 @@ def test_log_uniform_buckets_would_overstate_the_means(example):
     bucket near its top for a length distribution that falls there."""
     _, mw = example
     for dist in (mw.prompt, mw.output):
-        assert M._model_mean(dist.buckets, 1.0, dist.count) > 1.04 * dist.mean
+        assert L._model_mean(dist.buckets, 1.0, dist.count) > 1.04 * dist.mean
         assert dist.beta > 1.5
 
 
@@ -222,7 +216,7 @@ def test_the_inf_bucket_runs_to_the_next_1_2_5_value_or_max_model_len():
 def test_a_mean_no_shape_can_reach_is_noted():
     # all four requests in 6..10, but a mean of 20: impossible within the buckets (the scrape is inconsistent)
     dist, notes = length_distribution(hist([5, 10], [0, 4], 4, 80), "t")
-    assert dist.beta == M.BETA_MIN and any("no within-bucket shape matches it" in n for n in notes)
+    assert dist.beta == L.BETA_MIN and any("no within-bucket shape matches it" in n for n in notes)
 
 
 def test_no_observations():
@@ -380,7 +374,9 @@ def test_file_errors(tmp_path, monkeypatch):
     assert "only http:// and https://" in one_line_error(read_metrics_text, "ftp://host/metrics")
     big = tmp_path / "big.txt"
     big.write_text("x 1\n" * 100)
-    monkeypatch.setattr(M, "MAX_METRICS_BYTES", 256)
+    from decodecalc.traffic import metrics_fetch
+
+    monkeypatch.setattr(metrics_fetch, "MAX_METRICS_BYTES", 256)
     assert "over the supported 256 bytes" in one_line_error(read_metrics_text, str(big))
 
 

@@ -24,22 +24,19 @@ of decodecalc does not load it).
 
 from __future__ import annotations
 
-import http.client
 import math
 import random
-import socket
-import threading
-import time
-import urllib.error
-import urllib.request
-from bisect import bisect_right
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import cast
+from dataclasses import dataclass
 
 from decodecalc.errors import ConfigError
-from decodecalc.limits import MAX_CONCURRENCY, MAX_METRICS_BYTES
+from decodecalc.limits import MAX_CONCURRENCY
+from decodecalc.traffic.metrics_lengths import (
+    Bucket,
+    LengthDistribution,
+    TokenHistogram,
+    length_distribution,
+)
+from decodecalc.traffic.metrics_fetch import one_line, read_metrics_text
 from decodecalc.traffic.requests import DEFAULT_ACCEPTANCE_RATE, BatchingLimits, Request, batch_requests
 from decodecalc.traffic.steps import StepTrace, nonempty
 
@@ -53,8 +50,6 @@ SPEC_DRAFTS = "vllm:spec_decode_num_drafts"  # counters, present with --speculat
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 CACHE_INFO = "vllm:cache_config_info"  # gauge set to 1, the CacheConfig fields as labels
-#: a URL's whole fetch (connection, answer, body): 9 s, so that the command's error comes within 10 s of its start
-METRICS_TIMEOUT_S = 9.0
 
 DEFAULT_STEPS = 300  # as the presets (decodecalc/traffic/presets.py)
 MAX_STEPS = 1_000_000
@@ -71,131 +66,6 @@ Labels = dict[str, str]
 
 # --------------------------------------------------------------------------------------------
 # reading
-
-
-def _one_line(text: object, limit: int = 160) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def is_url(source: str) -> bool:
-    return source.strip().lower().startswith(("http://", "https://"))
-
-
-def read_metrics_text(source: str, *, timeout_s: float = METRICS_TIMEOUT_S) -> tuple[str, str]:
-    """(the text, where it came from) of a ``/metrics`` scrape: a file path, or an ``http://`` /
-    ``https://`` URL fetched within ``timeout_s`` seconds in all (connection, answer and body).
-    At most :data:`decodecalc.limits.MAX_METRICS_BYTES` are read; the text must be UTF-8."""
-    if not isinstance(source, str) or not source.strip():
-        raise ConfigError(f"--metrics: expected a file path or an http(s):// URL, got {source!r}")
-    if not (isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and 0 < timeout_s <= 600):
-        raise ConfigError(f"--metrics: the timeout must be between 0 and 600 s, got {timeout_s!r}")
-    if is_url(source):
-        url = source.strip()
-        data = _fetch(url, float(timeout_s))
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return _decode(data, url), f"{url} (scraped {stamp})"
-    if "://" in source:
-        raise ConfigError(f"--metrics {source}: only http:// and https:// URLs are fetched; give a file path otherwise")
-    return _decode(_read_file(Path(source).expanduser(), source), source), source
-
-
-def _read_file(path: Path, shown: str) -> bytes:
-    if not path.exists():
-        raise ConfigError(f"{shown}: no such file (save a scrape with: curl http://HOST:8000/metrics > m.txt)")
-    if not path.is_file():
-        raise ConfigError(f"{shown}: not a file")
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_METRICS_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"{shown}: cannot be read ({_one_line(e.strerror or e)})") from None
-    if len(data) > MAX_METRICS_BYTES:
-        raise ConfigError(f"{shown}: over the supported {MAX_METRICS_BYTES:,} bytes for a /metrics scrape "
-                          "(a vLLM server's is well under 1 MB)")
-    return data
-
-
-def _decode(data: bytes, where: str) -> str:
-    """UTF-8 text, or a ConfigError: Prometheus text format is UTF-8 (a NUL byte means a binary file;
-    1f 8b starts a gzip stream, what a scrape saved with ``Accept-Encoding: gzip`` holds)."""
-    if data[:2] == b"\x1f\x8b":
-        raise ConfigError(f"{where}: gzip-compressed, not Prometheus text (gunzip it, or scrape with plain curl)")
-    if b"\x00" in data:
-        raise ConfigError(f"{where}: a binary file, not Prometheus text (scrape with: curl http://HOST:8000/metrics)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start:,}: {e.reason}), so not a /metrics scrape") from None
-
-
-def _fetch(url: str, timeout_s: float) -> bytes:
-    """The body of ``url``, fetched on a worker thread so that the whole fetch (DNS included, which a
-    socket timeout does not bound) ends within ``timeout_s``; a fetch still running then is abandoned
-    (the thread is a daemon and its socket times out on its own)."""
-    box: dict[str, object] = {}
-    deadline = time.monotonic() + timeout_s
-
-    def work() -> None:
-        try:
-            box["data"] = _get(url, timeout_s, deadline)
-        except BaseException as e:  # handed to the caller's thread, which turns it into a ConfigError
-            box["error"] = e
-
-    worker = threading.Thread(target=work, name="decodecalc-metrics-fetch", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        raise ConfigError(f"{url}: no answer within {timeout_s:g} s (is the vLLM server up, and is this its "
-                          "/metrics endpoint?)")
-    if "error" in box:
-        raise _url_error(url, box["error"], timeout_s)
-    return cast(bytes, box["data"])
-
-
-class _TooBig(Exception):
-    pass
-
-
-def _get(url: str, timeout_s: float, deadline: float) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": "text/plain; version=0.0.4", "User-Agent": "decodecalc"})
-    chunks: list[bytes] = []
-    size = 0
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (http/https only, checked above)
-        while True:
-            if time.monotonic() > deadline:  # a server that trickles bytes
-                raise TimeoutError("the body did not arrive in time")
-            chunk = resp.read(1 << 16)
-            if not chunk:
-                return b"".join(chunks)
-            size += len(chunk)
-            if size > MAX_METRICS_BYTES:
-                raise _TooBig()
-            chunks.append(chunk)
-
-
-def _url_error(url: str, e: object, timeout_s: float) -> ConfigError:
-    if isinstance(e, _TooBig):
-        return ConfigError(f"{url}: the answer is over the supported {MAX_METRICS_BYTES:,} bytes for a /metrics "
-                           "scrape (a vLLM server's is well under 1 MB)")
-    if isinstance(e, urllib.error.HTTPError):
-        return ConfigError(f"{url}: HTTP {e.code} {_one_line(e.reason)} (is this a vLLM server's /metrics endpoint?)")
-    reason = e.reason if isinstance(e, urllib.error.URLError) else e
-    if isinstance(reason, (TimeoutError, socket.timeout)):
-        return ConfigError(f"{url}: no answer within {timeout_s:g} s (is the vLLM server up, and is this its "
-                           "/metrics endpoint?)")
-    if isinstance(reason, ConnectionRefusedError):
-        return ConfigError(f"{url}: connection refused (no server listening there; vLLM serves /metrics on its "
-                           "API port, 8000 by default)")
-    if isinstance(reason, socket.gaierror):
-        return ConfigError(f"{url}: unknown host ({_one_line(reason.strerror or reason)})")
-    if isinstance(reason, (OSError, http.client.HTTPException, ValueError)):
-        return ConfigError(f"{url}: cannot fetch ({_one_line(reason) or type(reason).__name__})")
-    return ConfigError(f"{url}: cannot fetch ({type(reason).__name__}: {_one_line(reason)})")
-
-
-# --------------------------------------------------------------------------------------------
-# parsing
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +106,7 @@ def parse_metrics(text: str, origin: str) -> Scrape:
             for s in family.samples:
                 samples.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
     except Exception as e:  # noqa: BLE001 -- the parser signals malformed text with ValueError, IndexError, ...
-        raise ConfigError(f"{origin}: not Prometheus text format ({_one_line(e) or type(e).__name__})") from None
+        raise ConfigError(f"{origin}: not Prometheus text format ({one_line(e) or type(e).__name__})") from None
     if not samples:
         raise ConfigError(f"{origin}: no metrics in it (empty, or not a /metrics scrape)")
     return Scrape(origin=origin, samples={k: tuple(v) for k, v in samples.items()}, types=types)
@@ -258,20 +128,6 @@ def _missing(scrape: Scrape, what: str) -> ConfigError:
 
 # --------------------------------------------------------------------------------------------
 # histograms -> length distributions
-
-
-@dataclass(frozen=True, slots=True)
-class TokenHistogram:
-    """A cumulative histogram pooled over its label sets: upper edges (finite), the count at or below
-    each, the total count (the +Inf bucket) and the sum of the observations."""
-
-    name: str
-    edges: tuple[float, ...]
-    cumulative: tuple[float, ...]
-    count: float
-    total: float
-    series: int  # label sets pooled
-    dropped_edges: tuple[float, ...] = ()  # edges not shared by every label set, left out to pool them
 
 
 def _key(labels: Labels) -> tuple[tuple[str, str], ...]:
@@ -297,7 +153,7 @@ def read_histogram(scrape: Scrape, name: str, model_name: str | None) -> TokenHi
             edge = float(labels["le"])
         except (KeyError, ValueError):
             raise ConfigError(f"{origin}: a {name}_bucket sample without a numeric le label "
-                              f"({_one_line(labels)})") from None
+                              f"({one_line(labels)})") from None
         _check_count(f"{name}_bucket{{le={labels['le']!r}}}", v, origin)
         series.setdefault(_key(labels), {})[edge] = v
     counts = {_key(lab): v for lab, v in scrape.rows(f"{name}_count", model_name)}
@@ -334,178 +190,6 @@ def _check_series(name: str, key: tuple[tuple[str, str], ...], buckets: dict[flo
         raise ConfigError(f"{where}: {name}_count is {count:g} but the +Inf bucket holds {buckets[math.inf]:g}")
 
 
-#: bounds of the within-bucket exponent: density x^-BETA from rising as x^4 to falling as x^-8
-BETA_MIN, BETA_MAX = -4.0, 8.0
-
-
-def _ratio_integral(s: float, log_r: float) -> float:
-    """(r^s - 1) / s for r = exp(log_r), continuous at s = 0 (where it is log r)."""
-    return math.expm1(s * log_r) / s if abs(s) > 1e-12 else log_r
-
-
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """The whole token counts ``lo..hi`` of one histogram bucket, and how many requests fell in it.
-    Within it lengths are drawn over [lo - 1/2, hi + 1/2] with density proportional to x^-beta, then
-    rounded: beta = 1 is log-uniform (equal probability per equal ratio of lengths), beta = 0 uniform."""
-
-    lo: int
-    hi: int
-    count: float
-
-    def mean(self, beta: float) -> float:
-        """The continuous mean of the draw (the rounded draw's is within a fraction of a token)."""
-        if self.hi <= self.lo:
-            return float(self.lo)
-        a, log_r = self.lo - 0.5, math.log((self.hi + 0.5) / (self.lo - 0.5))
-        t = 1.0 - beta
-        return a * _ratio_integral(t + 1.0, log_r) / _ratio_integral(t, log_r)
-
-    def at(self, v: float, beta: float) -> int:
-        """The length at fraction ``v`` in [0, 1] of the bucket's probability (inverse CDF)."""
-        if self.hi <= self.lo:
-            return self.lo
-        a, log_r = self.lo - 0.5, math.log((self.hi + 0.5) / (self.lo - 0.5))
-        t = 1.0 - beta
-        if abs(t) <= 1e-12:
-            x = a * math.exp(v * log_r)
-        else:
-            y = v * math.expm1(t * log_r)
-            if y <= -1.0:  # r^t underflowed (a steep density, v = 1): the top of the bucket
-                return self.hi
-            x = a * math.exp(math.log1p(y) / t)
-        return min(self.hi, max(self.lo, math.floor(x + 0.5)))
-
-
-def next_1_2_5(x: float) -> int:
-    """The smallest value of vLLM's 1, 2, 5, 10, 20, 50, ... series above ``x``."""
-    e = max(0, int(math.floor(math.log10(x))) - 1) if x >= 1 else 0
-    while True:
-        for m in (1, 2, 5):
-            if m * 10 ** e > x:
-                return m * 10 ** e
-        e += 1
-
-
-@dataclass(frozen=True, slots=True)
-class LengthDistribution:
-    """Token lengths as a piecewise CDF: :attr:`buckets` in order (the last one is the +Inf bucket
-    with its assumed upper edge, when it holds any request), their counts, the histogram's own count
-    and sum, and the within-bucket exponent :attr:`beta`. :meth:`quantile` inverts the CDF."""
-
-    metric: str
-    buckets: tuple[Bucket, ...]
-    count: float  # observations (finished requests)
-    total: float  # the histogram's _sum
-    beta: float  # within-bucket density x^-beta, fitted to the mean
-    last_edge: float  # the largest finite bucket edge
-    tail_hi: int | None  # the +Inf bucket's assumed upper edge; None when it is empty
-    cumulative: tuple[float, ...] = field(default=(), repr=False)  # P(X <= bucket.hi), per bucket
-
-    @property
-    def mean(self) -> float:
-        """The observed mean, ``_sum / _count``."""
-        return self.total / self.count
-
-    @property
-    def model_mean(self) -> float:
-        """The mean of what :meth:`quantile` draws."""
-        return _model_mean(self.buckets, self.beta, self.count)
-
-    def cdf(self) -> tuple[tuple[int, float], ...]:
-        """(a bucket's largest token count, the probability of a length at or below it), per bucket."""
-        return tuple((b.hi, p) for b, p in zip(self.buckets, self.cumulative))
-
-    def quantile(self, u: float) -> int:
-        """The length at cumulative probability ``u`` in [0, 1): the bucket that holds ``u``, then the
-        within-bucket inverse CDF."""
-        i = min(bisect_right(self.cumulative, u), len(self.buckets) - 1)
-        while self.buckets[i].count <= 0 and i > 0:  # u at a float edge of an empty bucket: the one below
-            i -= 1
-        below = self.cumulative[i - 1] if i else 0.0
-        span = self.cumulative[i] - below
-        v = min(max((u - below) / span, 0.0), 1.0) if span > 0 else 0.5
-        return self.buckets[i].at(v, self.beta)
-
-    def percentile(self, q: float) -> int:
-        return self.quantile(min(q / 100.0, 1.0 - 1e-12))
-
-
-def _model_mean(buckets: tuple[Bucket, ...] | list[Bucket], beta: float, count: float) -> float:
-    return sum(b.count * b.mean(beta) for b in buckets if b.count > 0) / count
-
-
-def fit_beta(buckets: tuple[Bucket, ...] | list[Bucket], count: float, mean: float) -> float:
-    """The within-bucket exponent whose model mean equals ``mean`` (every bucket's mean falls as beta
-    grows, so bisect), held within [BETA_MIN, BETA_MAX]."""
-    lo, hi = BETA_MIN, BETA_MAX
-    if _model_mean(buckets, hi, count) >= mean:
-        return hi
-    if _model_mean(buckets, lo, count) <= mean:
-        return lo
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if _model_mean(buckets, mid, count) > mean:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
-
-
-def length_distribution(h: TokenHistogram, origin: str, *, max_model_len: int | None = None
-                        ) -> tuple[LengthDistribution, list[str]]:
-    """The piecewise CDF of ``h`` (and notes on what was assumed).
-
-    * Bucket ``(a, b]`` of whole token counts holds ``floor(a) + 1 .. floor(b)``, at least 1 (a
-      length of 0, a request aborted before its first token, is drawn as 1).
-    * The +Inf bucket runs from the last edge to ``max_model_len`` when given, else to the next value
-      of vLLM's 1-2-5 series: vLLM's default token buckets end at the largest 1-2-5 value <=
-      max_model_len, so no request is longer than the next one.
-    * Within a bucket the density is x^-beta, one beta for the whole histogram, fitted so that the
-      model's mean equals ``_sum / _count`` (log-uniform, beta = 1, overstates the mean of a length
-      distribution that falls across its upper buckets by 5-8% with 1-2-5 buckets).
-    """
-    if h.count <= 0:
-        raise ConfigError(f"{origin}: {h.name} has no observations: the server has finished no request yet "
-                          "(scrape it after it has served traffic)")
-    buckets: list[Bucket] = []
-    prev_edge, prev_cum = 0.0, 0.0
-    for edge, cum in zip(h.edges, h.cumulative):
-        lo = max(1, math.floor(prev_edge) + 1)
-        buckets.append(Bucket(lo=lo, hi=max(lo, math.floor(edge)), count=cum - prev_cum))
-        prev_edge, prev_cum = edge, cum
-    last = h.edges[-1] if h.edges else 0.0
-    tail_n = h.count - prev_cum
-    notes: list[str] = []
-    tail_hi: int | None = None
-    if tail_n > 0:
-        lo = max(1, math.floor(last) + 1)
-        tail_hi = max(lo, max_model_len or next_1_2_5(last))
-        buckets.append(Bucket(lo=lo, hi=tail_hi, count=tail_n))
-        why = ("max_model_len" if max_model_len else
-               "the next value of vLLM's 1-2-5 bucket series, above any max_model_len these buckets allow")
-        notes.append(f"{h.name}: {tail_n:,.0f} requests ({tail_n / h.count:.2%}) are above the last bucket edge "
-                     f"{last:,.0f}; they are drawn from {lo:,} to {tail_hi:,} tokens ({why})")
-    beta = fit_beta(buckets, h.count, h.total / h.count)
-    cumulative, acc = [], 0.0
-    for b in buckets:
-        acc += b.count
-        cumulative.append(acc / h.count)
-    dist = LengthDistribution(metric=h.name, buckets=tuple(buckets), count=h.count, total=h.total, beta=beta,
-                              last_edge=last, tail_hi=tail_hi, cumulative=tuple(cumulative))
-    if h.dropped_edges:
-        notes.append(f"{h.name}: the label sets have different bucket edges; pooled over the {len(h.edges)} they "
-                     f"share ({len(h.dropped_edges)} left out)")
-    off = dist.model_mean / dist.mean - 1.0
-    fit = (f"density x^-{beta:.2f} within each bucket matches it" if abs(off) < 0.005 else
-           f"no within-bucket shape matches it: the model's mean is {off:+.1%} off (beta held at {beta:g})")
-    notes.append(f"{h.name}: mean {dist.mean:,.1f} tokens (_sum/_count over {h.count:,.0f} requests); {fit}; "
-                 f"p50 {dist.percentile(50):,}, p90 {dist.percentile(90):,}, p99 {dist.percentile(99):,}")
-    return dist, notes
-
-
-# --------------------------------------------------------------------------------------------
-# the workload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
