@@ -511,3 +511,28 @@ def test_streamed_reading_keeps_memory_bounded(tmp_path):
         f.write(NATIVE_HEAD + "1000,200,0.5\n" * 4_000_000)
     table, peak = _peak_mib(lambda: read_requests(c, limit=1000))
     assert len(table) == 1000 and peak < 8
+
+
+def test_a_trace_too_large_to_hold_stops_early_with_one_error(tmp_path, monkeypatch):
+    """Issue 17, bad input: a huge trace (a 2 GB file holds ~50 million rows) is read as a stream and stops at
+    MAX_REQUESTS with an error naming the line, and a batching that would hold too many KV lengths stops too
+    (measured: a 438 MB Azure CSV took 14 GB and over 5 minutes before; now 13 s and 99 MB)."""
+    from decodecalc.errors import ConfigError
+    from decodecalc.traffic import requests as R
+    from decodecalc.traffic.traces import read_requests
+    from decodecalc.traffic.traces import table as T
+
+    path = tmp_path / "big.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    + "".join(f"2023-11-16 18:15:{i % 60:02d}.0,{100 + i},{10 + i % 7}\n" for i in range(50)))
+    monkeypatch.setattr(T, "MAX_REQUESTS", 20)
+    with pytest.raises(ConfigError, match=r"big.csv, line 22: more than 20 requests; tune a part of the trace"):
+        read_requests(path)
+    assert len(read_requests(path, limit=20)) == 20  # --max-requests within the cap reads
+    monkeypatch.setattr(R, "RUN_LENGTHS_PER_STEP", 1)
+    # 60 requests arriving every 20 ms: 82 decode steps, their runs holding 416 lengths
+    args = ([100] * 60, [10] * 60, [i * 0.02 for i in range(60)], R.BatchingLimits(max_num_seqs=8))
+    with pytest.raises(ConfigError, match="the batching holds more than 100 sequence lengths"):
+        R.batching_runs(*args, max_steps=100)
+    monkeypatch.setattr(R, "RUN_LENGTHS_PER_STEP", 8)
+    assert R.batching_runs(*args, max_steps=100).decode_steps == 82

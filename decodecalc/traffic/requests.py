@@ -202,6 +202,25 @@ class BatchingResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: KV lengths the runs of a trace may hold per decode step allowed (``max_steps``): at 5,000,000 steps, 40 million
+#: lengths, about 1.5 GB while they are Python tuples (a day at 256 sequences holds 27.5 million)
+RUN_LENGTHS_PER_STEP = 8
+
+
+def _check_size(emitted: int, stored: int, max_steps: int | None, requests_in: int, source: str) -> None:
+    """A trace too large to hold: more decode steps than ``max_steps``, or runs holding more KV lengths than
+    RUN_LENGTHS_PER_STEP per allowed step (their memory), stops the batching with one error."""
+    if max_steps is None:
+        return
+    if emitted > max_steps:
+        raise ConfigError(f"{source}: more than {max_steps:,} decode steps (about {requests_in:,} requests in); "
+                          "tune a part of the trace (--max-requests N)")
+    if stored > max_steps * RUN_LENGTHS_PER_STEP:
+        raise ConfigError(f"{source}: the batching holds more than {max_steps * RUN_LENGTHS_PER_STEP:,} sequence "
+                          f"lengths (about {requests_in:,} requests in); tune a part of the trace (--max-requests N) "
+                          "or lower --max-num-seqs")
+
+
 def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequence[float],
                   limits: BatchingLimits = BatchingLimits(), *, max_steps: int | None = None,
                   source: str = "requests") -> BatchingRuns:
@@ -219,6 +238,7 @@ def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequenc
     running: list[_Running] = []
     runs: list[StepRun] = []
     emitted = 0
+    stored = 0  # KV lengths the runs hold (their memory: a run stores one length per sequence, not per step)
     k = 0
     admitted_all_at = -1
     counter = 0
@@ -243,9 +263,8 @@ def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequenc
                 admitted_all_at = emitted
             runs.append(StepRun(base=tuple(r.prompt + r.generated for r in decoding), steps=m, first_engine_step=k))
             emitted += m
-            if max_steps is not None and emitted > max_steps:
-                raise ConfigError(f"{source}: more than {max_steps:,} decode steps (about {nxt:,} requests in); "
-                                  "tune a part of the trace (--max-requests N)")
+            stored += len(decoding)
+            _check_size(emitted, stored, max_steps, nxt, source)
             for r in decoding:
                 r.generated += m
                 r.decode_steps += m
@@ -272,6 +291,8 @@ def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequenc
         advance = [min(1 + (limits.accepted(r.decode_steps) if q > 1 else 0), r.output - r.generated)
                    for r in decoding]
         if decoding:
+            stored += len(decoding)
+            _check_size(emitted, stored, max_steps, nxt, source)
             runs.append(StepRun(base=tuple(r.prompt + r.generated + q - 1 for r in decoding), steps=1,
                                 first_engine_step=k, query_len=q, tokens=None if q == 1 else sum(advance)))
             emitted += 1

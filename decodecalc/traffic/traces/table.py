@@ -69,6 +69,11 @@ def first_decrease(values: array) -> int | None:
     return next(drops, None)
 
 
+#: requests one trace may give (a busy server's day is a few hundred thousand): the reading stops there with an
+#: error, so a file of any size costs bounded memory and time (a 2 GB trace holds about 50 million rows)
+MAX_REQUESTS = 2_000_000
+
+
 class TableBuilder:
     """Collects the rows of one file. ``add`` returns False once ``limit`` rows are kept (the
     reader then stops reading); ``skip`` counts a row left out and why; ``finish`` makes the table."""
@@ -90,6 +95,9 @@ class TableBuilder:
         self._ignored: list[str] = []
 
     def add(self, arrival: float, prompt: int, output: int, record: int) -> bool:
+        if len(self.prompt) >= MAX_REQUESTS and (self.limit is None or self.limit > MAX_REQUESTS):
+            raise ConfigError(f"{self.path}, {self.record_unit} {record}: more than {MAX_REQUESTS:,} requests; tune a "
+                              f"part of the trace (--max-requests N, up to {MAX_REQUESTS:,})")
         self.arrival.append(arrival)
         self.prompt.append(prompt)
         self.output.append(output)
