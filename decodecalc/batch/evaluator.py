@@ -40,6 +40,9 @@ DEFAULT_MAX_ANCHORS = 768
 #: how far the proxy strays from the scalar model on the H200 profile (exact / proxy between 0.83 and 1.07 on a
 #: 100,000-step trace): the error of a part of the steps no anchor lies in
 PROXY_SPREAD = 0.05
+#: no estimated total is stated closer than this (relative): the strata variance covers the anchors' sampling, not
+#: the few 1e-5 of bias a composed option (vLLM's 2D and 3D parts) can carry against --exact (tests/test_batch.py)
+MIN_REL_SE = 1e-4
 #: exactly timed steps of a recipe's first, quick estimate (a few per cent: enough to tell the far ones)
 FIRST_ANCHORS = 6
 #: ... and of a recipe near the best (:meth:`WorkloadTimer.improve`)
@@ -248,13 +251,16 @@ class WorkloadTimer:
                 # the strata whose anchors lie in the part; a part with few of them errs as one stratum (its steps'
                 # ratios interpolated from the same few anchors): at least its estimated mass x the ratios' spread
                 part = m & ~est.exact
-                n_in = int(np.count_nonzero(part[est.anchors])) if len(est.anchors) else 0
+                # the anchors among the part's steps (an anchor is exact itself, so it is counted by ``m``)
+                n_in = int(np.count_nonzero(m[est.anchors])) if len(est.anchors) else 0
                 part_mass = float((w * est.time)[part].sum())
                 spread = est.ratio_sd if n_in else max(est.ratio_sd, PROXY_SPREAD)  # no anchor: the proxy's own
                 var += max(float(est.strata_var[m].sum()), (part_mass * spread) ** 2 / max(1, n_in))
             else:  # a donor's composition or an exact estimate: its whole variance, as a bound
                 var += (est.rel_se * float((w * est.time).sum())) ** 2
-        return float(np.sqrt(var)) / total if total > 0 else 0.0
+        if total <= 0:
+            return 0.0
+        return max(float(np.sqrt(var)) / total, MIN_REL_SE) if var > 0 else 0.0
 
     def calibrated(self, engine: str) -> bool:
         uncal = set(self.profile.fit.get("uncalibrated_families", ()) or ())

@@ -46,11 +46,15 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tok
                      guard: str) -> tuple[Table, bool]:
     t = Table(title=f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
               box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
+    rows = _shown(e, result.objective)
+    # a setting is what a user copies: never cut; figures of absurd workloads (KV lengths of 1e9) fold instead
+    label_width = 2 + max(len(c.label.replace(" (default)", "")) for c in rows)
     for col in ("setting", "mean µs", "p99 µs", "ms/1k tok", "vs default", "worst step", "scratch"):
-        t.add_column(col, justify="left" if col == "setting" else "right", no_wrap=col != "setting")
+        t.add_column(col, justify="left" if col == "setting" else "right", no_wrap=col == "setting",
+                     min_width=label_width if col == "setting" else None,
+                     overflow="ellipsis" if col == "setting" else "fold")
     dtot = e.default.stats.total_s
     layers_per_tok = result.ctx.num_layers / generated_tokens * 1000.0
-    rows = _shown(e, result.objective)
     default = e.candidates[0]
     for c in rows:
         mark = "* " if c.label == e.best.label else "  "

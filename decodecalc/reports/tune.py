@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
+from decodecalc.limits import MAX_SEQ_LEN
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
 from decodecalc.reports.tune_backends import BackendNote, backend_levers
@@ -104,6 +105,9 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
 
     summary = steps.summary() if lazy else workload_summary(steps)
     max_seq_len = steps.max_seq_len if lazy else int(steps.seq_lens.max())
+    if max_seq_len > MAX_SEQ_LEN:  # the same bound as --seq-len: no model or kernel is modeled past it
+        raise ConfigError(f"{steps.source}: a KV length of {max_seq_len:,} tokens is over the supported "
+                          f"{MAX_SEQ_LEN:,} (decodecalc.limits.MAX_SEQ_LEN)")
     if anchors is None or steps.num_steps <= SAMPLE_ABOVE:
         return context(steps, summary)
     measured, population = steps, None
@@ -252,6 +256,10 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
     notes = []
+    context = ctx.work.model.context_length
+    if context is not None and ctx.max_seq_len > context:
+        notes.append(f"KV lengths up to {ctx.max_seq_len:,} tokens are past {ctx.work.model.name}'s context of "
+                     f"{context:,}; an engine serving it refuses such requests (max_model_len)")
     if ctx.work.model.sliding_window:
         notes.append(f"{ctx.work.model.name} has sliding-window layers; every layer is timed as a global layer, so "
                      "the per-1,000-token figures are an upper bound")
