@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from decodecalc.batch.stats import HASH_LENGTH_MIX, as_number, hash_multipliers
-from decodecalc.batch.steps import EngineStepOrigins, StepArrays, stratified_picks
+from decodecalc.batch.stats import HASH_LENGTH_MIX, hash_multipliers
+from decodecalc.batch.steps import NumberedOrigins, StepArrays, stratified_picks
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,24 +132,13 @@ class RunSteps:
     def summary(self) -> dict[str, Any]:
         """The JSON's ``workload`` block, as :func:`decodecalc.batch.summary.workload_summary` gives it for the
         expanded steps."""
-        from decodecalc.batch.stats import percentiles
+        from decodecalc.batch.summary import summary_block
 
-        batch = self.batch
-        w = self.weights
-        b = {k: as_number(v) for k, v in percentiles(batch.astype(float), w).items()}
         values, counts = self.length_counts()
-        L = {k: as_number(v) for k, v in percentiles(values.astype(float), counts).items()}
-        return {
-            "source": self.source,
-            "steps": self.num_steps,
-            "distinct_shapes": int(len(np.unique(self.hashes()))),
-            "generated_tokens": int(self.tokens.sum()),
-            "query_tokens": self.query_tokens(),
-            "batch": b,
-            "seq_len": L,
-            "speculative": bool((self.query > 1).any()),
-            "notes": list(self.notes),
-        }
+        return summary_block(source=self.source, batch=self.batch, weights=self.weights, lengths=values,
+                             length_weights=counts, hashes=self.hashes(), generated_tokens=int(self.tokens.sum()),
+                             query_tokens=self.query_tokens(), speculative=bool((self.query > 1).any()),
+                             notes=self.notes)
 
     def covariates(self) -> np.ndarray:
         """:func:`decodecalc.batch.population.covariates` of every step."""
@@ -172,7 +161,7 @@ class RunSteps:
         return StepArrays(offsets=offsets, seq_lens=seq, query_lens=self.query[run][elem],
                           weights=np.ones(len(idx), dtype=np.int64) if weights is None else weights,
                           tokens=self.tokens[idx], source=self.source, notes=self.notes,
-                          origins=EngineStepOrigins(self.source, engine))
+                          origins=NumberedOrigins(self.source, "engine step", engine))
 
     def expand(self) -> StepArrays:
         return self.take(np.arange(self.num_steps))

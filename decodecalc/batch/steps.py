@@ -155,31 +155,18 @@ def from_trace(trace: StepTrace) -> StepArrays:
                       source=trace.source, notes=trace.notes, origins=tuple(s.origin for s in steps))
 
 
-class EngineStepOrigins(Sequence[str]):
-    """Where each step of a request trace came from (``source, engine step k``), made on demand: a million steps
-    need no million strings."""
+class NumberedOrigins(Sequence[str]):
+    """Where each step came from, ``source, <what> n`` (``engine step`` of a request trace, ``line`` of a step
+    file), made on demand: a million steps need no million strings."""
 
-    def __init__(self, source: str, engine_steps: np.ndarray) -> None:
-        self.source, self.engine_steps = source, engine_steps
-
-    def __len__(self) -> int:
-        return len(self.engine_steps)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return f"{self.source}, engine step {int(self.engine_steps[i])}"
-
-
-class LineOrigins(Sequence[str]):
-    """``path, line n`` of each step of a step file, made on demand."""
-
-    def __init__(self, source: str, lines: np.ndarray) -> None:
-        self.source, self.lines = source, lines
+    def __init__(self, source: str, what: str, numbers: np.ndarray) -> None:
+        self.source, self.what, self.numbers = source, what, numbers
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return len(self.numbers)
 
     def __getitem__(self, i):  # type: ignore[override]
-        return f"{self.source}, line {int(self.lines[i])}"
+        return f"{self.source}, {self.what} {int(self.numbers[i])}"
 
 
 def from_columns(cols: Any) -> StepArrays:
@@ -190,4 +177,4 @@ def from_columns(cols: Any) -> StepArrays:
     weights = np.frombuffer(cols.weights, dtype=np.int64)
     tokens = np.diff(offsets)
     return StepArrays(offsets=offsets, seq_lens=seq, query_lens=q, weights=weights, tokens=tokens, source=cols.source,
-                      origins=LineOrigins(cols.source, np.frombuffer(cols.lines, dtype=np.int64)))
+                      origins=NumberedOrigins(cols.source, "line", np.frombuffer(cols.lines, dtype=np.int64)))

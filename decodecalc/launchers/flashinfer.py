@@ -112,7 +112,7 @@ def _merge_kernel(w: Workload, gpu: GPUSpec, merge_occupancy: int | None, ex: Ex
         occ_m = merge_occupancy
     elif measured:
         occ_m = ex.add("merge_occupancy", measured[0], "occupancy.yaml[architecture][head_dim]: CTAs/SM of the merge "
-                       "kernel measured for this build", measured[1], architecture=compiled_arch(gpu), head_dim=d)
+                       "kernel measured for this build", measured[1], architecture=gpu.arch, head_dim=d)
     else:
         occ_m = occupancy_lower_bound(128, smem, gpu.compute_capability)
     n = ex.add("merge_grid", gpu.num_sms * min(occ_m, cdiv(rows * w.num_heads, gpu.num_sms)),
@@ -138,19 +138,11 @@ def _occupancy_table() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def compiled_arch(gpu: GPUSpec) -> str | None:
-    """The architecture a kernel is compiled for on ``gpu``: ``sm_90`` (compute capability 9.0), ``gfx942``."""
-    if gpu.compute_capability is not None:
-        major, minor = gpu.compute_capability
-        return f"sm_{major}{minor}"
-    return gpu.gfx_arch
-
-
 def measured_occupancy(gpu: GPUSpec, kernel: str, variant: str) -> tuple[int, str] | None:
     """(CTAs/SM, source) measured for ``kernel`` ("flashinfer_decode" keyed "head_dim/group_size",
     "flashinfer_merge" keyed "head_dim") on a GPU of ``gpu``'s compiled architecture (decodecalc/data/occupancy.yaml:
     registers and shared memory are the build's, the same on every GPU of an architecture), or None."""
-    arch = compiled_arch(gpu)
+    arch = gpu.arch
     entry = _occupancy_table().get(arch, {}) if arch else {}
     row = (entry.get(kernel) or {}).get(variant) if isinstance(entry, dict) else None
     if not isinstance(row, dict) or not isinstance(row.get("occupancy"), int) or row["occupancy"] < 1:
@@ -193,7 +185,7 @@ def plan_flashinfer(
     if measured is not None:
         occ = ex.add("occupancy", measured[0], "occupancy.yaml[architecture][head_dim/group_size]: "
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor measured for this build", measured[1],
-                     architecture=compiled_arch(gpu), head_dim=w.head_size, group_size=w.group_size)
+                     architecture=gpu.arch, head_dim=w.head_size, group_size=w.group_size)
     elif occupancy is None:
         occ = ex.add("occupancy", occupancy_lower_bound(threads, smem, gpu.compute_capability),
                      "lower bound of cudaOccupancyMaxActiveBlocksPerMultiprocessor: min(threads, CTAs, smem, 255-register limits)",

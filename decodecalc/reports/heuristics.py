@@ -293,8 +293,9 @@ def _call(fn: Callable[..., Any], step: RuleStep, path: Path, what: str) -> Any:
             from None
 
 
-#: the most splits or segments a rule may ask for: stage 1's grid z of both engines' kernels (CUDA's gridDim.z)
-MAX_RULE_COUNT = 65_535
+#: the most splits or segments a rule may ask for: stage 1's grid z, CUDA's gridDim.z limit (its one home is
+#: launchers/sglang_triton.py; vLLM's 3D grid puts the segments on z as well)
+MAX_RULE_COUNT = sg.MAX_KV_SPLITS_GRID_Z
 
 
 def _check_count(v: Any, step: RuleStep, path: Path, what: str) -> int:

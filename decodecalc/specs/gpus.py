@@ -38,6 +38,15 @@ class GPUSpec:
             raise ConfigError(f"GPU {self.name!r}: vendor must be 'nvidia' or 'amd', got {self.vendor!r}")
 
     @property
+    def arch(self) -> str | None:
+        """The architecture kernels are compiled for on this GPU: ``sm_90`` (compute capability 9.0), ``gfx942``.
+        Registers and shared memory per SM, hence a build's occupancy, are the same on every GPU of one."""
+        if self.compute_capability is not None:
+            major, minor = self.compute_capability
+            return f"sm_{major}{minor}"
+        return self.gfx_arch
+
+    @property
     def ridge_flop_per_byte(self) -> float:
         """Roofline ridge point I* = peak FLOP/s / peak bytes/s."""
         return self.bf16_dense_flops_per_s / self.hbm_bandwidth_bytes_per_s
