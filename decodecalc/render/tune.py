@@ -42,8 +42,9 @@ def _shown(e: EngineTune, objective: str) -> list[Candidate]:
     return rows
 
 
-def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tokens: int,
-                     guard: str) -> tuple[Table, bool]:
+def _candidate_table(name: str, e: EngineTune, result: TuneResult, guard: str) -> tuple[Table, bool]:
+    from decodecalc.reports.tune import per_1k_tokens
+
     t = Table(title=f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
               box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
     rows = _shown(e, result.objective)
@@ -54,14 +55,13 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tok
                      min_width=label_width if col == "setting" else None,
                      overflow="ellipsis" if col == "setting" else "fold")
     dtot = e.default.stats.total_s
-    layers_per_tok = result.ctx.num_layers / generated_tokens * 1000.0
     default = e.candidates[0]
     for c in rows:
         mark = "* " if c.label == e.best.label else "  "
         worst = f"{c.worst_ratio:.2f}x" + ("" if c.allowed else " over")
         st = c.stats
         t.add_row(mark + c.label.replace(" (default)", ""), _us(st.mean_step_s), _us(st.p99_step_s),
-                  f"{st.total_s * layers_per_tok * 1e3:,.1f}",
+                  f"{per_1k_tokens(result.ctx, st) * 1e3:,.1f}",  # the JSON's attention_s_per_1k_tokens
                   "default" if c.label == default.label else f"{st.total_s / dtot - 1:+.1%}", worst,
                   fmt_bytes_short(c.scratch_bytes))
     return t, any(not c.allowed for c in rows)
@@ -69,7 +69,7 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, generated_tok
 
 def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: dict[str, Any], guard: str) -> None:
     console.print()
-    table, over = _candidate_table(name, e, result, wl["generated_tokens"], guard)
+    table, over = _candidate_table(name, e, result, guard)
     console.print(table)
     if over:
         _say(console, f"worst step: the candidate's slowest step against the default; over: slows a step by more "
