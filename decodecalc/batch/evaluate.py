@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
 import numpy as np
 
 from decodecalc.timemodel import LaunchWork, TimeProfile
 from decodecalc.timemodel.predict import iteration_cost, kernel_time_s
 from decodecalc.timemodel.residuals import QUERY_STEP
+from decodecalc.timemodel.work import KernelWork
 from decodecalc.workload import Workload
 
 from decodecalc.batch.kernels import DELTAS, Proxies, kernel_times
 from decodecalc.batch.launches import LaunchArrays, Recipe
 from decodecalc.batch.steps import StepArrays
+
+#: every field of a kernel's work but its programs that exit at once: the memo key of its busy time (a tuple of
+#: them is cheaper to build than a replaced dataclass)
+_busy_fields = operator.attrgetter(*(f.name for f in dataclasses.fields(KernelWork) if f.name != "idle_programs"))
+
 
 def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | float:
     """The residual map's factor of each row's launch (:meth:`ResidualMap.correction`, looked up once per distinct
@@ -29,9 +36,12 @@ def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | floa
     n = main.programs
     u = np.log2(np.maximum(main.mean_iters(), 1.0))
     v = np.log2(np.maximum(n, 1) / (occ * profile.num_sms))
-    keys = np.stack([np.round(u / QUERY_STEP), np.round(v / QUERY_STEP)], axis=1).astype(np.int64)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    lf = np.array([rmap.log_factor_at(la.cell, int(a), int(b))[0] for a, b in uniq.tolist()])
+    a = np.round(u / QUERY_STEP).astype(np.int64)
+    b = np.round(v / QUERY_STEP).astype(np.int64)
+    # one int64 per (a, b) memo point (|a|, |b| < 2^20: 2^65,536 iterations or programs), unique in one dimension
+    uniq, inverse = np.unique((a << 21) + (b + (1 << 20)), return_inverse=True)
+    lf = np.array([rmap.log_factor_at(la.cell, k >> 21, (k & ((1 << 21) - 1)) - (1 << 20))[0]
+                   for k in uniq.tolist()])
     return np.exp(lf)[inverse.reshape(-1)]
 
 
@@ -101,12 +111,12 @@ class ExactTimer:
         t = (len(lw.kernels) + lw.extra_launches - lw.overlapped_launches) * prof.launch_overhead_s
         for kw in lw.kernels:
             fam = prof.family(kw.family)
-            key = (dataclasses.replace(kw, idle_programs=0), delta)
+            key = (_busy_fields(kw), delta)
             busy = self._kernels.get(key)
             if busy is None:
                 self.evaluations += 1
-                busy = self._kernels[key] = kernel_time_s(key[0], fam, prof.num_sms, prof.idle_program_s,
-                                                          prof.hbm_bandwidth_bytes_per_s, delta)
+                busy = self._kernels[key] = kernel_time_s(dataclasses.replace(kw, idle_programs=0), fam, prof.num_sms,
+                                                          prof.idle_program_s, prof.hbm_bandwidth_bytes_per_s, delta)
             t += busy + iteration_cost(kw, fam, prof.num_sms, prof.idle_program_s, prof.hbm_bandwidth_bytes_per_s,
                                        delta).idle_s(kw.idle_programs)
         if prof.residuals is not None:

@@ -146,5 +146,6 @@ def ragged_proxy_s(iters: np.ndarray, counts: np.ndarray, n: np.ndarray, cost: I
     within a few per cent of the scalar model."""
     ti = cost.t_it(cost.occupancy, cost.slots)
     dur = cost.program_overhead_s + iters * ti
-    longest = np.where(counts > 0, dur, 0.0).max(axis=1)
+    # the longest program's time from its iterations (the same value: t0 + i x ti grows with i)
+    longest = cost.program_overhead_s + np.where(counts > 0, iters, 0).max(axis=1) * ti
     return np.maximum((dur * counts).sum(axis=1) / cost.slots + 0.5 * longest, longest)

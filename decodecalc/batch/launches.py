@@ -182,8 +182,11 @@ def _query_keys(block: Block) -> list[tuple[int, ...]]:
 def _group_launches(base: Workload, block: Block, shapes: Sequence[_VllmShape]) -> list[LaunchArrays]:
     out = []
     group = base.num_heads // base.num_kv_heads
-    for shape in sorted(set(shapes), key=lambda s: (s.use_3d, s.segments, s.tile)):
-        rows = np.array([i for i, s in enumerate(shapes) if s == shape], dtype=np.int64)
+    by_shape: dict[_VllmShape, list[int]] = {}
+    for i, s in enumerate(shapes):
+        by_shape.setdefault(s, []).append(i)
+    for shape in sorted(by_shape, key=lambda s: (s.use_3d, s.segments, s.tile)):
+        rows = np.array(by_shape[shape], dtype=np.int64)
         kernels, gaps = _vllm_arrays(base, block.lens[rows], block.query_lens[rows], block.mask[rows], shape)
         out.append(LaunchArrays(rows=rows, kernels=kernels, launch_gaps=gaps,
                                 cell=cell_key(kernels[0].family, group, kernels[0].head_dim),

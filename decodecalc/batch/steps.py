@@ -65,7 +65,7 @@ class StepArrays:
 
     def step_lens(self, i: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return tuple(int(x) for x in self.seq_lens[a:b]), tuple(int(x) for x in self.query_lens[a:b])
+        return tuple(self.seq_lens[a:b].tolist()), tuple(self.query_lens[a:b].tolist())
 
     def per_step_max(self, values: np.ndarray) -> np.ndarray:
         return np.maximum.reduceat(values, self.offsets[:-1])

@@ -299,9 +299,10 @@ def plan_flashinfer_tc(
     else:
         max_kv = max([1, *kv_pages])
         low, high = min_chunk, max_kv
+        tiles = [(cdiv(p, cta_tile_q), max(k, 1)) for p, k in zip(packed, kv_pages)]  # loop invariants
         while low < high:
             mid = (low + high) // 2
-            nb = sum(cdiv(p, cta_tile_q) * cdiv(max(k, 1), mid) for p, k in zip(packed, kv_pages))
+            nb = sum(t * cdiv(k, mid) for t, k in tiles)
             if nb > max_bs:
                 low = mid + 1
             else:

@@ -25,6 +25,7 @@ Every loop unit here is what the launcher's upstream rule cuts the KV sequence i
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 
 from decodecalc.derived import cdiv, next_power_of_2
@@ -102,7 +103,12 @@ def _persistent_merge(shape: WorkShape, plan: LaunchPlan, k: KernelLaunch, *, ro
     for s, q in zip(plan.splits, shape.query_lens):
         costs += [cdiv(max(s, 1), bdy)] * (q * h)
     n = max(1, k.programs)
-    per_cta = Counter(sum(costs[j::n]) for j in range(min(n, len(costs))))
+    # CTA j's cost: the sum of costs[j::n], added a grid-wide stride of rows at a time
+    sums = costs[:n]
+    for start in range(n, len(costs), n):
+        chunk = costs[start:start + n]
+        sums[:len(chunk)] = map(operator.add, sums[:len(chunk)], chunk)
+    per_cta = Counter(sums)
     return KernelWork(family="flashinfer_merge", iters=tuple(sorted(per_cta.items())), bytes_per_iter=row_bytes * bdy,
                       idle_programs=max(0, n - len(costs)), head_dim=next_power_of_2(shape.head_size_v),
                       occupancy=int(k.constexprs.get("occupancy") or 0) or None)

@@ -24,6 +24,10 @@ from decodecalc.workload import Workload
 TIE_FRACTION = 0.05
 
 
+#: Python's own numbers: t_it's scalar path (anything else, numpy's scalars included, takes the array arithmetic)
+_PLAIN = frozenset({int, float, bool})
+
+
 @dataclass(frozen=True, slots=True)
 class IterationCost:
     """What one loop iteration of a kernel's programs costs (the iteration model of :mod:`decodecalc.timemodel`), and
@@ -51,7 +55,7 @@ class IterationCost:
         ``max(latency + min(c, saturated) * bytes / sm_bandwidth, conc * hbm_bytes / hbm_bandwidth)`` or their L^p
         norm. Little's law on the SM's load path; the GPU's achievable HBM bandwidth caps it."""
         conc = c * self.num_sms if conc is None else conc
-        if hasattr(c, "shape") or hasattr(conc, "shape"):  # arrays of concurrencies (tune's batch evaluator)
+        if type(c) not in _PLAIN or type(conc) not in _PLAIN:  # arrays of concurrencies (tune's batch evaluator)
             sm = self.latency_s + minimum(c, self.saturated) * self.bytes_per_iter / self.sm_bandwidth
             hbm = conc * self.hbm_bytes_per_iter / self.hbm_bandwidth
             if self.blend_power:
@@ -164,12 +168,13 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
     loads: dict[float, list[float]] = {0.0: [slots, 0.0]}  # load -> [slots, iterations of their last program]
     heap = [0.0]
     start = 0.0
+    fast = FAST_ROUNDS * slots
 
     def place(i: float, k: int) -> None:
         nonlocal start
         dur = t0 + i * ti
         while k:
-            if k >= FAST_ROUNDS * slots and max(loads) - heap[0] < dur:
+            if k >= fast and max(loads) - heap[0] < dur:
                 # every slot takes one program per round, in load order, and the loads keep their spread:
                 # whole rounds at once (few SMs, many programs: otherwise a walk of k / slots steps; the
                 # same schedule up to the rounding of the loads)
@@ -184,12 +189,14 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
                 continue
             low = heap[0]
             grp = loads[low]
-            take = min(grp[0], k)
-            if take == grp[0]:
+            have = grp[0]
+            if have <= k:  # (comparisons, not min/max: the scalar model's innermost loop)
+                take = have
                 heapq.heappop(heap)
                 del loads[low]
             else:
-                grp[0] -= take
+                take = k
+                grp[0] = have - k
             new = low + dur
             g = loads.get(new)
             if g is None:
@@ -197,7 +204,8 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
                 heapq.heappush(heap, new)
             else:
                 g[0] += take
-                g[1] = max(g[1], i)
+                if i > g[1]:
+                    g[1] = i
             k -= take
         start = low
 
@@ -259,7 +267,7 @@ def _shared_tail_s(running: list[tuple[float, int]], t_it: Callable[[int, int], 
     t, done = 0.0, 0.0
     for i, k in sorted(running):
         if i > done:
-            t += (i - done) * t_it(min(occ, cdiv(m, num_sms)), m)
+            t += (i - done) * t_it(min(occ, -(-m // num_sms)), m)  # cdiv(m, num_sms), inlined (hot)
             done = i
         m -= k
     return t

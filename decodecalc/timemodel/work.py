@@ -64,18 +64,35 @@ def planes_order(per_seq: Sequence[tuple[int, int, int, int]], planes: int, repe
     last, q) per sequence. Planes with the same rows are built once (rows change only where some
     sequence's a - 1 or a falls); programs that exit at once between the working ones (vLLM's spare q
     blocks) are left out too."""
-    cells: list[list] = []  # neighbours with equal cells merged: [(a, full, last, q), sequences]
+    # neighbours with equal cells merged (their programs summed); cells without programs dropped
+    cells: list[tuple[int, int, int]] = []  # (a, full, last)
+    progs: list[int] = []
+    prev = None
     for c in per_seq:
-        if cells and cells[-1][0] == c:
-            cells[-1][1] += 1
-        else:
-            cells.append([c, 1])
-    actives = {c[0][0] for c in cells}
+        if c == prev:
+            progs[-1] += c[3]
+            continue
+        prev = c
+        cells.append(c[:3])
+        progs.append(c[3])
+    live = [(a, full, last, k) for (a, full, last), k in zip(cells, progs) if k > 0]
+    actives = {a for a, _, _ in cells}
     cuts = sorted({0, planes} | {z for a in actives for z in (a - 1, a) if 0 < z < planes})
     blocks: list[tuple[Row, int]] = []
     for z0, z1 in zip(cuts, cuts[1:]):
-        row = row_runs((full if z0 < a - 1 else last, q * n if z0 < a else 0) for (a, full, last, q), n in cells)
-        add_block(blocks, row, repeats * (z1 - z0))  # plane z's rows then z + 1's: one row repeated
+        # the row of plane z0 (row_runs inlined: this loop is the scalar model's hottest on long batches)
+        its: list[int] = []
+        ks: list[int] = []
+        for a, full, last, k in live:
+            if z0 >= a:
+                continue
+            i = full if z0 < a - 1 else last
+            if its and its[-1] == i:
+                ks[-1] += k
+            else:
+                its.append(i)
+                ks.append(k)
+        add_block(blocks, tuple(zip(its, ks)), repeats * (z1 - z0))  # plane z's rows then z + 1's: one row repeated
     return tuple(blocks)
 
 
