@@ -297,12 +297,12 @@ def grid_report(
     kernel_block_size: int | None = None,
     layer: str = "global",
 ) -> GridReport:
+    # each engine's result from its own settings (one table, not a branch per engine)
+    results_of = {"vllm": lambda: vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer),
+                  "sglang": lambda: sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer)}
     results: list[SystemResult[Any]] = []
     for name in systems:
-        if name == "vllm":
-            results.append(vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer))
-        elif name == "sglang":
-            results.append(sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer))
-        else:
+        if name not in results_of:
             raise ConfigError(f"unknown system {name!r}; valid: {', '.join(SYSTEMS)}")
+        results.append(results_of[name]())
     return GridReport(work, gpu, tuple(results), paging_figures(work, kernel_block_size))
