@@ -79,7 +79,8 @@ def measurements_from(paths) -> list[Measurement]:
                     plan = P.knob_plan(r["backend"], w, gpu, knobs)
                     variant = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
                 else:
-                    from decodecalc.reports.compare import PolicyOptions, evaluate
+                    from decodecalc.launchers.registry import PolicyOptions
+                    from decodecalc.reports.compare import evaluate
 
                     res = evaluate(P.BACKENDS[r["backend"]][0], w, gpu,
                                    PolicyOptions(vllm=P._vllm_settings(r["cuda_graph"])))

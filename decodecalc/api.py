@@ -145,14 +145,15 @@ class CompareResult:
 def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
                 occupancy: int | None = None) -> CompareResult:
     """`compare` from already-built inputs (the CLI's path)."""
+    from decodecalc.launchers.registry import PolicyOptions, resolve_policies
     from decodecalc.reports import compare as pol
 
     if occupancy is not None and occupancy < 1:
         raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
     text = policies if policies is None or isinstance(policies, str) else ",".join(policies)
-    names = pol.resolve_policies(text)
-    opts = pol.PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
-                             flashinfer_occupancy=occupancy)
+    names = resolve_policies(text)
+    opts = PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
+                         flashinfer_occupancy=occupancy)
     results = tuple(pol.evaluate_all(inputs.work, inputs.gpu, opts, names))
     best, by, rule = pol.choose_best(list(results))
     return CompareResult(inputs, results, best, rule, by, pol.best_policy(list(results)))

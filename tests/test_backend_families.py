@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from decodecalc.launchers import flash_attn2, flash_attn3, flashinfer, flashmla
-from decodecalc.reports.compare import PolicyOptions, evaluate
+from decodecalc.launchers.registry import PolicyOptions
+from decodecalc.reports.compare import evaluate
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import KERNEL_FAMILIES, launch_time_s, packaged_profile, work_for_plan

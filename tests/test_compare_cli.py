@@ -9,8 +9,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from decodecalc.reports import compare as pol
 from decodecalc.cli import app
+from decodecalc.launchers.registry import POLICY_NAMES
+from decodecalc.reports import compare as pol
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.workload import make_workload
@@ -29,7 +30,7 @@ def test_compare_json_contract():
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     names = [p["name"] for p in data["policies"]]
-    assert names == list(pol.POLICY_NAMES)
+    assert names == list(POLICY_NAMES)
     for p in data["policies"]:
         for key in REQUIRED:
             assert key in p

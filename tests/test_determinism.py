@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from decodecalc.reports import determinism as det
-from decodecalc.reports import compare as pol
+from decodecalc.launchers.registry import POLICY_NAMES
 from decodecalc.cli import app
 from decodecalc.errors import ConfigError
 from decodecalc.specs.gpus import resolve_gpu
@@ -85,7 +85,7 @@ def test_cli_table_and_json():
                             "--json"], env=ENV)
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert [p["name"] for p in data["policies"]] == list(pol.POLICY_NAMES)
+    assert [p["name"] for p in data["policies"]] == list(POLICY_NAMES)
     by = {p["name"]: p for p in data["policies"]}
     assert by["vllm"]["batch_invariant"] is False  # threshold 128: 3D at 1 and 64, 2D at 200
     assert all(s["batch_invariant"] for s in data["deterministic_switches"])

@@ -13,6 +13,7 @@ from helpers import H200, LLAMA3_8B, work
 
 from decodecalc.derived import next_power_of_2
 from decodecalc.launchers import sglang_triton, vllm_unified
+from decodecalc.launchers.registry import PolicyOptions
 from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
 from decodecalc.reports import compare, grid, recommend, sweep
 from decodecalc.specs.models import ModelConfig
@@ -32,7 +33,7 @@ def _vllm_figures(w) -> dict[str, object]:
     """What each consumer of the BLOCK_M rule reports for one decode batch."""
     prof = packaged_profile("h200")
     g = grid.grid_report(w, H200, systems=("vllm",), vllm=EAGER).systems[0].data
-    opts = compare.PolicyOptions(vllm=EAGER)
+    opts = PolicyOptions(vllm=EAGER)
     cmp_vllm = compare.evaluate("vllm", w, H200, opts)
     cmp_fd = compare.evaluate("flashdecoding", w, H200, opts)
     spec = sweep.SweepSpec(models=(LLAMA3_8B,), tps=(1,), gpus=(H200,), policies=("vllm", "flashdecoding"),

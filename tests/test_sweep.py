@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decodecalc.launchers.registry import POLICY_NAMES
 from decodecalc.reports import compare as pol
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
@@ -47,7 +48,7 @@ def test_parse_range_errors(text, message):
 
 
 def test_too_many_points_refused_before_work():
-    big = SweepSpec(models=(MODELS["llama3-8b"],), tps=(1,), gpus=(H200,), policies=pol.POLICY_NAMES,
+    big = SweepSpec(models=(MODELS["llama3-8b"],), tps=(1,), gpus=(H200,), policies=POLICY_NAMES,
                     batches=tuple(range(1, 65537)), seq_lens=tuple(range(1, 100)))
     with pytest.raises(ConfigError, match="points"):
         run_sweep(big)

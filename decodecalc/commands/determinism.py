@@ -18,7 +18,7 @@ from decodecalc.errors import ConfigError
 def run_determinism(inputs: Inputs, batches: str | None, others: int | None, policies: str | None,
                     json_out: bool) -> dict[str, Any]:
     from decodecalc.reports import determinism as det
-    from decodecalc.reports import compare as pol
+    from decodecalc.launchers import registry as pol
 
     w = inputs.work
     if len(set(w.seq_lens)) != 1:

@@ -39,7 +39,7 @@ def _names(text: str, option: str) -> tuple[str, ...]:
 
 def build_spec(*, models: str, tps: str, gpus: str, policies: str, batch: str, seq_len: str, dtype: str | None,
                kv_cache_dtype: str, block_size: int, sms: int | None):
-    from decodecalc.reports import compare as pol
+    from decodecalc.launchers import registry as pol
     from decodecalc.commands.options import parse_int_list
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.specs.models import resolve_model
@@ -92,7 +92,7 @@ def sweep(
     max_kv_splits: Annotated[Optional[int], typer.Option("--max-kv-splits", help="SGLang max_kv_splits.")] = None,
 ) -> None:
     """Sweep batch x sequence length for chosen policies: CSV/JSON, heatmaps (SM coverage, splits, 2D/3D)."""
-    from decodecalc.reports import compare as pol
+    from decodecalc.launchers import registry as pol
     from decodecalc.commands.output import check_writable, to_json, write_files
     from decodecalc.launchers.sglang_triton import SglangSettings
     from decodecalc.launchers.vllm_unified import VllmSettings

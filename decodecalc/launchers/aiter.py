@@ -35,7 +35,7 @@ import math
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
-from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
+from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 

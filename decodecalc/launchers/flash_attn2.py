@@ -24,7 +24,7 @@ import struct
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
-from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
+from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 

@@ -26,7 +26,7 @@ from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
 from decodecalc.launchers.flash_attn2 import f32
-from decodecalc.launchers.flashdecoding import layer_window, require_not_mla, require_vendor
+from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 

@@ -6,8 +6,6 @@ G_2D is the unsplit grid of vLLM's Triton wrapper, ``(B // BLOCK_Q + B) * h_kv``
 (vLLM v0.33.0 ``vllm/v1/attention/ops/triton_unified_attention.py`` L958-992), and each
 sequence is cut into S* contiguous slices of equal length. Partial state is the fp32
 (O, m, l) triple of vLLM's 3D path, ``S * (4 * np2(d) + 8)`` bytes per (token, head).
-
-Also home of the small checks every launcher module shares (decode-only, platform).
 """
 
 from __future__ import annotations
@@ -18,49 +16,11 @@ from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, SweepRow
 from decodecalc.launchers import vllm_unified
+from decodecalc.launchers.guards import require_decode, require_not_mla
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
 SOURCE = "decode-attention-chapter.txt 'The grid' L37-43 (S* = ceil(N_SM / G_2D)); G_2D from vllm 0.33.0 triton_unified_attention.py L958-992"
-
-
-# --------------------------------------------------------------------------------------
-# shared checks (used by every launcher module)
-
-
-def require_decode(w: Workload, system: str, max_q: int = 1) -> None:
-    """Raise unless every sequence has at most ``max_q`` query tokens (a pure decode step)."""
-    if w.max_seqlen_q > max_q:
-        raise UnsupportedError(
-            f"{system} is a decode kernel: at most {max_q} query token(s) per sequence, "
-            f"this batch has {w.max_seqlen_q}")
-
-
-def require_not_mla(w: Workload, system: str) -> None:
-    if w.model.is_mla:
-        raise UnsupportedError(f"{system} does not serve MLA models ({w.model.name}); use FlashMLA")
-
-
-def require_vendor(gpu: GPUSpec, vendor: str, system: str, check: bool) -> None:
-    if check and gpu.vendor != vendor:
-        where = "ROCm (AMD)" if vendor == "amd" else "CUDA (NVIDIA)"
-        raise UnsupportedError(f"{system} runs on {where} GPUs only; {gpu.name} is {gpu.vendor}")
-
-
-def all_windowed(w: Workload) -> bool:
-    """True when every layer of the model uses a sliding window (no global layers)."""
-    m = w.model
-    return bool(m.sliding_window) and (m.sliding_window_pattern in (None, 1))
-
-
-def layer_window(w: Workload, layer: str = "auto") -> int | None:
-    """Sliding window of the modeled layer: "sliding" -> the model's window, "global" -> none,
-    "auto" -> the model's window only when every layer uses it (Mistral-7B v0.1)."""
-    if layer == "sliding":
-        return w.model.sliding_window or None
-    if layer == "global":
-        return None
-    return w.model.sliding_window if all_windowed(w) else None
 
 
 def per_token_head_rows(w: Workload) -> int:

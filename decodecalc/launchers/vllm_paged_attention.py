@@ -16,7 +16,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
-from decodecalc.launchers.flashdecoding import require_decode, require_not_mla, require_vendor
+from decodecalc.launchers.guards import require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 

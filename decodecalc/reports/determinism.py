@@ -24,9 +24,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from decodecalc.reports import compare as pol
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.base import LaunchPlan
+from decodecalc.launchers.registry import POLICIES, POLICY_NAMES, PolicyOptions
+from decodecalc.reports.compare import evaluate
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload, make_workload
 
@@ -115,8 +116,8 @@ def request_ranges(plan: LaunchPlan, L: int) -> tuple[tuple[int, int], ...]:
     return tuple((s * tps, min((s + 1) * tps, L)) for s in range(n))
 
 
-def track(name: str, work: Workload, gpu: GPUSpec, opts: pol.PolicyOptions) -> RequestView | str:
-    r = pol.evaluate(name, work, gpu, opts)
+def track(name: str, work: Workload, gpu: GPUSpec, opts: PolicyOptions) -> RequestView | str:
+    r = evaluate(name, work, gpu, opts)
     if not r.applicable or r.plan is None:
         return r.reason or "not applicable"
     p = r.plan
@@ -140,7 +141,7 @@ def analyze(
     others: int | None = None,
     batches: tuple[int, ...] = DEFAULT_BATCHES,
     names: tuple[str, ...] | None = None,
-    opts: pol.PolicyOptions | None = None,
+    opts: PolicyOptions | None = None,
 ) -> list[PolicyDeterminism]:
     """Track a request of ``seq_len`` keys in batches of every size in ``batches``."""
     from decodecalc.limits import MAX_BATCH, MAX_BATCHES_TOTAL, MAX_SEQ_LEN, check_int, check_list
@@ -152,10 +153,10 @@ def analyze(
     # every size is one workload per policy: the sizes together are bounded like one batch
     check_list(tuple(batches), "--batches", MAX_BATCH, max_total=MAX_BATCHES_TOTAL)
     others = others or seq_len
-    opts = opts or pol.PolicyOptions()
+    opts = opts or PolicyOptions()
     out = []
-    for name in names or pol.POLICY_NAMES:
-        p = pol.POLICIES[name]
+    for name in names or POLICY_NAMES:
+        p = POLICIES[name]
         res = PolicyDeterminism(name, p.title, p.batch_invariant)
         for b in batches:
             w = make_workload(base.model, tp=base.tp, seq_lens=(seq_len,) + (others,) * (b - 1), dtype=base.dtype,
@@ -170,9 +171,9 @@ def analyze(
 
 
 def switches(base: Workload, gpu: GPUSpec, *, seq_len: int, others: int | None = None,
-             batches: tuple[int, ...] = DEFAULT_BATCHES, opts: pol.PolicyOptions | None = None) -> list[PolicyDeterminism]:
+             batches: tuple[int, ...] = DEFAULT_BATCHES, opts: PolicyOptions | None = None) -> list[PolicyDeterminism]:
     """The same tracking with each engine's deterministic switch on (vllm, fa3, sglang)."""
-    opts = opts or pol.PolicyOptions()
+    opts = opts or PolicyOptions()
     on = dataclasses.replace(
         opts, vllm=dataclasses.replace(opts.vllm, batch_invariant=True),
         sglang=dataclasses.replace(opts.sglang, deterministic=True),

@@ -2,7 +2,7 @@
 
 Speed: a sweep is a product of per-batch constants and per-length closed forms, never a full
 LaunchPlan per point. What a launcher's uniform-batch launch depends on is the launcher's own
-knowledge, registered with its policy in :mod:`decodecalc.reports.compare`:
+knowledge, registered with its policy in :mod:`decodecalc.launchers.registry`:
 - ``Policy.sweep_rows`` (vLLM, SGLang, FlashDecoding): the launcher's fast path yields one
   :class:`~decodecalc.launchers.base.SweepRow` per batch size (e.g.
   :func:`decodecalc.launchers.vllm_unified.sweep_rows`, :func:`decodecalc.launchers.sglang_triton.sweep_rows`);
@@ -30,7 +30,7 @@ from decodecalc.specs.models import ModelConfig
 from decodecalc.workload import Workload, make_workload
 
 if TYPE_CHECKING:
-    from decodecalc.reports.compare import Policy, PolicyOptions
+    from decodecalc.launchers.registry import Policy, PolicyOptions
 
 #: metrics every sweep grid carries, in CSV column order
 METRICS = ("region", "splits", "nonempty_splits", "tokens_per_split", "programs", "working_programs",
@@ -221,12 +221,13 @@ def _sweep_generic(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, ba
                    lens: tuple[int, ...], opts: PolicyOptions, common: dict[str, Any],
                    tick: Callable[[], None]) -> SweepGrid:
     """Full plans, reused per (batch, ``Policy.length_key``) where the launcher declares one."""
-    from decodecalc.reports import compare as pol
+    from decodecalc.launchers.registry import platform_reason
+    from decodecalc.reports.compare import evaluate
 
     name = policy.name
     g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, name, batches, lens, fast=False)
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
-    reason = pol.platform_reason(policy, gpu)
+    reason = platform_reason(policy, gpu)
     if reason:
         raise UnsupportedError(reason)
     w1 = make_workload(model, tp=tp, batch=1, seq_len=lens[0], **common)
@@ -246,7 +247,7 @@ def _sweep_generic(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, ba
                     if policy.build is not None:  # the bare planner: no figures needed here
                         p = policy.build(w, gpu, opts)
                     else:
-                        r = pol.evaluate(name, w, gpu, opts)
+                        r = evaluate(name, w, gpu, opts)
                         if not r.applicable or r.plan is None:
                             raise UnsupportedError(r.reason or "not applicable")
                         p = r.plan
@@ -312,9 +313,9 @@ class SweepSpec:
         if batch_seqs > MAX_SWEEP_SEQUENCES:
             raise ConfigError(f"the sweep plans {batch_seqs:,} sequences (the batch sizes summed, per policy, model, "
                               f"TP and GPU), over the supported {MAX_SWEEP_SEQUENCES:,}; narrow --batch")
-        from decodecalc.reports import compare as pol
+        from decodecalc.launchers.registry import POLICIES
 
-        slow = [p for p in self.policies if pol.POLICIES[p].sweep_rows is None]
+        slow = [p for p in self.policies if POLICIES[p].sweep_rows is None]
         if slow:
             grids = len(slow) * len(self.models) * len(self.tps) * len(self.gpus)
             plans = grids * len(self.batches) * len(self.seq_lens)
@@ -339,7 +340,7 @@ class SweepSpec:
 
 def run_sweep(spec: SweepSpec, opts: PolicyOptions | None = None, progress: ProgressFn | None = None) -> SweepResult:
     """Evaluate every (model, TP, GPU, policy) grid. Inapplicable combinations carry their reason."""
-    from decodecalc.reports import compare as pol
+    from decodecalc.launchers import registry as pol
 
     spec.validate()
     opts = opts or pol.PolicyOptions()

@@ -481,7 +481,8 @@ def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any
 def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[ProfiledLaunch], *,
                         cuda_graph: bool, occupancy: int | None = None) -> dict[str, Any]:
     """The compare report's row for this backend (same options as the run) and the launch comparison."""
-    from decodecalc.reports.compare import PolicyOptions, evaluate
+    from decodecalc.launchers.registry import PolicyOptions
+    from decodecalc.reports.compare import evaluate
 
     res = evaluate(BACKENDS[backend][0], w, gpu,
                    PolicyOptions(vllm=_vllm_settings(cuda_graph), flashinfer_occupancy=occupancy))
