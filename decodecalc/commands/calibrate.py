@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from decodecalc.commands.options import SglangSrcOpt, VllmSrcOpt, handle_errors
+from decodecalc.errors import ConfigError
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: <gpu>.yaml "
                                                 "in $XDG_CONFIG_HOME/decodecalc/profiles).")]
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
+ScratchOpt = Annotated[bool, typer.Option("--from-scratch", help="Start the fit from neutral values instead of the "
+                                          "packaged profile's (nothing fitted to another timing).")]
+FromOpt = Annotated[Optional[Path], typer.Option("--from-measurements", help="No GPU: fit the timings a calibration "
+                                                 "saved with --save-measurements.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +31,8 @@ def register(app: typer.Typer) -> None:
         vllm_src: VllmSrcOpt = None,
         sglang_src: SglangSrcOpt = None,
         save_measurements: RowsOpt = None,
+        from_scratch: ScratchOpt = False,
+        from_measurements: FromOpt = None,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
         the profile that `recommend`, `grid` and `compare` then use."""
@@ -35,7 +42,9 @@ def register(app: typer.Typer) -> None:
         from decodecalc.verify.calibration import cuda_or_error, run_calibration
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
-        from decodecalc.timemodel import datasheet_profile, dump_profile, packaged_profile, user_profile_dir
+        from decodecalc.timemodel import datasheet_profile, packaged_profile, user_profile_dir
+        from decodecalc.timemodel.fit import calibration_from_measurements, neutral_start
+        from decodecalc.yamlio import load_json_file
 
         spec = resolve_gpu(gpu)
         dest = output or (user_profile_dir() / f"{spec.name}.yaml")
@@ -44,9 +53,20 @@ def register(app: typer.Typer) -> None:
         for path, option in ((output, "--output"), (save_measurements, "--save-measurements")):
             if path is not None:  # before minutes of timing
                 check_writable(path, option)
-        cuda_or_error()  # a clear error before any progress bar
         # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
         base = packaged_profile(spec.name) or datasheet_profile(spec)
+        note = "the starting profile's"
+        if from_scratch:
+            base, note = neutral_start(base), "the packaged profile's"
+        if from_measurements is not None:
+            if save_measurements is not None:
+                raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")
+            data = load_json_file(from_measurements, "calibration measurements")
+            prof = calibration_from_measurements(data, gpu=spec, base=base, source=str(from_measurements),
+                                                 start_note=note)
+            _written(dest, prof)
+            return
+        cuda_or_error()  # a clear error before any progress bar
         console = Console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as bar:
@@ -56,11 +76,22 @@ def register(app: typer.Typer) -> None:
                 bar.update(task, completed=done, total=total, description=what)
 
             prof, rows = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
-                                         progress=progress)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dest, dump_profile(prof))
+                                         progress=progress, start_note=note)
         if save_measurements is not None:
-            write_atomic(save_measurements, to_json({"gpu": spec.name, "cases": rows}) + "\n")
-        fit = prof.fit
-        typer.echo(f"wrote {dest}: {fit.get('rows')} timings, fit median error {fit.get('median_abs_err', 0):.1%}, "
-                   f"90th percentile {fit.get('p90_abs_err', 0):.1%}")
+            # everything --from-measurements needs to fit the same profile again without the GPU
+            write_atomic(save_measurements, to_json({
+                "gpu": spec.name, "num_sms": prof.num_sms, "launch_overhead_s": prof.launch_overhead_s,
+                "device_name": prof.fit.get("device_name", ""), "versions": prof.fit.get("versions", ""),
+                "cases": rows}) + "\n")
+        _written(dest, prof)
+
+
+def _written(dest: Path, prof: Any) -> None:
+    from decodecalc.commands.output import write_atomic
+    from decodecalc.timemodel import dump_profile
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(dest, dump_profile(prof))
+    fit = prof.fit
+    typer.echo(f"wrote {dest}: {fit.get('rows')} timings, fit median error {fit.get('median_abs_err', 0):.1%}, "
+               f"90th percentile {fit.get('p90_abs_err', 0):.1%}")

@@ -431,10 +431,31 @@ CALIBRATION_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64",
 QUICK_SHAPES = (0, 4, 5)
 
 
+#: the families of decodecalc's Triton kernels and the engines' (what calibrate times); the other backends' families
+#: (FlashInfer, FA3, ...) are fitted by their own captures
+TRITON_PREFIXES = ("vllm_", "sglang_", "ref_")
+#: a cold start's GPU-wide values (calibrate --from-scratch): TimeProfile's default HBM bandwidth, a 10 ns empty program
+NEUTRAL_HBM_BYTES_PER_S = 4.0e12
+NEUTRAL_IDLE_PROGRAM_S = 10e-9
+
+
+def neutral_start(base: TimeProfile) -> TimeProfile:
+    """``base`` with nothing left in it that was fitted to a timing of the kernels calibrate measures: every Triton
+    family at the fit's starting values for a family it has never seen (``_DEFAULT_FAMILY``: 1 us latency, 20 GB/s
+    per program, 60 GB/s per SM, 1 us overhead, 4 programs per SM), the GPU-wide idle-program cost and HBM bandwidth
+    at neutral values, no residual map. The other backends' families are kept as they are (calibrate does not time
+    them, so its profile lists them as uncalibrated)."""
+    fams = {f: (FamilyParams(**_DEFAULT_FAMILY) if f.startswith(TRITON_PREFIXES) else p) for f, p in base.families.items()}
+    return dataclasses.replace(base, families=fams, idle_program_s=NEUTRAL_IDLE_PROGRAM_S,
+                               hbm_bandwidth_bytes_per_s=NEUTRAL_HBM_BYTES_PER_S, residuals=None, fit={},
+                               calibrated=False, source="a cold start (no parameter fitted to a timing)")
+
+
 def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
                          launch_overhead_s: float | None, device_name: str = "", versions: str = "",
-                         search_occupancy: bool = True) -> TimeProfile:
-    """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``."""
+                         search_occupancy: bool = True, start_note: str = "the starting profile's") -> TimeProfile:
+    """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
+    ``start_note``: whose values the families it did not measure keep (the source line says it)."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     if len(ms) < max(1, len(rows) // 2):
         errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
@@ -449,7 +470,58 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     return dataclasses.replace(
         fitted, calibrated=True,
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {len(ms)} timings of "
-                f"{versions or 'the upstream'} kernels; families not measured keep the starting profile's values"),
+                f"{versions or 'the upstream'} kernels; families not measured keep {start_note} values"),
         fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
-             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": device_name,
+             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
              "uncalibrated_families": uncal})
+
+
+#: what a saved calibration row may hold (a file is data: nothing in it may cost more than the calibration did)
+_ROW_INTS = {"num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "batch": 4096, "seq_len": 1 << 24}
+
+
+def _check_measured_row(r: Any, where: str) -> None:
+    if not isinstance(r, Mapping):
+        raise ConfigError(f"{where}: expected an object")
+    if r.get("status", "ok") != "ok":
+        return  # a failed timing: skipped, as calibrate skips it
+    if r.get("variant") not in CALIBRATION_VARIANTS:
+        raise ConfigError(f"{where}: field 'variant': {r.get('variant')!r}; valid: {', '.join(CALIBRATION_VARIANTS)}")
+    for key, top in _ROW_INTS.items():
+        v = r.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
+            raise ConfigError(f"{where}: field {key!r}: {v!r}; expected an integer in [1, {top:,}]")
+    lens = r.get("seq_lens")
+    if lens is not None and (not isinstance(lens, list) or len(lens) != r["batch"] or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= _ROW_INTS["seq_len"] for x in lens)):
+        raise ConfigError(f"{where}: field 'seq_lens': expected {r['batch']} integers in [1, {_ROW_INTS['seq_len']:,}]")
+    t = r.get("t_us")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e8:
+        raise ConfigError(f"{where}: field 't_us': {t!r}; expected microseconds in (0, 1e8)")
+    if r["num_q_heads"] % r["num_kv_heads"]:
+        raise ConfigError(f"{where}: num_q_heads {r['num_q_heads']} is not a multiple of num_kv_heads "
+                          f"{r['num_kv_heads']}")
+
+
+def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
+                                  start_note: str = "the starting profile's") -> TimeProfile:
+    """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
+    (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
+    needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not data["cases"]:
+        raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
+                          "list, as calibrate --save-measurements writes)")
+    if data.get("gpu") not in (None, gpu.name):
+        raise ConfigError(f"{source}: field 'gpu': measured on {data['gpu']!r}, not --gpu {gpu.name}")
+    for i, r in enumerate(data["cases"]):
+        _check_measured_row(r, f"{source}: cases[{i}]")
+    launch = data.get("launch_overhead_s")
+    if launch is not None and (isinstance(launch, bool) or not isinstance(launch, (int, float))
+                               or not 0 < launch < 1e-3):
+        raise ConfigError(f"{source}: field 'launch_overhead_s': {launch!r}; expected seconds in (0, 1e-3)")
+    sms = data.get("num_sms", gpu.num_sms)
+    if sms != gpu.num_sms:
+        raise ConfigError(f"{source}: field 'num_sms': {sms!r}, but --gpu {gpu.name} has {gpu.num_sms} SMs")
+    return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
+                                device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
+                                start_note=start_note)

@@ -100,7 +100,8 @@ class ShapeBench:
 
 def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | os.PathLike[str] | None = None,
                     sglang_src: str | os.PathLike[str] | None = None,
-                    progress: Callable[[int, int, str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    progress: Callable[[int, int, str], None] | None = None,
+                    start_note: str = "the starting profile's") -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows)."""
     torch = cuda_or_error()
@@ -141,5 +142,6 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=f"vLLM {vk.source.version} and SGLang {sk.source.version}",
-                                search_occupancy=not quick)  # three shapes are too few to choose occupancies
+                                search_occupancy=not quick,  # three shapes are too few to choose occupancies
+                                start_note=start_note)
     return prof, rows

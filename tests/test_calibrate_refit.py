@@ -1,0 +1,101 @@
+"""`calibrate --from-measurements` and `--from-scratch`: the fitting half of calibrate without a GPU, on the timings
+the H200 calibration of 2026-12-01 saved (benchmarks/results/calibrate-h200-measurements.json; BENCHMARKS.md,
+"calibrate on the H200 against the shipped profile")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from decodecalc.cli import app
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.fit import _DEFAULT_FAMILY, TRITON_PREFIXES, neutral_start
+
+runner = CliRunner()
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+MEASURED = RESULTS / "calibrate-h200-measurements.json"
+
+
+def _refit(tmp_path: Path, *extra: str) -> tuple[dict, str]:
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-measurements", str(MEASURED), "-o", str(out),
+                              *extra])
+    assert res.exit_code == 0, res.output
+    return yaml.safe_load(out.read_text()), res.output
+
+
+def test_the_saved_timings_fit_the_profile_the_gpu_run_wrote(tmp_path):
+    # the device run wrote calibrate-h200.yaml; the same timings fitted here give the same parameters (the fit is
+    # deterministic), so the committed profile is reproducible without the GPU
+    got, out = _refit(tmp_path)
+    ref = yaml.safe_load((RESULTS / "calibrate-h200.yaml").read_text())
+    assert "80 timings" in out
+    for fam in ("vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2"):
+        for key, value in ref["families"][fam].items():
+            if isinstance(value, float):
+                assert got["families"][fam][key] == pytest.approx(value, rel=1e-9), (fam, key)
+            else:
+                assert got["families"][fam][key] == value, (fam, key)
+    assert got["launch_overhead_s"] == pytest.approx(ref["launch_overhead_s"], rel=1e-12)
+
+
+def test_from_scratch_starts_from_nothing_fitted():
+    shipped = packaged_profile("h200")
+    cold = neutral_start(shipped)
+    triton = [f for f in shipped.families if f.startswith(TRITON_PREFIXES)]
+    assert triton and all(cold.families[f].latency_s == _DEFAULT_FAMILY["latency_s"] and
+                          cold.families[f].sm_bandwidth_bytes_per_s == _DEFAULT_FAMILY["sm_bandwidth_bytes_per_s"]
+                          for f in triton)
+    others = [f for f in shipped.families if not f.startswith(TRITON_PREFIXES)]
+    assert others and all(cold.families[f] == shipped.families[f] for f in others)
+    assert cold.residuals is None and not cold.calibrated
+    assert cold.hbm_bandwidth_bytes_per_s != shipped.hbm_bandwidth_bytes_per_s
+
+
+def test_from_scratch_fits_other_parameters_and_says_where_the_rest_come_from(tmp_path):
+    warm, _ = _refit(tmp_path)
+    cold, _ = _refit(tmp_path, "--from-scratch")
+    assert cold["fit"]["rows"] == 80
+    assert "packaged profile's values" in cold["source"]
+    assert cold["families"]["vllm_3d"]["sm_bandwidth_bytes_per_s"] != warm["families"]["vllm_3d"][
+        "sm_bandwidth_bytes_per_s"]
+    # both fits leave the families calibrate never times listed as uncalibrated
+    assert "flashinfer_tc" in cold["fit"]["uncalibrated_families"]
+    assert "vllm_2d" not in cold["fit"]["uncalibrated_families"]
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d.update(cases=[]), "non-empty 'cases'"),
+    (lambda d: d.update(gpu="h100"), "field 'gpu'"),
+    (lambda d: d["cases"][3].update(variant="vllm-3d-S7"), "cases[3]: field 'variant'"),
+    (lambda d: d["cases"][0].update(seq_len=10 ** 12), "cases[0]: field 'seq_len'"),
+    (lambda d: d["cases"][1].update(t_us=-5.0), "cases[1]: field 't_us'"),
+    (lambda d: d["cases"][2].update(num_kv_heads=3), "not a multiple"),
+    (lambda d: d.update(launch_overhead_s=-1), "field 'launch_overhead_s'"),
+    (lambda d: d.update(num_sms=114), "field 'num_sms'"),
+])
+def test_bad_measurements_are_one_line_errors_and_write_nothing(tmp_path, edit, needle):
+    data = json.loads(MEASURED.read_text())
+    edit(data)
+    src = tmp_path / "m.json"
+    src.write_text(json.dumps(data))
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-measurements", str(src), "-o", str(out)])
+    assert res.exit_code == 1
+    assert res.output.startswith("Error:") and needle in res.output and "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_from_measurements_does_not_save_them_again(tmp_path):
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-measurements", str(MEASURED),
+                              "--save-measurements", str(tmp_path / "m.json"), "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1 and "already saved" in res.output
+
+
+def test_gpu_spec_of_the_measurements_is_the_h200():
+    assert json.loads(MEASURED.read_text())["num_sms"] == resolve_gpu("h200").num_sms
