@@ -99,3 +99,24 @@ def test_from_measurements_does_not_save_them_again(tmp_path):
 
 def test_gpu_spec_of_the_measurements_is_the_h200():
     assert json.loads(MEASURED.read_text())["num_sms"] == resolve_gpu("h200").num_sms
+
+
+def test_the_thorough_plan_spans_the_layouts_and_every_row_has_a_time_model():
+    from decodecalc.timemodel.fit import THOROUGH_VARIANTS, calibration_plan, measurements_from_rows
+
+    plan = calibration_plan(thorough=True)
+    assert sum(len(v) for _, v in plan) == 550
+    layouts = {(h, kv, d) for (h, kv, d, _), _ in plan}
+    assert {h // kv for h, kv, _ in layouts} >= {1, 2, 4, 5, 6, 8, 12} and {d for *_, d in layouts} == {64, 128, 256}
+    assert {"vllm-3d-S256", "sglang-static-S128"} <= set(THOROUGH_VARIANTS)
+    rows = [{"variant": v, "num_q_heads": h, "num_kv_heads": kv, "head_dim": d, "batch": len(lens),
+             "seq_len": max(lens), "seq_lens": list(lens), "t_us": 100.0} for (h, kv, d, lens), vs in plan for v in vs]
+    ms = measurements_from_rows(rows)
+    assert len(ms) == 550
+    # the 256-segment launches reach reduce_segments' 255-register regime; the spill family starts at 512
+    assert any(k.family == "vllm_reduce" and k.occupancy == 2 for m in ms for k in m.work.kernels if m.splits == 256)
+
+
+def test_quick_and_thorough_together_is_an_error():
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--quick", "--thorough"])
+    assert res.exit_code == 1 and res.output.startswith("Error:") and "--thorough" in res.output

@@ -12,6 +12,8 @@ from decodecalc.errors import ConfigError
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
+ThoroughOpt = Annotated[bool, typer.Option("--thorough", help="Ten head layouts x five batches x 11 split counts "
+                                           "(550 timings, several minutes): a fit that needs no starting profile.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: <gpu>.yaml "
                                                 "in $XDG_CONFIG_HOME/decodecalc/profiles).")]
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
@@ -27,6 +29,7 @@ def register(app: typer.Typer) -> None:
     def calibrate(
         gpu: GpuOpt = "h200",
         quick: QuickOpt = False,
+        thorough: ThoroughOpt = False,
         output: OutOpt = None,
         vllm_src: VllmSrcOpt = None,
         sglang_src: SglangSrcOpt = None,
@@ -46,6 +49,8 @@ def register(app: typer.Typer) -> None:
         from decodecalc.timemodel.fit import calibration_from_measurements, neutral_start
         from decodecalc.yamlio import load_json_file
 
+        if quick and thorough:
+            raise ConfigError("--quick with --thorough: choose one (three shapes, or fifty)")
         spec = resolve_gpu(gpu)
         dest = output or (user_profile_dir() / f"{spec.name}.yaml")
         from decodecalc.commands.output import check_writable
@@ -75,14 +80,14 @@ def register(app: typer.Typer) -> None:
             def progress(done: int, total: int, what: str) -> None:
                 bar.update(task, completed=done, total=total, description=what)
 
-            prof, rows = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
-                                         progress=progress, start_note=note)
-        if save_measurements is not None:
-            # everything --from-measurements needs to fit the same profile again without the GPU
-            write_atomic(save_measurements, to_json({
-                "gpu": spec.name, "num_sms": prof.num_sms, "launch_overhead_s": prof.launch_overhead_s,
-                "device_name": prof.fit.get("device_name", ""), "versions": prof.fit.get("versions", ""),
-                "cases": rows}) + "\n")
+            def measured(data: dict[str, Any]) -> None:
+                # saved before the fit starts: everything --from-measurements needs to fit them again without the GPU
+                if save_measurements is not None:
+                    write_atomic(save_measurements, to_json({"gpu": spec.name, **data}) + "\n")
+                bar.update(task, description="fitting")
+
+            prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
+                                      progress=progress, start_note=note, thorough=thorough, measured=measured)
         _written(dest, prof)
 
 

@@ -429,6 +429,30 @@ CALIBRATION_SHAPES: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
 CALIBRATION_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64",
                         "sglang-static-S1", "sglang-static-S4", "sglang-static-S16", "sglang-static-S64")
 QUICK_SHAPES = (0, 4, 5)
+#: ``calibrate --thorough`` (a fit that does not lean on a starting profile): head layouts per rank across group
+#: sizes 1-16, 1-32 KV heads and head dims 64-256 (the shipped fit's layouts), each at five batches -- one long
+#: sequence, a few, many short, two short (the small launches of chat traffic), a ragged mix -- and the split
+#: counts up to 256 segments (vLLM's reduce_segments changes register regime at 128 and 256) and 128 splits
+THOROUGH_LAYOUTS: tuple[tuple[int, int, int], ...] = (
+    (8, 1, 128), (32, 8, 128), (20, 4, 64), (16, 2, 256), (32, 32, 128),
+    (12, 2, 128), (40, 8, 128), (8, 4, 256), (96, 8, 128), (8, 1, 64),
+)
+THOROUGH_BATCHES: tuple[tuple[int, ...], ...] = (
+    (32768,), (8192,) * 4, (2048,) * 64, (1024,) * 2, (30000, 4000, 4000, 500, 500, 500, 500, 500),
+)
+THOROUGH_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64", "vllm-3d-S128", "vllm-3d-S256",
+                     "sglang-static-S1", "sglang-static-S4", "sglang-static-S16", "sglang-static-S64",
+                     "sglang-static-S128")
+
+
+def calibration_plan(quick: bool = False, thorough: bool = False
+                     ) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
+    """(shape, variants) calibrate times: ten shapes x 8 variants, three of them (``quick``), or the layouts x
+    batches x 11 variants of ``thorough``."""
+    if thorough:
+        return [((h, kv, d, lens), THOROUGH_VARIANTS) for h, kv, d in THOROUGH_LAYOUTS for lens in THOROUGH_BATCHES]
+    shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
+    return [(s, CALIBRATION_VARIANTS) for s in shapes]
 
 
 #: the families of decodecalc's Triton kernels and the engines' (what calibrate times); the other backends' families
@@ -485,8 +509,9 @@ def _check_measured_row(r: Any, where: str) -> None:
         raise ConfigError(f"{where}: expected an object")
     if r.get("status", "ok") != "ok":
         return  # a failed timing: skipped, as calibrate skips it
-    if r.get("variant") not in CALIBRATION_VARIANTS:
-        raise ConfigError(f"{where}: field 'variant': {r.get('variant')!r}; valid: {', '.join(CALIBRATION_VARIANTS)}")
+    known = dict.fromkeys(CALIBRATION_VARIANTS + THOROUGH_VARIANTS)
+    if r.get("variant") not in known:
+        raise ConfigError(f"{where}: field 'variant': {r.get('variant')!r}; valid: {', '.join(known)}")
     for key, top in _ROW_INTS.items():
         v = r.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:

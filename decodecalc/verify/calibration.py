@@ -16,7 +16,7 @@ from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError
 from decodecalc.extras import install_hint
 from decodecalc.timemodel import TimeProfile
-from decodecalc.timemodel.fit import CALIBRATION_SHAPES, CALIBRATION_VARIANTS, QUICK_SHAPES, fit_calibration_rows
+from decodecalc.timemodel.fit import calibration_plan, fit_calibration_rows
 from decodecalc.verify import engine
 from decodecalc.verify.timing import graph_seconds
 
@@ -101,9 +101,11 @@ class ShapeBench:
 def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | os.PathLike[str] | None = None,
                     sglang_src: str | os.PathLike[str] | None = None,
                     progress: Callable[[int, int, str], None] | None = None,
-                    start_note: str = "the starting profile's") -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    start_note: str = "the starting profile's", thorough: bool = False,
+                    measured: Callable[[dict[str, Any]], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
-    decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows)."""
+    decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
+    with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does."""
     torch = cuda_or_error()
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
@@ -116,13 +118,13 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
     sk = load_sglang(sglang_src, interpret=False)
-    shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
-    total = len(shapes) * len(CALIBRATION_VARIANTS)
+    plan = calibration_plan(quick, thorough)
+    total = sum(len(variants) for _, variants in plan)
     rows: list[dict[str, Any]] = []
     done = 0
-    for si, (h, h_kv, d, lens) in enumerate(shapes):
+    for si, ((h, h_kv, d, lens), variants) in enumerate(plan):
         bench = ShapeBench(torch, vk, sk, h, h_kv, d, lens, sms, seed=si)
-        for variant in CALIBRATION_VARIANTS:
+        for variant in variants:
             row: dict[str, Any] = {"variant": variant, "num_q_heads": h, "num_kv_heads": h_kv, "head_dim": d,
                                    "batch": len(lens), "seq_len": max(lens), "kv_bytes": bench.kv_bytes,
                                    "model": f"{h}:{h_kv}-d{d}"}
@@ -139,9 +141,13 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                 progress(done, total, f"{h}:{h_kv} d{d} B{len(lens)} L{max(lens)} {variant}")
         del bench
         torch.cuda.empty_cache()
+    versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
+    if measured is not None:
+        measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
+                  "cases": rows})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
-                                versions=f"vLLM {vk.source.version} and SGLang {sk.source.version}",
+                                versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
                                 start_note=start_note)
     return prof, rows
