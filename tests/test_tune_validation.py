@@ -122,3 +122,15 @@ def test_the_whole_range_on_a_real_trace():
     assert rep["settings"] == 608 and rep["engines"] == 8
     assert rep["within_5pct"] >= 399 and rep["median_abs_error"] <= 0.031
     assert rep["picks_within_3pct"] >= 5
+
+
+def test_head_layouts_no_fit_saw():
+    """BENCHMARKS.md "tune on head layouts no fit saw": qwen2.5-7b (28:4), llama3.2-1b (32:8 d64) and gemma-3-27b
+    TP2 (16:8) on code completion, replayed on the H200; today's model keeps at least the recorded 44 of 66 totals
+    within 5% and 3 of 6 picks within 3% of the best measured (the second run, 174 totals, is checked by the same
+    arithmetic in BENCHMARKS.md; it is left out here for CI time)."""
+    rep = _repredict("validate_tune_h200_layouts.json")
+    assert rep["settings"] == 66 and rep["engines"] == 6
+    assert {r["model"] for r in rep["rows"]} == {"qwen2.5-7b", "llama3.2-1b", "gemma-3-27b"}
+    assert rep["within_5pct"] >= 44 and rep["median_abs_error"] <= 0.034
+    assert rep["picks_within_3pct"] >= 3
