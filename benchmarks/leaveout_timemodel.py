@@ -25,9 +25,15 @@ search then picks them per family and head dim), no per-head-dim occupancy table
 own (the fit starts those at the GPU's idle cost and at 0.5 programs), the GPU's HBM bandwidth at TimeProfile's
 default 4.0 TB/s and its idle-program cost at 10 ns. The launch overhead is the measured CUDA-graph replay of the data
 files (as fit_timemodel.py fixes it). Only the profile's skeleton (GPU name, SM count, the backend families no row
-here uses) comes from the shipped file.
+here uses) comes from the shipped file. A family no training row runs (SGLang's MHA stage 1, run by 32:32 only) borrows
+its parent's fitted numbers after the fit, as the package does for a profile without it (FAMILY_FALLBACKS).
 
-Run (one core; a fold takes a few minutes; results are written after every fold, so an interrupted run keeps the
+Budget. fit_timemodel.py's 2 restarts x 2500 evaluations converge fast from the shipped profile but run to their limit
+from a neutral start (~15-20 min a fold on one core); the defaults here are 1 restart x 600 evaluations (4-11 min a
+fold). The committed results: ``--time-budget 4200`` (the six PRIORITY layouts and the three presets, 75 min), then
+``--folds model:llama3.1-8b model:llama3.1-70b`` (13 min); the six other layouts did not run.
+
+Run (one core; results are written after every fold, so an interrupted run keeps the
 folds it finished and a rerun skips them unless ``--redo``)::
 
     taskset -c 1 python benchmarks/leaveout_timemodel.py                 # every fold, in priority order
@@ -67,7 +73,6 @@ from decodecalc.timemodel import (  # noqa: E402
     FamilyParams,
     TimeProfile,
     packaged_profile,
-    profile_from_mapping,
 )
 from decodecalc.timemodel.fit import _DEFAULT_FAMILY, Measurement, _families_in, fit_profile, percentile  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s  # noqa: E402
@@ -543,13 +548,9 @@ def main() -> int:
               f"{pct(lo['physics']['all']['median_abs_err'])} p90 {pct(lo['physics']['all']['p90_abs_err'])}, map "
               f"median {pct(lo['map']['all']['median_abs_err'])} p90 {pct(lo['map']['all']['p90_abs_err'])}; train map "
               f"median {pct(tr['map']['all']['median_abs_err'])} p90 {pct(tr['map']['all']['p90_abs_err'])}", flush=True)
-    print(f"done in {time.time() - t_all:.0f} s; wrote {args.out} and {args.md}")
+    ran = [f for f in chosen if f in res["folds"]]
+    print(f"done in {time.time() - t_all:.0f} s; {args.out} holds {len(res['folds'])} folds ({len(ran)} of those asked)")
     return 0
-
-
-def profile_of(fold: dict[str, Any]) -> TimeProfile:
-    """A fold's fitted physics from the JSON (no map; ft.with_residuals rebuilds the map from the training rows)."""
-    return profile_from_mapping(fold["physics_profile"], origin="leave-out fold")
 
 
 if __name__ == "__main__":
