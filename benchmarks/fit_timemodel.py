@@ -24,6 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from decodecalc.timemodel.calibration_fit import TRITON_PREFIXES  # noqa: E402
 from decodecalc.timemodel.fit import (  # noqa: E402
     Measurement,
     error_summary,
@@ -59,7 +60,6 @@ REF_FROM = {"ref_vllm_2d": "vllm_2d", "ref_vllm_3d": "vllm_3d", "ref_vllm_reduce
 
 
 #: the families this script fits (the backends' belong to fit_backends_h200.py)
-TRITON_PREFIXES = ("vllm_", "sglang_", "ref_")
 
 
 def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:

@@ -18,8 +18,8 @@ sglang, reference; the map covers vllm and sglang only, so reference rows read t
 
 Neutral start. fit_timemodel.py starts from the shipped profile (decodecalc/profiles/h200.yaml), which was fitted on
 all of this data, so a left-out fold may not start there. Every fold starts from the same neutral profile
-(:func:`neutral_start`): each Triton family gets the fit's own starting values for a family it has never seen
-(decodecalc.timemodel.fit._DEFAULT_FAMILY: 1 us latency, 20 GB/s per program, 60 GB/s per SM, 1 us overhead), its
+(:func:`neutral_start`, calibrate --from-scratch's): each Triton family gets the fit's own starting values for a family it has never seen
+(decodecalc.timemodel.fit.DEFAULT_FAMILY: 1 us latency, 20 GB/s per program, 60 GB/s per SM, 1 us overhead), its
 resident programs per SM from the compiled kernels' registers / shared memory (measured, not timed; the occupancy
 search then picks them per family and head dim), no per-head-dim occupancy table, no idle cost or saturation gap of its
 own (the fit starts those at the GPU's idle cost and at 0.5 programs), the GPU's HBM bandwidth at TimeProfile's
@@ -70,11 +70,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fit_timemodel as ft  # noqa: E402
 from decodecalc.timemodel import (  # noqa: E402
     FAMILY_FALLBACKS,
-    FamilyParams,
     TimeProfile,
     packaged_profile,
 )
-from decodecalc.timemodel.fit import _DEFAULT_FAMILY, Measurement, _families_in, fit_profile, percentile  # noqa: E402
+from decodecalc.timemodel import calibration_fit  # noqa: E402
+from decodecalc.timemodel.fit import Measurement, _families_in, fit_profile, percentile  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -83,9 +83,6 @@ OUT_MD = RESULTS / "leaveout-timemodel-h200.md"
 STEPS_DEFAULT = RESULTS / "validate_tune_h200_steps.json"
 SCHEMA = 1
 
-#: neutral global starting values (module docstring): TimeProfile's default HBM bandwidth and a 10 ns idle program
-NEUTRAL_HBM_BYTES_PER_S = 4.0e12
-NEUTRAL_IDLE_PROGRAM_S = 1e-8
 
 #: the folds in the order they run: first the head layouts that differ most from the others (head dim, group size),
 #: then the workload folds, then the remaining layouts (a time budget cuts from the end)
@@ -172,20 +169,16 @@ DEFINITION = {
 
 
 def neutral_start(launch_overhead_s: float | None, occupancy: dict[str, int]) -> TimeProfile:
-    """The starting profile of every fold (module docstring): nothing in it was fitted to any timing."""
+    """The starting profile of every fold (module docstring): calibrate --from-scratch's cold start
+    (decodecalc.timemodel.calibration_fit.neutral_start) with each Triton family's resident programs per SM from the
+    compiled kernels and the measured launch overhead; nothing in it was fitted to any timing."""
     shipped = packaged_profile("h200")
     assert shipped is not None
-    fams: dict[str, FamilyParams] = {}
-    for f, p in shipped.families.items():
-        if f.startswith(ft.TRITON_PREFIXES):
-            fams[f] = FamilyParams(**{**_DEFAULT_FAMILY, "max_programs_per_sm": occupancy.get(
-                f, _DEFAULT_FAMILY["max_programs_per_sm"])})
-        else:  # the default backends' families: no row here runs them, so they are never fitted nor read
-            fams[f] = p
-    return dataclasses.replace(shipped, families=fams, idle_program_s=NEUTRAL_IDLE_PROGRAM_S,
-                               hbm_bandwidth_bytes_per_s=NEUTRAL_HBM_BYTES_PER_S,
-                               launch_overhead_s=launch_overhead_s or shipped.launch_overhead_s,
-                               residuals=None, fit={}, calibrated=False, source="leave-out neutral start")
+    cold = calibration_fit.neutral_start(shipped)
+    fams = {f: dataclasses.replace(p, max_programs_per_sm=occupancy[f]) if f in occupancy and
+            f.startswith(calibration_fit.TRITON_PREFIXES) else p for f, p in cold.families.items()}
+    return dataclasses.replace(cold, families=fams, launch_overhead_s=launch_overhead_s or shipped.launch_overhead_s,
+                               source="leave-out neutral start")
 
 
 def fit_options(args: argparse.Namespace, paths: list[Path], launch: float | None) -> dict[str, Any]:
@@ -393,7 +386,7 @@ def render_markdown(res: dict[str, Any]) -> str:
         f"{'on' if s['search_occupancy'] else 'off'}, own idle cost and saturation gap for vllm and sglang, vLLM's "
         f"compiled 3D occupancy fixed, measured launch overhead) but restarts={s['restarts']}, "
         f"max_evals={s['max_evals']} (fit_timemodel.py: 2 and 2500; `decodecalc calibrate`: 1 and 1500), from a "
-        f"neutral start (no parameter fitted to any timing: fit._DEFAULT_FAMILY per family, HBM "
+        f"neutral start (no parameter fitted to any timing: fit.DEFAULT_FAMILY per family, HBM "
         f"{s['neutral_hbm_bytes_per_s'] / 1e12:.1f} TB/s, idle program {s['neutral_idle_program_s'] * 1e9:.0f} ns; "
         f"the script's docstring). The residual map: fit_timemodel.with_residuals (vllm and sglang rows; reference "
         f"rows get no map, so their two columns agree).",
@@ -506,7 +499,8 @@ def main() -> int:
         ap.error(f"unknown folds {unknown}; known: {folds}")
 
     settings = {"restarts": args.restarts, "max_evals": args.max_evals, "search_occupancy": not args.no_occupancy_search,
-                "neutral_hbm_bytes_per_s": NEUTRAL_HBM_BYTES_PER_S, "neutral_idle_program_s": NEUTRAL_IDLE_PROGRAM_S,
+                "neutral_hbm_bytes_per_s": calibration_fit.NEUTRAL_HBM_BYTES_PER_S,
+                "neutral_idle_program_s": calibration_fit.NEUTRAL_IDLE_PROGRAM_S,
                 "start": "neutral (leaveout_timemodel.neutral_start)"}
     table = row_table(rows)
     res: dict[str, Any] = {}

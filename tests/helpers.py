@@ -26,3 +26,18 @@ def work(m: ModelConfig = LLAMA3_8B, **kw):
 
 def gpu(sms: int = 132, **changes):
     return dataclasses.replace(H200, num_sms=sms, **changes)
+
+
+def modules_loaded_by(code: str, *, packages: tuple[str, ...]) -> list[str]:
+    """Run ``code`` in a fresh interpreter (it must exit 0) and return the modules it left loaded that are, or lie
+    under, one of ``packages`` (sorted)."""
+    import json
+    import subprocess
+    import sys
+
+    probe = (f"{code}\nimport json as _json, sys as _sys\n"
+             f"_p = {tuple(packages)!r}\n"
+             "print(_json.dumps(sorted(m for m in _sys.modules if any(m == p or m.startswith(p + '.') for p in _p))))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])

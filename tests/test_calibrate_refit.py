@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from decodecalc.cli import app
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import packaged_profile
-from decodecalc.timemodel.fit import _DEFAULT_FAMILY, TRITON_PREFIXES, neutral_start
+from decodecalc.timemodel.calibration_fit import TRITON_PREFIXES, neutral_start
+from decodecalc.timemodel.fit import DEFAULT_FAMILY
 
 runner = CliRunner()
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
@@ -48,8 +49,8 @@ def test_from_scratch_starts_from_nothing_fitted():
     shipped = packaged_profile("h200")
     cold = neutral_start(shipped)
     triton = [f for f in shipped.families if f.startswith(TRITON_PREFIXES)]
-    assert triton and all(cold.families[f].latency_s == _DEFAULT_FAMILY["latency_s"] and
-                          cold.families[f].sm_bandwidth_bytes_per_s == _DEFAULT_FAMILY["sm_bandwidth_bytes_per_s"]
+    assert triton and all(cold.families[f].latency_s == DEFAULT_FAMILY["latency_s"] and
+                          cold.families[f].sm_bandwidth_bytes_per_s == DEFAULT_FAMILY["sm_bandwidth_bytes_per_s"]
                           for f in triton)
     others = [f for f in shipped.families if not f.startswith(TRITON_PREFIXES)]
     assert others and all(cold.families[f] == shipped.families[f] for f in others)
@@ -102,7 +103,8 @@ def test_gpu_spec_of_the_measurements_is_the_h200():
 
 
 def test_the_thorough_plan_spans_the_layouts_and_every_row_has_a_time_model():
-    from decodecalc.timemodel.fit import THOROUGH_VARIANTS, calibration_plan, measurements_from_rows
+    from decodecalc.timemodel.calibration_fit import THOROUGH_VARIANTS, calibration_plan
+    from decodecalc.timemodel.fit import measurements_from_rows
 
     plan = calibration_plan(thorough=True)
     assert sum(len(v) for _, v in plan) == 550

@@ -218,11 +218,8 @@ def test_sglang_mha_launch_uses_the_mha_family(monkeypatch, tmp_path):
 
 def test_calibration_measures_an_mha_shape():
     """`calibrate` measures at least one MHA shape, so its fit covers SGLang's MHA stage 1."""
-    from decodecalc.timemodel.fit import (
-        CALIBRATION_SHAPES,
-        CALIBRATION_VARIANTS,
-        work_for_variant,
-    )
+    from decodecalc.timemodel.calibration_fit import CALIBRATION_SHAPES, CALIBRATION_VARIANTS
+    from decodecalc.timemodel.fit import work_for_variant
 
     mha = [(h, kv, d, lens) for h, kv, d, lens in CALIBRATION_SHAPES if h == kv]
     assert mha
@@ -484,7 +481,7 @@ def test_percentile():
 
 def test_calibration_fit_from_device_rows(h200):
     """The fitting half of `decodecalc calibrate`, on the rows `calibrate --quick` measured on the H200."""
-    from decodecalc.timemodel.fit import fit_calibration_rows
+    from decodecalc.timemodel.calibration_fit import fit_calibration_rows
 
     rows = json.loads((Path(__file__).parent / "data" / "calibrate_h200_quick_rows.json").read_text())["cases"]
     prof = fit_calibration_rows(rows, gpu=H200, base=h200, num_sms=132, launch_overhead_s=1.5e-6,
@@ -504,11 +501,8 @@ def test_calibration_fit_covers_the_mha_family(h200):
     that lacks it (borrowed from the grouped kernel); here rows 25% slower than the packaged profile predicts."""
     import yaml
 
-    from decodecalc.timemodel.fit import (
-        CALIBRATION_SHAPES,
-        fit_calibration_rows,
-        work_for_variant,
-    )
+    from decodecalc.timemodel.calibration_fit import CALIBRATION_SHAPES, fit_calibration_rows
+    from decodecalc.timemodel.fit import work_for_variant
     from decodecalc.timemodel import profile_from_mapping
 
     old = h200.to_mapping()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,21 +35,20 @@ COUNT_BELOW = 1 << 25
 
 
 def _sorted_percentiles(values: np.ndarray, weights: np.ndarray, qs: tuple[float, ...]) -> list[float]:
-    """The value at which the weight, in increasing order of value, first reaches each ``q`` per cent of the total."""
-    if len(values) > 4096 and 0 <= values.min() and values.max() < COUNT_BELOW:
-        iv = values.astype(np.int64)
-        if bool((iv == values).all()):  # the same values as the sort picks: ties carry one value
-            cum_by_value = np.cumsum(np.bincount(iv, weights=weights))
-            total = int(cum_by_value[-1])
-            last = len(cum_by_value) - 1
-            return [float(min(int(np.searchsorted(cum_by_value, max(1, math.ceil(q / 100.0 * total)))), last))
-                    for q in qs]
-    order = np.argsort(values, kind="stable")
-    cum = np.cumsum(weights[order])
+    """The value at which the weight, in increasing order of value, first reaches each ``q`` per cent of the total:
+    over the values in order (a sort), or over every integer value up to the largest (a histogram, when the values
+    are integral and small enough: the same picks, since equal values tie)."""
+    iv = values.astype(np.int64) if len(values) > 4096 and 0 <= values.min() and values.max() < COUNT_BELOW else None
+    if iv is not None and bool((iv == values).all()):
+        cum = np.cumsum(np.bincount(iv, weights=weights))
+        value_at: Callable[[int], float] = float  # the histogram's k-th entry holds the value k
+    else:
+        order = np.argsort(values, kind="stable")
+        cum = np.cumsum(weights[order])
+        value_at = lambda k: float(values[order[k]])  # noqa: E731 - the sorted side's counterpart of float
     total = int(cum[-1])
-    last = len(order) - 1
-    return [float(values[order[min(int(np.searchsorted(cum, max(1, math.ceil(q / 100.0 * total)))), last)]])
-            for q in qs]
+    last = len(cum) - 1
+    return [value_at(min(int(np.searchsorted(cum, max(1, math.ceil(q / 100.0 * total)))), last)) for q in qs]
 
 
 def summary(times: np.ndarray, weights: np.ndarray) -> tuple[float, float, float]:

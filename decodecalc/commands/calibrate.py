@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
         from decodecalc.timemodel import datasheet_profile, packaged_profile, user_profile_dir
-        from decodecalc.timemodel.fit import calibration_from_measurements, neutral_start
+        from decodecalc.timemodel.calibration_fit import calibration_from_measurements, neutral_start
         from decodecalc.yamlio import load_json_file
 
         if quick and thorough:

@@ -188,18 +188,19 @@ _register(Policy(
     "fa3", "FlashAttention-3 (as vLLM drives it)", "flash-attention@0251105a hopper/", "cuda",
     "no (static bound from max length, dynamic splits from the batch's total blocks); yes with VLLM_BATCH_INVARIANT",
     build=_fa3, live_rows=_group, tile_keys=_const("kBlockN", 128), notes=_fa3_notes))
+#: what FlashInfer's two paths share: a tile holds one KV head's query group and one page of keys
+_FLASHINFER = dict(live_rows=_group, tile_keys=lambda w, p: w.block_size, notes=_fi_notes,
+                   length_key=flashinfer.length_key)
 _register(Policy(
     "flashinfer", "FlashInfer decode (CUDA cores)", "flashinfer@fb28d724 scheduler.cuh", "cuda",
     "no (one chunk size binary-searched over the batch)",
     build=lambda w, g, o: flashinfer.plan_flashinfer(w, g, occupancy=o.flashinfer_occupancy, cuda_graph=o.cuda_graph),
-    live_rows=_group, tile_keys=lambda w, p: w.block_size, notes=_fi_notes,
-    length_key=flashinfer.length_key))
+    **_FLASHINFER))
 _register(Policy(
     "flashinfer-tc", "FlashInfer decode (tensor cores)", "flashinfer@fb28d724 scheduler.cuh (prefill plan)", "cuda",
     "no; yes with fixed_split_size",
     build=lambda w, g, o: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=o.cuda_graph, layer=o.layer),
-    live_rows=_group, tile_keys=lambda w, p: w.block_size, notes=_fi_notes,
-    length_key=flashinfer.length_key))
+    **_FLASHINFER))
 _register(Policy(
     "aiter", "AMD aiter unified attention", "aiter@e4048607 unified_attention.py", "rocm",
     "no (segment count from the batch's 2D program count)",

@@ -133,7 +133,7 @@ _BOUNDS = {"latency_s": (1e-7, 5e-6), "program_bandwidth_bytes_per_s": (1e9, 1e1
            "sm_bandwidth_bytes_per_s": (5e9, 4e11), "program_overhead_s": (1e-9, 1e-5),
            "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12),
            "sm_saturation_gap": (0.01, 2.5)}
-_DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
+DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
                        program_overhead_s=1e-6, max_programs_per_sm=4)
 
 
@@ -297,7 +297,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
     families = dict(base.families)
     for f in _families_in(ms):
         if f not in families:
-            families[f] = FamilyParams(**_DEFAULT_FAMILY)
+            families[f] = FamilyParams(**DEFAULT_FAMILY)
         if occupancy and f in occupancy:
             families[f] = dataclasses.replace(families[f], max_programs_per_sm=int(occupancy[f]))
     prof = dataclasses.replace(base, families=families)
@@ -406,147 +406,3 @@ def error_summary(profile: TimeProfile, ms: Sequence[Measurement]) -> dict[str, 
     e = abs_pct_errors(profile, ms)
     return {"rows": len(e), "median_abs_err": percentile(e, 0.5), "p90_abs_err": percentile(e, 0.9),
             "max_abs_err": max(e) if e else float("nan")}
-
-
-# --------------------------------------------------------------------------------------------
-# measuring on the local GPU (lazy: torch, triton and decodecalc.verify are imported here only)
-
-#: the calibration microbenchmark: (h, h_kv, d, seq_lens) covering the latency-bound corner (one
-#: sequence, long context), the occupancy / tail regime (a few sequences) and the bandwidth-bound
-#: corner (many sequences), MHA and a large head dim, and a ragged batch.
-CALIBRATION_SHAPES: tuple[tuple[int, int, int, tuple[int, ...]], ...] = (
-    (8, 1, 128, (32768,)),
-    (8, 1, 128, (8192,) * 4),
-    (8, 1, 128, (4096,) * 64),
-    (32, 8, 128, (65536,)),
-    (32, 8, 128, (8192,) * 16),
-    (32, 8, 128, (2048,) * 64),
-    (32, 8, 128, (512,) * 4),
-    (32, 32, 128, (4096,) * 8),
-    (16, 2, 256, (16384,) * 4),
-    (32, 8, 128, (30000, 4000, 4000, 500, 500, 500, 500, 500)),
-)
-CALIBRATION_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64",
-                        "sglang-static-S1", "sglang-static-S4", "sglang-static-S16", "sglang-static-S64")
-QUICK_SHAPES = (0, 4, 5)
-#: ``calibrate --thorough`` (a fit that does not lean on a starting profile): head layouts per rank across group
-#: sizes 1-16, 1-32 KV heads and head dims 64-256 (the shipped fit's layouts), each at five batches -- one long
-#: sequence, a few, many short, two short (the small launches of chat traffic), a ragged mix -- and the split
-#: counts up to 256 segments (vLLM's reduce_segments changes register regime at 128 and 256) and 128 splits
-THOROUGH_LAYOUTS: tuple[tuple[int, int, int], ...] = (
-    (8, 1, 128), (32, 8, 128), (20, 4, 64), (16, 2, 256), (32, 32, 128),
-    (12, 2, 128), (40, 8, 128), (8, 4, 256), (96, 8, 128), (8, 1, 64),
-)
-THOROUGH_BATCHES: tuple[tuple[int, ...], ...] = (
-    (32768,), (8192,) * 4, (2048,) * 64, (1024,) * 2, (30000, 4000, 4000, 500, 500, 500, 500, 500),
-)
-THOROUGH_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64", "vllm-3d-S128", "vllm-3d-S256",
-                     "sglang-static-S1", "sglang-static-S4", "sglang-static-S16", "sglang-static-S64",
-                     "sglang-static-S128")
-
-
-def calibration_plan(quick: bool = False, thorough: bool = False
-                     ) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
-    """(shape, variants) calibrate times: ten shapes x 8 variants, three of them (``quick``), or the layouts x
-    batches x 11 variants of ``thorough``."""
-    if thorough:
-        return [((h, kv, d, lens), THOROUGH_VARIANTS) for h, kv, d in THOROUGH_LAYOUTS for lens in THOROUGH_BATCHES]
-    shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
-    return [(s, CALIBRATION_VARIANTS) for s in shapes]
-
-
-#: the families of decodecalc's Triton kernels and the engines' (what calibrate times); the other backends' families
-#: (FlashInfer, FA3, ...) are fitted by their own captures
-TRITON_PREFIXES = ("vllm_", "sglang_", "ref_")
-#: a cold start's GPU-wide values (calibrate --from-scratch): TimeProfile's default HBM bandwidth, a 10 ns empty program
-NEUTRAL_HBM_BYTES_PER_S = 4.0e12
-NEUTRAL_IDLE_PROGRAM_S = 10e-9
-
-
-def neutral_start(base: TimeProfile) -> TimeProfile:
-    """``base`` with nothing left in it that was fitted to a timing of the kernels calibrate measures: every Triton
-    family at the fit's starting values for a family it has never seen (``_DEFAULT_FAMILY``: 1 us latency, 20 GB/s
-    per program, 60 GB/s per SM, 1 us overhead, 4 programs per SM), the GPU-wide idle-program cost and HBM bandwidth
-    at neutral values, no residual map. The other backends' families are kept as they are (calibrate does not time
-    them, so its profile lists them as uncalibrated)."""
-    fams = {f: (FamilyParams(**_DEFAULT_FAMILY) if f.startswith(TRITON_PREFIXES) else p) for f, p in base.families.items()}
-    return dataclasses.replace(base, families=fams, idle_program_s=NEUTRAL_IDLE_PROGRAM_S,
-                               hbm_bandwidth_bytes_per_s=NEUTRAL_HBM_BYTES_PER_S, residuals=None, fit={},
-                               calibrated=False, source="a cold start (no parameter fitted to a timing)")
-
-
-def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
-                         launch_overhead_s: float | None, device_name: str = "", versions: str = "",
-                         search_occupancy: bool = True, start_note: str = "the starting profile's") -> TimeProfile:
-    """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
-    ``start_note``: whose values the families it did not measure keep (the source line says it)."""
-    ms = measurements_from_rows(rows, num_sms=num_sms)
-    if len(ms) < max(1, len(rows) // 2):
-        errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
-        raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
-                              f"(first error: {errs[0] if errs else '?'})")
-    start = dataclasses.replace(base, gpu=gpu.name, num_sms=num_sms)
-    fitted = fit_profile(ms, start, restarts=1, max_evals=1500, launch_overhead_s=launch_overhead_s, fit_globals=True,
-                         search_occupancy=search_occupancy)
-    stats = error_summary(fitted, ms)
-    fams_seen = {k.family for m in ms for k in m.work.kernels}
-    uncal = sorted(set(fitted.families) - fams_seen)
-    return dataclasses.replace(
-        fitted, calibrated=True,
-        source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {len(ms)} timings of "
-                f"{versions or 'the upstream'} kernels; families not measured keep {start_note} values"),
-        fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
-             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
-             "uncalibrated_families": uncal})
-
-
-#: what a saved calibration row may hold (a file is data: nothing in it may cost more than the calibration did)
-_ROW_INTS = {"num_q_heads": 1024, "num_kv_heads": 1024, "head_dim": 1024, "batch": 4096, "seq_len": 1 << 24}
-
-
-def _check_measured_row(r: Any, where: str) -> None:
-    if not isinstance(r, Mapping):
-        raise ConfigError(f"{where}: expected an object")
-    if r.get("status", "ok") != "ok":
-        return  # a failed timing: skipped, as calibrate skips it
-    known = dict.fromkeys(CALIBRATION_VARIANTS + THOROUGH_VARIANTS)
-    if r.get("variant") not in known:
-        raise ConfigError(f"{where}: field 'variant': {r.get('variant')!r}; valid: {', '.join(known)}")
-    for key, top in _ROW_INTS.items():
-        v = r.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top:
-            raise ConfigError(f"{where}: field {key!r}: {v!r}; expected an integer in [1, {top:,}]")
-    lens = r.get("seq_lens")
-    if lens is not None and (not isinstance(lens, list) or len(lens) != r["batch"] or not all(
-            isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= _ROW_INTS["seq_len"] for x in lens)):
-        raise ConfigError(f"{where}: field 'seq_lens': expected {r['batch']} integers in [1, {_ROW_INTS['seq_len']:,}]")
-    t = r.get("t_us")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e8:
-        raise ConfigError(f"{where}: field 't_us': {t!r}; expected microseconds in (0, 1e8)")
-    if r["num_q_heads"] % r["num_kv_heads"]:
-        raise ConfigError(f"{where}: num_q_heads {r['num_q_heads']} is not a multiple of num_kv_heads "
-                          f"{r['num_kv_heads']}")
-
-
-def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
-                                  start_note: str = "the starting profile's") -> TimeProfile:
-    """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
-    (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
-    needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not data["cases"]:
-        raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
-                          "list, as calibrate --save-measurements writes)")
-    if data.get("gpu") not in (None, gpu.name):
-        raise ConfigError(f"{source}: field 'gpu': measured on {data['gpu']!r}, not --gpu {gpu.name}")
-    for i, r in enumerate(data["cases"]):
-        _check_measured_row(r, f"{source}: cases[{i}]")
-    launch = data.get("launch_overhead_s")
-    if launch is not None and (isinstance(launch, bool) or not isinstance(launch, (int, float))
-                               or not 0 < launch < 1e-3):
-        raise ConfigError(f"{source}: field 'launch_overhead_s': {launch!r}; expected seconds in (0, 1e-3)")
-    sms = data.get("num_sms", gpu.num_sms)
-    if sms != gpu.num_sms:
-        raise ConfigError(f"{source}: field 'num_sms': {sms!r}, but --gpu {gpu.name} has {gpu.num_sms} SMs")
-    return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
-                                device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
-                                start_note=start_note)

@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
+from itertools import repeat
 from fractions import Fraction
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -287,31 +288,22 @@ def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequenc
             budget -= c
         if not waiting and nxt >= n_req and admitted_all_at < 0:
             admitted_all_at = emitted
+        # tokens each decoding request generates this step: its last token's successor plus accepted drafts (without
+        # drafts one each: a running request has a token left at least, so no list of ones is built)
+        advance = repeat(1) if q == 1 else [min(1 + limits.accepted(r.decode_steps), r.output - r.generated)
+                                            for r in decoding]
         if decoding:
             stored += len(decoding)
             _check_size(emitted, stored, max_steps, nxt, source)
+            runs.append(StepRun(base=tuple(r.prompt + r.generated + q - 1 for r in decoding), steps=1,
+                                first_engine_step=k, query_len=q, tokens=None if q == 1 else sum(advance)))
+            emitted += 1
         done = set()
-        if q == 1:  # one token each (a running request has one left at least): the loop below, without drafts
-            if decoding:
-                runs.append(StepRun(base=tuple(r.prompt + r.generated for r in decoding), steps=1, first_engine_step=k))
-                emitted += 1
-            for r in decoding:
-                r.generated += 1
-                r.decode_steps += 1
-                if r.generated >= r.output:
-                    done.add(id(r))
-        else:
-            # tokens each decoding request generates this step: its last token's successor plus accepted drafts
-            advance = [min(1 + limits.accepted(r.decode_steps), r.output - r.generated) for r in decoding]
-            if decoding:
-                runs.append(StepRun(base=tuple(r.prompt + r.generated + q - 1 for r in decoding), steps=1,
-                                    first_engine_step=k, query_len=q, tokens=sum(advance)))
-                emitted += 1
-            for r, a in zip(decoding, advance):
-                r.generated += a
-                r.decode_steps += 1
-                if r.generated >= r.output:
-                    done.add(id(r))
+        for r, a in zip(decoding, advance):
+            r.generated += a
+            r.decode_steps += 1
+            if r.generated >= r.output:
+                done.add(id(r))
         for r, c in chunks:
             r.prefilled += c
             if r.prefilled == r.prompt:

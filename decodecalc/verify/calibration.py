@@ -1,7 +1,7 @@
 """Measure the time model's calibration microbenchmarks on the local GPU (``decodecalc calibrate``).
 
 The real upstream kernels (loaded by :mod:`decodecalc.verify.upstream`) are timed under CUDA graphs
-(:func:`decodecalc.verify.timing.graph_seconds`), then :func:`decodecalc.timemodel.fit.fit_calibration_rows`
+(:func:`decodecalc.verify.timing.graph_seconds`), then :func:`decodecalc.timemodel.calibration_fit.fit_calibration_rows`
 fits the profile.
 """
 
@@ -16,7 +16,7 @@ from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError
 from decodecalc.extras import install_hint
 from decodecalc.timemodel import TimeProfile
-from decodecalc.timemodel.fit import calibration_plan, fit_calibration_rows
+from decodecalc.timemodel.calibration_fit import calibration_plan, fit_calibration_rows
 from decodecalc.verify import engine
 from decodecalc.verify.timing import graph_seconds
 
