@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import ConfigError
+from decodecalc.textfiles import decode_utf8
 from decodecalc.limits import MAX_FILE_BYTES, MAX_FILE_DEPTH, MAX_FILE_NUMBER, MAX_FILE_VALUES, MAX_YAML_BYTES
 
 
@@ -44,12 +45,7 @@ def read_text_capped(path: Path, label: str, limit: int = MAX_FILE_BYTES) -> str
         raise ConfigError(f"cannot read {label!r}: invalid path") from None
     if len(raw) > limit:
         raise ConfigError(f"{label}: file is over the supported {limit:,} bytes")
-    if b"\x00" in raw:
-        raise ConfigError(f"{label}: binary file (NUL bytes), not YAML or JSON text")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start})") from None
+    return decode_utf8(raw, label, "YAML or JSON text")
 
 
 def load_yaml_file(path: Path, what: str = "") -> Any:

@@ -9,6 +9,7 @@ live in :mod:`decodecalc.limits`.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -270,6 +271,18 @@ def _profile(**changes: object) -> str:
     return yaml.safe_dump(data)
 
 
+def _family_change(**changes: object) -> str:
+    data = yaml.safe_load(H200_PROFILE.read_text())
+    data["families"]["vllm_2d"].update(changes)
+    return yaml.safe_dump(data)
+
+
+def _residuals_change(**changes: object) -> str:
+    data = yaml.safe_load(H200_PROFILE.read_text())
+    data["residuals"].update(changes)
+    return yaml.safe_dump(data)
+
+
 BAD_FILES: list[tuple[str, str | bytes, str]] = [  # (file name, content, what the error must say)
     ("bigint.yaml", MODEL.replace("num_layers: 2", "num_layers: " + "9" * 5000), "unreadable value"),
     ("bigint2.yaml", MODEL.replace("num_layers: 2", "num_layers: " + "9" * 400), "field 'num_layers'"),
@@ -346,6 +359,17 @@ PROFILE_CASES = [
     ("other.yaml", _profile(gpu="h100-sxm"), "measured on 'h100-sxm', not on 'h200'"),
     ("laughs.yaml", LAUGHS, "more than the supported 100,000 values"),
     ("binary.yaml", bytes(range(256)) * 8, "binary file"),
+    # issue 19's second campaign: tiny, zero and absurd numbers, and an integer where a list belongs
+    ("tiny.yaml", _family_change(latency_s=1e-320), "family 'vllm_2d': latency_s must be between 1e-12 and 1"),
+    ("zerobw.yaml", _family_change(sm_bandwidth_bytes_per_s=0.0), "sm_bandwidth_bytes_per_s must be a positive"),
+    ("hbmtiny.yaml", _profile(hbm_bandwidth_bytes_per_s=1e-300), "hbm_bandwidth_bytes_per_s must be between 1000"),
+    ("famhbm.yaml", _family_change(hbm_bandwidth_bytes_per_s=1e-300), "family 'vllm_2d': hbm_bandwidth_bytes_per_s"),
+    ("absurdhbm.yaml", _profile(hbm_bandwidth_bytes_per_s=1e30), "hbm_bandwidth_bytes_per_s"),
+    ("launch.yaml", _profile(launch_overhead_s=1e9), "launch_overhead_s must be between 0 and 1"),
+    ("uncalint.yaml", _profile(fit={"uncalibrated_families": 7}), "'fit.uncalibrated_families' must be a list"),
+    ("occint.yaml", _family_change(occupancy_by_head_dim=7), "vllm_2d.occupancy_by_head_dim must be a mapping"),
+    ("cellsint.yaml", _residuals_change(cells=7), "'residuals.cells' must be a mapping"),
+    ("bins.yaml", _residuals_change(bin_octaves=[1]), "residuals.bin_octaves must be 0.25"),
 ]
 
 
@@ -512,3 +536,25 @@ def test_a_rule_that_exits_or_asks_for_absurd_counts_is_an_error(tmp_path, body,
                            env={"COLUMNS": "200"})
     assert r.exit_code == 1 and r.output.startswith("Error:") and needle in r.output, r.output
     assert "Traceback" not in r.output
+
+
+# every text file decodecalc reads refuses a binary and a non-UTF-8 file by one rule (decodecalc/textfiles.py)
+TEXT_READERS = [  # (what the file is, the command reading it; FILE is replaced by its path, its own valid first line)
+    ("a model file", ["grid", "-m", "FILE"], b"name: x\n", "YAML or JSON text"),
+    ("a time profile", ["recommend", "--profile", "FILE"], b"schema: 1\n", "YAML or JSON text"),
+    ("a step trace", ["tune", "-m", "llama3-8b", "--steps", "FILE"], b'{"seq_lens": [5]}\n', "a step trace"),
+    ("a request trace", ["tune", "-m", "llama3-8b", "--requests", "FILE"], b"prompt_tokens,output_tokens\n5,3\n",
+     "a text request trace"),
+    ("a /metrics scrape", ["tune", "-m", "llama3-8b", "--metrics", "FILE"], b"# HELP x y\n", "a /metrics scrape"),
+]
+
+
+@pytest.mark.parametrize("what, args, first, kind", TEXT_READERS, ids=[t[0] for t in TEXT_READERS])
+@pytest.mark.parametrize("bad, message", [(b"a\x00b\n", "a binary file (a NUL byte), not "),
+                                          (b"caf\xe9\n", "not UTF-8 text, so not ")])
+def test_one_rule_for_binary_and_non_utf8_text(tmp_path, what, args, first, kind, bad, message) -> None:
+    path = tmp_path / ("f.yaml" if "YAML" in kind else "f.txt")
+    path.write_bytes(first + bad)
+    r = run([str(path) if a == "FILE" else a for a in args])
+    assert r.exit_code == 1 and message + kind in r.stderr and str(path) in r.stderr, r.stderr
+    assert re.search(r"(line|byte) \d", r.stderr), r.stderr  # where in the file

@@ -255,13 +255,13 @@ def test_empty_header_only_and_blank_files(tmp_path):
 
 
 def test_binary_non_utf8_and_long_lines(tmp_path):
-    assert "a binary file, not a text request trace" in error(write(tmp_path, "b.csv", b"\x89PNG\r\n\x1a\n\x00\x00"))
+    kind = "a text request trace (a UTF-8 CSV, JSON Lines or JSON file)"
+    assert error(write(tmp_path, "b.csv", b"\x89PNG\r\n\x1a\n\x00\x00")).endswith(
+        f"b.csv, byte 9: a binary file (a NUL byte), not {kind}")
     latin1 = write(tmp_path, "l.csv", NATIVE_HEAD.encode() + b"5,3,0\n5,3,0\xe9\n")
-    assert error(latin1, fmt="native").endswith("l.csv, line 3: not UTF-8 text (a request trace is a UTF-8 "
-                                                "CSV, JSON Lines or JSON file)")
+    assert error(latin1, fmt="native").endswith(f"l.csv, line 3: not UTF-8 text, so not {kind}")
     late = write(tmp_path, "late.csv", NATIVE_HEAD.encode() + b"5,3,0\n" * 20_000 + b"5,3,0\xe9\n")
-    assert error(late, fmt="native").endswith("late.csv, line 20002, byte 6: not UTF-8 text (a request trace is a "
-                                              "UTF-8 CSV, JSON Lines or JSON file)")
+    assert error(late, fmt="native").endswith(f"late.csv, line 20002, byte 6: not UTF-8 text, so not {kind}")
     assert "not UTF-8 text" in error(write(tmp_path, "l2.csv", b"prompt_tokens,output\xff_tokens\n"))
     long = write(tmp_path, "long.csv", NATIVE_HEAD + "5,3," + "1" * (5 * 2**20) + "\n")
     assert "long.csv, line 2: longer than 4 MiB" in error(long)

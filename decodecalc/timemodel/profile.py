@@ -67,7 +67,8 @@ PROFILE_SCHEMA = 1
 #: SM streams (a picosecond to a second; 1 kB/s to 1e20 B/s, a stand-in for "no limit": beyond either end the
 #: times overflow or vanish)
 PLAUSIBLE = {"latency_s": (1e-12, 1.0), "program_bandwidth_bytes_per_s": (1e3, 1e20),
-             "sm_bandwidth_bytes_per_s": (1e3, 1e20)}
+             "sm_bandwidth_bytes_per_s": (1e3, 1e20), "hbm_bandwidth_bytes_per_s": (1e3, 1e20),
+             "launch_overhead_s": (0.0, 1.0), "idle_program_s": (0.0, 1.0)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +114,10 @@ class FamilyParams:
             lo, hi = PLAUSIBLE[name]
             if not lo <= v <= hi:  # a time model of no GPU: its times would overflow or vanish
                 raise ConfigError(f"{name} must be between {lo:g} and {hi:g}, got {v!r}")
+        for name in ("hbm_bandwidth_bytes_per_s", "idle_program_s"):  # 0: the GPU's own
+            v, (lo, hi) = getattr(self, name), PLAUSIBLE[name]
+            if v and not (isinstance(v, (int, float)) and lo <= v <= hi):
+                raise ConfigError(f"{name} must be 0 (the GPU's) or between {lo:g} and {hi:g}, got {v!r}")
         if not (isinstance(self.program_overhead_s, (int, float)) and self.program_overhead_s >= 0):
             raise ConfigError(f"program_overhead_s must be >= 0, got {self.program_overhead_s!r}")
         if not (isinstance(self.max_programs_per_sm, int) and self.max_programs_per_sm >= 1):
@@ -199,24 +204,14 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
-            fams[name] = FamilyParams(
-                latency_s=_num(raw["latency_s"], f"{name}.latency_s"),
-                program_bandwidth_bytes_per_s=_num(raw["program_bandwidth_bytes_per_s"],
-                                                   f"{name}.program_bandwidth_bytes_per_s"),
-                sm_bandwidth_bytes_per_s=_num(raw["sm_bandwidth_bytes_per_s"], f"{name}.sm_bandwidth_bytes_per_s"),
-                program_overhead_s=_num(raw["program_overhead_s"], f"{name}.program_overhead_s"),
-                max_programs_per_sm=_int(raw["max_programs_per_sm"], f"{name}.max_programs_per_sm"),
-                occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
-                hbm_bandwidth_bytes_per_s=_num(raw.get("hbm_bandwidth_bytes_per_s", 0.0),
-                                               f"{name}.hbm_bandwidth_bytes_per_s"),
-                blend_power=_num(raw.get("blend_power", 0.0), f"{name}.blend_power"),
-                idle_program_s=_num(raw.get("idle_program_s", 0.0), f"{name}.idle_program_s"),
-                sm_saturation_gap=_num(raw.get("sm_saturation_gap", 0.0), f"{name}.sm_saturation_gap"),
-            )
+            fams[name] = _family(name, raw)
         fit_raw = data.get("fit") or {}
         if not isinstance(fit_raw, Mapping):
             raise ConfigError(f"'fit' must be a mapping, got {type(fit_raw).__name__}")
         fit = dict(fit_raw)
+        uncal = fit.get("uncalibrated_families")
+        if uncal is not None and not (isinstance(uncal, list) and all(isinstance(f, str) for f in uncal)):
+            raise ConfigError(f"'fit.uncalibrated_families' must be a list of family names, got {uncal!r:.60}")
         borrowed = [new for new, old in FAMILY_FALLBACKS.items() if new not in fams and old in fams]
         for new in borrowed:  # an older profile: the new family borrows its parent's numbers, uncalibrated
             fams[new] = fams[FAMILY_FALLBACKS[new]]
@@ -243,10 +238,38 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
         raise ConfigError(f"time profile {origin}: num_sms must be positive")
     if prof.hbm_bandwidth_bytes_per_s <= 0:
         raise ConfigError(f"time profile {origin}: hbm_bandwidth_bytes_per_s must be positive")
+    for name in ("hbm_bandwidth_bytes_per_s", "launch_overhead_s", "idle_program_s"):
+        lo, hi = PLAUSIBLE[name]
+        if not lo <= getattr(prof, name) <= hi:  # a GPU whose times overflow or vanish: nothing to rank
+            raise ConfigError(f"time profile {origin}: {name} must be between {lo:g} and {hi:g}, "
+                              f"got {getattr(prof, name)!r}")
     if expect_gpu is not None and _norm(prof.gpu) != _norm(expect_gpu):
         raise ConfigError(f"time profile {origin} was measured on {prof.gpu!r}, not on {expect_gpu!r}; "
                           f"run 'decodecalc calibrate' on this GPU or remove the file")
     return prof
+
+
+def _family(name: str, raw: Mapping) -> FamilyParams:
+    """One family's numbers, its name in any error."""
+    try:
+        return FamilyParams(
+            latency_s=_num(raw["latency_s"], f"{name}.latency_s"),
+            program_bandwidth_bytes_per_s=_num(raw["program_bandwidth_bytes_per_s"],
+                                               f"{name}.program_bandwidth_bytes_per_s"),
+            sm_bandwidth_bytes_per_s=_num(raw["sm_bandwidth_bytes_per_s"], f"{name}.sm_bandwidth_bytes_per_s"),
+            program_overhead_s=_num(raw["program_overhead_s"], f"{name}.program_overhead_s"),
+            max_programs_per_sm=_int(raw["max_programs_per_sm"], f"{name}.max_programs_per_sm"),
+            occupancy_by_head_dim=_occ_map(raw.get("occupancy_by_head_dim"), f"{name}.occupancy_by_head_dim"),
+            hbm_bandwidth_bytes_per_s=_num(raw.get("hbm_bandwidth_bytes_per_s", 0.0),
+                                           f"{name}.hbm_bandwidth_bytes_per_s"),
+            blend_power=_num(raw.get("blend_power", 0.0), f"{name}.blend_power"),
+            idle_program_s=_num(raw.get("idle_program_s", 0.0), f"{name}.idle_program_s"),
+            sm_saturation_gap=_num(raw.get("sm_saturation_gap", 0.0), f"{name}.sm_saturation_gap"),
+        )
+    except ConfigError as e:
+        msg = str(e)
+        named = msg.startswith(("field ", f"{name}."))
+        raise ConfigError(msg if named else f"family {name!r}: {msg}") from None
 
 
 #: every profile number is a time (s), a bandwidth (B/s) or a count: never negative, never absurd

@@ -189,6 +189,9 @@ def residual_map_from_mapping(data: Any, origin: str) -> ResidualMap:
     cells_raw = data.get("cells")
     if not isinstance(cells_raw, Mapping):
         raise ConfigError("'residuals.cells' must be a mapping of cell to points")
+    if data.get("bin_octaves", BIN_OCTAVES) != BIN_OCTAVES:  # the cells' coordinates are in these bins
+        raise ConfigError(f"residuals.bin_octaves must be {BIN_OCTAVES} (the only binning this version reads), "
+                          f"got {data.get('bin_octaves')!r:.40}")
     cells: dict[str, tuple[Point, ...]] = {}
     for c, pts in cells_raw.items():
         if not isinstance(pts, list):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import cast
 
 from decodecalc.errors import ConfigError
+from decodecalc.textfiles import decode_utf8
 from decodecalc.limits import MAX_METRICS_BYTES
 
 #: a URL's whole fetch (connection, answer, body): 9 s, so that the command's error comes within 10 s of its start
@@ -68,12 +69,7 @@ def _decode(data: bytes, where: str) -> str:
     1f 8b starts a gzip stream, what a scrape saved with ``Accept-Encoding: gzip`` holds)."""
     if data[:2] == b"\x1f\x8b":
         raise ConfigError(f"{where}: gzip-compressed, not Prometheus text (gunzip it, or scrape with plain curl)")
-    if b"\x00" in data:
-        raise ConfigError(f"{where}: a binary file, not Prometheus text (scrape with: curl http://HOST:8000/metrics)")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start:,}: {e.reason}), so not a /metrics scrape") from None
+    return decode_utf8(data, where, "a /metrics scrape (Prometheus text is UTF-8; scrape with: curl http://HOST:8000/metrics)")
 
 
 def _fetch(url: str, timeout_s: float) -> bytes:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import ConfigError
+from decodecalc.textfiles import utf8_lines
 
 STEP_FIELDS = ("seq_lens", "query_lens", "weight")
 
@@ -204,26 +205,13 @@ def nonempty(trace: StepTrace, what: str) -> StepTrace:
 
 
 #: the longest line a step file may have (a step of 65,536 sequences of 16M tokens is about 600 kB)
-MAX_LINE_CHARS = 4 << 20
+MAX_LINE_BYTES = 4 << 20
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a UTF-8 text file, read as a stream (memory bounded by one line)."""
-    n = 0
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            while True:
-                line = f.readline(MAX_LINE_CHARS + 1)
-                if not line:
-                    return
-                n += 1
-                if len(line) > MAX_LINE_CHARS:
-                    raise ConfigError(f"{path}, line {n}: longer than {MAX_LINE_CHARS:,} characters")
-                if "\x00" in line:
-                    raise ConfigError(f"{path}, line {n}: binary data (a NUL byte), not a text file")
-                yield n, line.rstrip("\r\n")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}, line {n + 1}: not UTF-8 text ({e.reason})") from None
+    for n, line in utf8_lines(path, "a step trace (UTF-8 JSON Lines or CSV)", MAX_LINE_BYTES):
+        yield n, line.rstrip("\r\n")
 
 
 def _jsonl_records(path: Path) -> Iterable[tuple[dict[str, Any], str]]:

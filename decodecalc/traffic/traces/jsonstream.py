@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from decodecalc.errors import ConfigError
-from decodecalc.traffic.traces.textio import BOM, READ_CHUNK_BYTES, binary_error, not_utf8_error, show
+from decodecalc.textfiles import BOM, binary_error, not_utf8_error
+from decodecalc.traffic.traces.textio import READ_CHUNK_BYTES, TRACE_KIND, show
 
 #: the longest single element (one conversation, one generated text) the reader accepts
 MAX_VALUE_CHARS = 16 * 2**20
@@ -72,11 +73,11 @@ class JsonStream:
         # grow geometrically, so a long value is decoded O(log n) times rather than once per chunk
         raw = self._f.read(max(READ_CHUNK_BYTES, len(self._buf)))
         if b"\0" in raw:
-            raise binary_error(self._path, f"near line {self.line_at(len(self._buf))}")
+            raise binary_error(f"{self._path}, near line {self.line_at(len(self._buf))}", TRACE_KIND)
         try:
             text = self._utf8.decode(raw, final=not raw)
         except UnicodeDecodeError:
-            raise not_utf8_error(self._path, f"near line {self.line_at(len(self._buf))}") from None
+            raise not_utf8_error(f"{self._path}, near line {self.line_at(len(self._buf))}", TRACE_KIND) from None
         if not self._started:
             text = text.removeprefix(BOM)
             self._started = True

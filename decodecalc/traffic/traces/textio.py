@@ -8,11 +8,11 @@ JSON document on one line where lines are expected) costs at most the bound, nev
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Iterator
 from pathlib import Path
 
 from decodecalc.errors import ConfigError
+from decodecalc.textfiles import decode_utf8, utf8_lines
 
 #: the longest line a line-based trace may have (a Mooncake line with 2,000 block hashes is ~16 KB)
 MAX_LINE_BYTES = 4 * 2**20
@@ -21,7 +21,8 @@ READ_CHUNK_BYTES = 2**20
 #: bytes read to detect the format
 SNIFF_BYTES = 64 * 2**10
 
-BOM = "\ufeff"
+#: what a trace file should be, in every refusal
+TRACE_KIND = "a text request trace (a UTF-8 CSV, JSON Lines or JSON file)"
 
 
 def check_file(path: Path) -> None:
@@ -31,50 +32,17 @@ def check_file(path: Path) -> None:
         raise ConfigError(f"{path}: not a regular file (a request trace is a CSV, JSON Lines or JSON file)")
 
 
-def binary_error(path: Path | str, where: str) -> ConfigError:
-    return ConfigError(f"{path}: a binary file, not a text request trace (a NUL byte {where})")
-
-
-def not_utf8_error(path: Path | str, where: str) -> ConfigError:
-    return ConfigError(f"{path}, {where}: not UTF-8 text (a request trace is a UTF-8 CSV, JSON Lines or JSON file)")
-
-
 def lines(path: Path) -> Iterator[tuple[int, str]]:
     """(1-based line number, text with its line end) of every line; the BOM of line 1 is dropped."""
-    with open(path, "rb") as f:
-        n = 0
-        while True:
-            raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                return
-            n += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                raise ConfigError(f"{path}, line {n}: longer than {MAX_LINE_BYTES // 2**20} MiB; not a line of a "
-                                  "request trace (a damaged file, or a JSON document where lines were expected)")
-            if b"\0" in raw:
-                raise binary_error(path, f"on line {n}")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise not_utf8_error(path, f"line {n}, byte {e.start + 1}") from None
-            if n == 1 and text.startswith(BOM):
-                text = text[1:]
-            yield n, text
+    return utf8_lines(path, TRACE_KIND, MAX_LINE_BYTES,
+                      "not a line of a request trace (a damaged file, or a JSON document where lines were expected)")
 
 
 def sniff(path: Path) -> str:
     """The first :data:`SNIFF_BYTES` of the file as text (BOM dropped), or ConfigError for binary / non-UTF-8."""
     with open(path, "rb") as f:
         raw = f.read(SNIFF_BYTES)
-    if b"\0" in raw:
-        raise binary_error(path, "in its first bytes")
-    try:
-        # final=False: a multi-byte character cut by the read is not an error
-        text = codecs.getincrementaldecoder("utf-8")().decode(raw, final=False)
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise not_utf8_error(path, f"line {line}") from None
-    return text.removeprefix(BOM)
+    return decode_utf8(raw, str(path), TRACE_KIND, final=False)
 
 
 def container_of(path: Path) -> str:
