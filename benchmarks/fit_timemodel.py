@@ -192,6 +192,13 @@ def compiled_occupancy(paths: list[Path]) -> dict[str, dict[int, int]]:
     return out
 
 
+#: kernels fitted with a cost per contiguous run of memory and a stream exponent (decodecalc.timemodel.work.kv_runs_per_iter):
+#: SGLang's stage 1 at one long sequence takes 18% longer per iteration for 32:8 heads than for 8:1 at the same bytes
+#: (calibrate-h200-thorough-measurements.json); vLLM's pipelined loads show no such gap (leave-one-layout-out fits
+#: of the thorough timings: 5.3% -> 5.5% median with the terms, where SGLang went 7.9% -> 6.0%)
+RUN_KERNELS = "sglang"
+
+
 #: the kernels whose launches the residual map covers (the ones tune searches; the backends meet their goals on the
 #: physics alone, benchmarks/fit_backends_h200.py)
 RESIDUAL_KERNELS = ("vllm", "sglang")
@@ -291,6 +298,9 @@ def main() -> int:
                     "idle-program cost (comma-separated: vllm,sglang; the others take the GPU's)")
     ap.add_argument("--saturating", default="vllm,sglang", help="kernels whose main families get a fitted sm_saturation_gap "
                     "(comma-separated: vllm,sglang; the others: every resident program adds its bytes)")
+    ap.add_argument("--run-kernels", default=RUN_KERNELS, help="kernels whose main families get a fitted cost per "
+                    "contiguous run of memory an iteration gathers and a stream exponent (comma-separated; default "
+                    f"{RUN_KERNELS}: SGLang's token-granular gathers; vLLM's pipelined loads showed none)")
     ap.add_argument("--profile-dest", type=Path, default=None, help="where --write-profile / --profile-from-result "
                     "write the profile (default: decodecalc/profiles/h200.yaml)")
     ap.add_argument("--no-steps", action="store_true", help="leave the per-step workload timings out")
@@ -383,12 +393,13 @@ def main() -> int:
     print(f"occupancy of compiled specializations (fixed): {fixed_occ}", flush=True)
     own_idle = tuple(k for k in args.own_idle.split(",") if k)
     saturating = tuple(k for k in args.saturating.split(",") if k)
+    run_kernels = tuple(k for k in args.run_kernels.split(",") if k)
     t0 = time.time()
     # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
     # where measured): the starting occupancy; the search then picks it per family and head dim
     fit_options = dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
                        restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle,
-                       saturating_kernels=saturating, fixed_occupancy=fixed_occ)
+                       saturating_kernels=saturating, run_kernels=run_kernels, fixed_occupancy=fixed_occ)
     fitted = fit_profile(train, base, occupancy=occ_measured or None, **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)

@@ -186,7 +186,8 @@ def fit_options(args: argparse.Namespace, paths: list[Path], launch: float | Non
     script's restarts and evaluations."""
     return dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
                 restarts=args.restarts, first_kernel="vllm", own_idle_kernels=("vllm", "sglang"),
-                saturating_kernels=("vllm", "sglang"), fixed_occupancy=ft.compiled_occupancy(paths))
+                saturating_kernels=("vllm", "sglang"), run_kernels=tuple(k for k in args.run_kernels.split(",") if k),
+                fixed_occupancy=ft.compiled_occupancy(paths))
 
 
 def run_fold(fold: str, rows: list[Row], start: TimeProfile, occ: dict[str, int],
@@ -471,6 +472,8 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="discard an --out JSON written with other data or settings "
                     "(otherwise that is an error: its folds would not compare)")
     ap.add_argument("--no-occupancy-search", action="store_true")
+    ap.add_argument("--run-kernels", default=ft.RUN_KERNELS, help="as fit_timemodel.py's (empty: the physics before "
+                    "the run cost)")
     ap.add_argument("--steps-data", type=Path, nargs="*", default=[STEPS_DEFAULT],
                     help="per-step workload timings (default: validate_tune_h200_steps.json, the committed fit's)")
     ap.add_argument("--out", type=Path, default=OUT_JSON)
@@ -502,6 +505,8 @@ def main() -> int:
                 "neutral_hbm_bytes_per_s": calibration_fit.NEUTRAL_HBM_BYTES_PER_S,
                 "neutral_idle_program_s": calibration_fit.NEUTRAL_IDLE_PROGRAM_S,
                 "start": "neutral (leaveout_timemodel.neutral_start)"}
+    if args.run_kernels:  # the physics with a run cost (an older JSON, written before it, has no such key)
+        settings["run_kernels"] = args.run_kernels
     table = row_table(rows)
     res: dict[str, Any] = {}
     if args.out.exists():

@@ -50,7 +50,6 @@ from decodecalc.reports.heuristics import (
     select_heuristics,
 )
 from decodecalc.reports.tune import make_context, tune
-from decodecalc.reports.tune_space import option_like
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import resolve_profile

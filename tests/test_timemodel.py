@@ -614,3 +614,78 @@ def test_family_idle_program_cost_overrides_the_gpus():
                       own_idle_kernels=("sglang",))
     assert got.families["sglang_stage1"].idle_program_s == pytest.approx(4e-7, rel=0.1)
     assert got.families["vllm_3d"].idle_program_s == prof.families["vllm_3d"].idle_program_s  # not fitted here
+
+
+# ---------------------------------------------------------------------------------------------
+# the interleaved-rows cost and the stream exponent (decodecalc.timemodel.work.kv_runs_per_iter)
+
+
+def test_kv_runs_per_iter_counts_pages_for_one_kv_head_and_rows_otherwise():
+    from decodecalc.timemodel.work import KV_PAGE_TOKENS, kv_runs_per_iter
+
+    assert KV_PAGE_TOKENS == 16
+    assert kv_runs_per_iter(1, 32, 16) == 4  # K and V: two pages each
+    assert kv_runs_per_iter(1, 16, 16) == 2
+    assert kv_runs_per_iter(1, 64, 16) == 8
+    assert kv_runs_per_iter(2, 32, 16) == 64  # one row of the program's head per token, K and V
+    assert kv_runs_per_iter(8, 16, 16) == 32
+    # both engines' works carry it: SGLang's grouped stage 1 tiles 32 tokens, vLLM's 3D kernel 16 at d128
+    sg1 = Shape(num_heads=8, num_kv_heads=1, seq_lens=(4096,))
+    sg8 = Shape(num_heads=32, num_kv_heads=8, seq_lens=(4096,))
+    assert sglang_work(sg1, splits=4).kernels[0].runs_per_iter == 4
+    assert sglang_work(sg8, splits=4).kernels[0].runs_per_iter == 64
+    assert vllm_work(sg8, splits=4).kernels[0].runs_per_iter == 32
+    assert sglang_work(sg8, splits=4).kernels[1].runs_per_iter == 0  # stage 2 reads its partial states
+
+
+def test_run_cost_and_stream_exponent_enter_the_iteration_latency():
+    from decodecalc.timemodel.predict import STREAM_REF_BYTES, iteration_cost
+
+    fam = FamilyParams(latency_s=1e-6, program_bandwidth_bytes_per_s=10e9, sm_bandwidth_bytes_per_s=80e9,
+                       program_overhead_s=1e-7, max_programs_per_sm=4)
+    work = KernelWork(family="sglang_stage1", iters=((10, 1),), bytes_per_iter=STREAM_REF_BYTES, runs_per_iter=64)
+    plain = iteration_cost(work, fam, 132).latency_s
+    assert plain == pytest.approx(1e-6 + STREAM_REF_BYTES / 10e9)  # run_s 0: no run cost
+    with_runs = iteration_cost(work, dataclasses.replace(fam, run_s=8e-9), 132).latency_s
+    assert with_runs - plain == pytest.approx(64 * 8e-9)
+    # the exponent leaves the reference size as fitted, and bends the others: half the bytes cost 2**-0.7 of them
+    bent = dataclasses.replace(fam, stream_exponent=0.7)
+    assert iteration_cost(work, bent, 132).latency_s == pytest.approx(plain)
+    half = dataclasses.replace(work, bytes_per_iter=STREAM_REF_BYTES // 2)
+    stream_half = iteration_cost(half, bent, 132).latency_s - 1e-6
+    assert stream_half == pytest.approx(STREAM_REF_BYTES / 10e9 * 2 ** -0.7)
+
+
+def test_run_cost_and_exponent_round_trip_and_are_range_checked(tmp_path):
+    prof = packaged_profile("h200")
+    fam = dataclasses.replace(prof.families["sglang_stage1"], run_s=7.5e-9, stream_exponent=0.65)
+    p2 = dataclasses.replace(prof, families={**prof.families, "sglang_stage1": fam})
+    path = tmp_path / "p.yaml"
+    path.write_text(dump_profile(p2))
+    back = load_profile_file(path)
+    assert back.families["sglang_stage1"].run_s == 7.5e-9
+    assert back.families["sglang_stage1"].stream_exponent == 0.65
+    plain = dataclasses.replace(fam, run_s=0.0, stream_exponent=1.0).as_dict()
+    assert "run_s" not in plain and "stream_exponent" not in plain  # defaults are not written
+    with pytest.raises(ConfigError, match="run_s must be a number in"):
+        dataclasses.replace(fam, run_s=1.0)
+    with pytest.raises(ConfigError, match="stream_exponent must be a number in"):
+        dataclasses.replace(fam, stream_exponent=5.0)
+
+
+def test_the_array_model_carries_the_run_count_of_the_scalar_work():
+    """tune's array model (decodecalc.batch) and the scalar work must agree on kv_runs_per_iter, or a profile with a
+    run cost would time the same launch two ways."""
+    import numpy as np
+
+    from decodecalc.batch.launches import _sglang_arrays
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import make_workload
+
+    for name, tp in (("llama3-8b", 1), ("llama3-70b", 8)):
+        w = make_workload(resolve_model(name), tp=tp, batch=2, seq_len=4096)
+        lens = np.array([[4096, 4096]])
+        mask = np.ones_like(lens, dtype=bool)
+        arrays = _sglang_arrays(w, lens, mask, np.array([[8, 8]]), 8, False, "")
+        scalar = sglang_work(w, splits=8)
+        assert arrays.kernels[0].runs_per_iter == scalar.kernels[0].runs_per_iter > 0

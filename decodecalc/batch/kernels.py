@@ -59,6 +59,7 @@ class KernelArrays:
     occupancy: int | None = None
     hbm_bytes_per_iter: int | None = None
     blend_power: float = 0.0
+    runs_per_iter: int = 0  # kv_runs_per_iter, as the scalar work's
     ordered: bool = True  # the scalar work records the grid order (vLLM's and SGLang's Triton kernels)
 
     @property

@@ -28,7 +28,14 @@ from decodecalc.launchers.vllm_unified import VllmSettings, plan_vllm
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import LaunchWork, sglang_work, vllm_work, work_for_plan
 from decodecalc.timemodel.residuals import cell_key
-from decodecalc.timemodel.work import SPLIT_COUNT_KERNEL, reduce_segments_kernel, sglang_cells, vllm_3d_cells
+from decodecalc.timemodel.work import (
+    KV_PAGE_TOKENS,
+    SPLIT_COUNT_KERNEL,
+    kv_runs_per_iter,
+    reduce_segments_kernel,
+    sglang_cells,
+    vllm_3d_cells,
+)
 from decodecalc.workload import Workload
 
 from decodecalc.batch.kernels import DELTAS, KernelArrays, Proxies
@@ -96,9 +103,11 @@ def _vllm_arrays(base: Workload, lens: np.ndarray, q: np.ndarray, mask: np.ndarr
     total_q_blocks = q.sum(axis=1) // block_q + mask.sum(axis=1)
     idle_q = np.maximum(0, total_q_blocks - nq.sum(axis=1))
     bytes_per_iter = shape.tile * (d + dv) * kvb
+    runs = kv_runs_per_iter(h_kv, shape.tile, KV_PAGE_TOKENS)
     if not shape.use_3d:
         main = KernelArrays(family=f"{prefix}_2d", head_dim=next_power_of_2(d), bytes_per_iter=bytes_per_iter,
-                            iters=_masked(cdiv(lens, shape.tile), mask), counts=nq * h_kv, idle=idle_q * h_kv)
+                            iters=_masked(cdiv(lens, shape.tile), mask), counts=nq * h_kv, idle=idle_q * h_kv,
+                            runs_per_iter=runs)
         return (main,), 1
     s = shape.segments
     active, tps, last = vllm_3d_cells(np.maximum(lens, 1), s, shape.tile)
@@ -107,7 +116,8 @@ def _vllm_arrays(base: Workload, lens: np.ndarray, q: np.ndarray, mask: np.ndarr
     counts = np.concatenate([(active - 1).clip(min=0) * nq, nq], axis=1) * h_kv
     idle = (idle_q * s + ((s - active) * nq).sum(axis=1)) * h_kv
     main = KernelArrays(family=f"{prefix}_3d", head_dim=next_power_of_2(d), bytes_per_iter=bytes_per_iter,
-                        iters=_masked(iters, np.concatenate([mask, mask], axis=1)), counts=counts, idle=idle)
+                        iters=_masked(iters, np.concatenate([mask, mask], axis=1)), counts=counts, idle=idle,
+                        runs_per_iter=runs)
     d_pad = next_power_of_2(dv)
     tokens = q.sum(axis=1)
     family, bytes_per_iter, occ = reduce_segments_kernel(s, d_pad, prefix)
@@ -211,7 +221,8 @@ def _sglang_arrays(base: Workload, lens: np.ndarray, mask: np.ndarray, splits: n
                           bytes_per_iter=block_n * (d + dv) * kvb,
                           iters=_masked(np.concatenate([full, last], axis=1), mask2),
                           counts=np.concatenate([(ne - 1).clip(min=0), _masked(np.ones_like(ne), mask)], axis=1) * ht,
-                          idle=((max_s - ne) * mask).sum(axis=1) * ht)
+                          idle=((max_s - ne) * mask).sum(axis=1) * ht,
+                          runs_per_iter=kv_runs_per_iter(h_kv, block_n, KV_PAGE_TOKENS))
     stage2 = KernelArrays(family="sglang_stage2", head_dim=next_power_of_2(dv), bytes_per_iter=4 * dv + 4,
                           iters=ne, counts=mask * h, idle=np.zeros(len(lens), dtype=np.int64))
     aux = (aux_kernel or "x1") if adaptive else ""

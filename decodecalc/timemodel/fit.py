@@ -132,7 +132,9 @@ _FAM_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_p
 _BOUNDS = {"latency_s": (1e-7, 5e-6), "program_bandwidth_bytes_per_s": (1e9, 1e12),
            "sm_bandwidth_bytes_per_s": (5e9, 4e11), "program_overhead_s": (1e-9, 1e-5),
            "idle_program_s": (1e-9, 1e-6), "hbm_bandwidth_bytes_per_s": (1e12, 6e12),
-           "sm_saturation_gap": (0.01, 2.5)}
+           "sm_saturation_gap": (0.01, 2.5), "run_s": (1e-11, 1e-7), "stream_exponent": (0.3, 1.3)}
+#: where a fitted run cost starts (a few DRAM bursts' worth)
+RUN_S_START = 5e-9
 DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
                        program_overhead_s=1e-6, max_programs_per_sm=4)
 
@@ -146,7 +148,7 @@ def _families_in(ms: Sequence[Measurement]) -> list[str]:
 
 
 def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool,
-          idle_fams: Sequence[str] = (), sat_fams: Sequence[str] = ()) -> list[float]:
+          idle_fams: Sequence[str] = (), sat_fams: Sequence[str] = (), run_fams: Sequence[str] = ()) -> list[float]:
     x = [math.log(_clamp("idle_program_s", profile.idle_program_s)),
          math.log(_clamp("hbm_bandwidth_bytes_per_s", profile.hbm_bandwidth_bytes_per_s))] if free_globals else []
     for f in fams:
@@ -156,11 +158,14 @@ def _pack(profile: TimeProfile, fams: Sequence[str], free_globals: bool,
         x.append(math.log(_clamp("idle_program_s", profile.families[f].idle_program_s or profile.idle_program_s)))
     for f in sat_fams:  # where a family's SM load path saturates, short of full occupancy
         x.append(math.log(_clamp("sm_saturation_gap", profile.families[f].sm_saturation_gap or 0.5)))
+    for f in run_fams:  # the cost of a separate run of memory in a program's iteration, and the stream's exponent
+        x.append(math.log(_clamp("run_s", profile.families[f].run_s or RUN_S_START)))
+        x.append(math.log(_clamp("stream_exponent", profile.families[f].stream_exponent)))
     return x
 
 
 def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_globals: bool,
-            idle_fams: Sequence[str] = (), sat_fams: Sequence[str] = ()) -> TimeProfile:
+            idle_fams: Sequence[str] = (), sat_fams: Sequence[str] = (), run_fams: Sequence[str] = ()) -> TimeProfile:
     families = dict(base.families)
     off = 2 if free_globals else 0
     for i, f in enumerate(fams):
@@ -173,6 +178,10 @@ def _unpack(x: Sequence[float], base: TimeProfile, fams: Sequence[str], free_glo
     for j, f in enumerate(sat_fams):
         families[f] = dataclasses.replace(
             families[f], sm_saturation_gap=_clamp("sm_saturation_gap", math.exp(x[off + j])))
+    off += len(sat_fams)
+    for j, f in enumerate(run_fams):
+        families[f] = dataclasses.replace(families[f], run_s=_clamp("run_s", math.exp(x[off + 2 * j])),
+                                          stream_exponent=_clamp("stream_exponent", math.exp(x[off + 2 * j + 1])))
     if free_globals:
         return dataclasses.replace(base, idle_program_s=_clamp("idle_program_s", math.exp(x[0])),
                                    hbm_bandwidth_bytes_per_s=_clamp("hbm_bandwidth_bytes_per_s", math.exp(x[1])),
@@ -251,11 +260,11 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], *, step:
 
 def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str], free_globals: bool,
                restarts: int, max_evals: int, idle_fams: Sequence[str] = (),
-               sat_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
+               sat_fams: Sequence[str] = (), run_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
     def f(x: list[float]) -> float:
-        return _loss(_unpack(x, base, fams, free_globals, idle_fams, sat_fams), ms)
+        return _loss(_unpack(x, base, fams, free_globals, idle_fams, sat_fams, run_fams), ms)
 
-    best_x = _pack(base, fams, free_globals, idle_fams, sat_fams)
+    best_x = _pack(base, fams, free_globals, idle_fams, sat_fams, run_fams)
     best_v = f(best_x)
     rng = random.Random(0)
     for r in range(max(1, restarts)):
@@ -263,7 +272,7 @@ def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str]
         x, v = nelder_mead(f, start, max_evals=max_evals, step=0.4 if r == 0 else 0.2)
         if v < best_v:
             best_x, best_v = x, v
-    return _unpack(best_x, base, fams, free_globals, idle_fams, sat_fams), best_v
+    return _unpack(best_x, base, fams, free_globals, idle_fams, sat_fams, run_fams), best_v
 
 
 #: resident programs per SM tried by the occupancy search (per family and padded head dim)
@@ -275,6 +284,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                 launch_overhead_s: float | None = None, fit_globals: bool = True,
                 progress: Callable[[str], None] | None = None, first_kernel: str | None = None,
                 own_idle_kernels: Sequence[str] = (), saturating_kernels: Sequence[str] = (),
+                run_kernels: Sequence[str] = (),
                 fixed_occupancy: Mapping[str, Mapping[int, int]] | None = None) -> TimeProfile:
     """Least-squares fit (soft-L1 on log time), one kernel at a time: each family's latency, program
     bandwidth, SM bandwidth and program overhead; with the first (largest) kernel group also the GPU's
@@ -318,7 +328,12 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
         idle_fams = [f for f in fams if kernel in own_idle_kernels
                      and any(k.family == f and k.idle_programs for m in sub for k in m.work.kernels)]
         sat_fams = [f for f in fams if kernel in saturating_kernels and not f.endswith(("_reduce", "_reduce_spill", "_stage2"))]
-        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams, sat_fams)
+        # a run cost and a stream exponent are only told apart from the latency where the family's iterations
+        # differ in size and in runs (several head dims, one and several KV heads per rank)
+        run_fams = [f for f in fams if kernel in run_kernels
+                    and len({(k.bytes_per_iter, k.runs_per_iter) for m in sub for k in m.work.kernels
+                             if k.family == f and k.runs_per_iter}) >= 3]
+        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams, sat_fams, run_fams)
         for _round in range(3 if search_occupancy else 0):
             changed = False
             for f in fams:
@@ -340,7 +355,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                             progress(f"{f} d{d}: occupancy {cur} -> {best_o}")
             if not changed:
                 break
-            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals, idle_fams, sat_fams)
+            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals, idle_fams, sat_fams, run_fams)
         if progress:
             progress(f"{kernel}: {len(sub)} rows, loss {v:.4f}")
     return prof

@@ -24,6 +24,10 @@ from decodecalc.workload import Workload
 TIE_FRACTION = 0.05
 
 
+#: the iteration size at which a family's ``stream_exponent`` leaves its program bandwidth as fitted: 16 KiB, one
+#: iteration of K and V tiles of 32 tokens at head dim 128 in bf16 (SGLang's stage 1; vLLM's 3D kernel at d128)
+STREAM_REF_BYTES = 16384
+
 #: Python's own numbers: t_it's scalar path (anything else, numpy's scalars included, takes the array arithmetic)
 _PLAIN = frozenset({int, float, bool})
 
@@ -94,7 +98,13 @@ def iteration_cost(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progr
     b_hbm = b if work.hbm_bytes_per_iter is None else work.hbm_bytes_per_iter  # bytes one program adds to HBM traffic
     # a program's own stream (its loads in flight) pays HBM latency on the bytes it brings in from HBM; re-reads
     # that L2 serves do not (b_hbm < b); every byte crosses the SM's load path
-    return IterationCost(latency_s=fam.latency_s + b_hbm / fam.program_bandwidth_bytes_per_s, bytes_per_iter=b,
+    # each separate run of memory a program's iteration gathers costs its stream a fixed time beyond the bytes
+    runs_s = getattr(work, "runs_per_iter", 0) * fam.run_s
+    stream_s = b_hbm / fam.program_bandwidth_bytes_per_s
+    if fam.stream_exponent != 1.0 and b_hbm > 0:
+        stream_s *= (b_hbm / STREAM_REF_BYTES) ** (fam.stream_exponent - 1.0)
+    return IterationCost(latency_s=fam.latency_s + stream_s + runs_s,
+                         bytes_per_iter=b,
                          hbm_bytes_per_iter=b_hbm, sm_bandwidth=fam.sm_bandwidth_bytes_per_s,
                          hbm_bandwidth=fam.hbm_bandwidth_bytes_per_s or hbm_bandwidth_bytes_per_s,
                          blend_power=work.blend_power or fam.blend_power,

@@ -93,6 +93,12 @@ class FamilyParams:
     #: their sequence (a binary search over the query start offsets, ``resolve_seq_and_query_len``) before their
     #: q-block and segment early exits (triton_unified_attention.py 0.33.0 L311-327)
     idle_program_s: float = 0.0
+    #: a program's time per separate contiguous run of memory an iteration gathers, beyond its bytes
+    #: (:func:`decodecalc.timemodel.work.kv_runs_per_iter`); 0: not modelled
+    run_s: float = 0.0
+    #: how a program's own stream time grows with the bytes of an iteration: ``(b / STREAM_REF_BYTES) ** (e - 1)``
+    #: times the linear ``b / program_bandwidth`` (1: linear; below 1, a larger tile keeps more loads in flight)
+    stream_exponent: float = 1.0
     #: the SM's load path saturates this many programs short of full occupancy: an iteration's SM-side time counts
     #: ``min(c, occupancy - gap)`` resident programs' bytes, so the last program a full SM takes in costs less
     #: than the ones before it (0: every program adds its bytes). Measured on the H200 with vLLM's 3D kernel
@@ -125,6 +131,12 @@ class FamilyParams:
         g = self.sm_saturation_gap
         if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 <= g < 3):
             raise ConfigError(f"sm_saturation_gap must be a number in [0, 3), got {g!r}")
+        e = self.stream_exponent
+        if not (isinstance(e, (int, float)) and math.isfinite(e) and 0.2 <= e <= 1.5):
+            raise ConfigError(f"stream_exponent must be a number in [0.2, 1.5], got {e!r}")
+        r = self.run_s
+        if not (isinstance(r, (int, float)) and math.isfinite(r) and 0 <= r <= 1e-6):
+            raise ConfigError(f"run_s must be a number in [0, 1e-6], got {r!r}")
         for d, o in self.occupancy_by_head_dim:
             if not (isinstance(d, int) and isinstance(o, int) and d > 0 and o >= 1):
                 raise ConfigError(f"occupancy_by_head_dim entries must be positive integers, got {d!r}: {o!r}")
@@ -140,6 +152,10 @@ class FamilyParams:
             del out["idle_program_s"]
         if not self.sm_saturation_gap:
             del out["sm_saturation_gap"]
+        if not self.run_s:
+            del out["run_s"]
+        if self.stream_exponent == 1.0:
+            del out["stream_exponent"]
         return out
 
 
@@ -200,7 +216,8 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
                 raise ConfigError(f"family {name!r} must be a mapping")
             known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim",
                                                                           "hbm_bandwidth_bytes_per_s", "blend_power",
-                                                                          "idle_program_s", "sm_saturation_gap"}
+                                                                          "idle_program_s", "sm_saturation_gap", "run_s",
+                                                                          "stream_exponent"}
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
@@ -265,6 +282,8 @@ def _family(name: str, raw: Mapping) -> FamilyParams:
             blend_power=_num(raw.get("blend_power", 0.0), f"{name}.blend_power"),
             idle_program_s=_num(raw.get("idle_program_s", 0.0), f"{name}.idle_program_s"),
             sm_saturation_gap=_num(raw.get("sm_saturation_gap", 0.0), f"{name}.sm_saturation_gap"),
+            run_s=_num(raw.get("run_s", 0.0), f"{name}.run_s"),
+            stream_exponent=_num(raw.get("stream_exponent", 1.0), f"{name}.stream_exponent"),
         )
     except ConfigError as e:
         msg = str(e)

@@ -146,6 +146,9 @@ class KernelWork:
     #: how an iteration's SM-side and HBM-side times combine: 0, the larger of the two; p > 0, their L^p norm
     #: (a program's loads wait longer as the GPU's HBM traffic nears its bandwidth, well before the corner)
     blend_power: float = 0.0
+    #: separate contiguous runs of memory one iteration's K and V loads of one program gather
+    #: (:func:`kv_runs_per_iter`); 0: not modelled (the backends)
+    runs_per_iter: int = 0
 
     @property
     def runs(self) -> int:
@@ -255,7 +258,8 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
         its = {L: cdiv(L, tile) for L in set(seq_lens)}
         order = planes_order([(1, 0, its[L], nq) for L, nq in zip(seq_lens, working_q_blocks)], 1, h_kv)
         main = KernelWork(family=f"{prefix}_2d", iters=_scaled(iters, h_kv), bytes_per_iter=tile * (d + dv) * kvb,
-                          idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d), order=order)
+                          idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d), order=order,
+                          runs_per_iter=kv_runs_per_iter(h_kv, tile, KV_PAGE_TOKENS))
         return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D",
                           group_size=h // h_kv)
     tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=False)
@@ -271,7 +275,8 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
     # grid (total_num_q_blocks, num_kv_heads, segments): x the sequences' q blocks, y the KV heads, z the segment
     order = planes_order([(*seg[L], nq) for L, nq in zip(seq_lens, working_q_blocks)], s, h_kv)
     main = KernelWork(family=f"{prefix}_3d", iters=_scaled(_hist_weighted(per), h_kv), bytes_per_iter=tile * (d + dv) * kvb,
-                      idle_programs=idle * h_kv, head_dim=next_power_of_2(d), order=order)
+                      idle_programs=idle * h_kv, head_dim=next_power_of_2(d), order=order,
+                      runs_per_iter=kv_runs_per_iter(h_kv, tile, KV_PAGE_TOKENS))
     d_pad = next_power_of_2(dv)
     family, bytes_per_iter, occ = reduce_segments_kernel(s, d_pad, prefix)
     reduce = KernelWork(family=family, iters=((1, sum(q_lens) * h),), bytes_per_iter=bytes_per_iter,
@@ -302,6 +307,30 @@ def reduce_segments_kernel(segments: int, head_size_padded: int, prefix: str = "
     if reduce_segments_spills(segments, head_size_padded):
         return "vllm_reduce_spill", segments * head_size_padded * 4, occupancy(32, 2048, 4)
     return "vllm_reduce", segments * (4 * head_size_padded + 8), reduce_segments_occupancy(segments, head_size_padded)
+
+
+#: tokens per run of adjacent KV-cache slots the time model assumes: vLLM's default block size, and the measured SGLang
+#: caches' (decodecalc.verify.kv_cache gives each sequence 16-token blocks in a random order; a live SGLang token pool,
+#: page size 1, holds a prompt's slots adjacent and a decoded token's wherever the free list had one)
+KV_PAGE_TOKENS = 16
+
+
+def kv_runs_per_iter(num_kv_heads: int, tokens_per_iter: int, page_tokens: int) -> int:
+    """Contiguous runs of memory one iteration of an attention program reads for its K and V tiles. Both engines
+    lay a KV cache out as [slots, num_kv_heads, head_dim] in pages of ``page_tokens`` adjacent slots: with one KV head
+    per rank a page of the program's tile is one run, else each token's row of the program's head is its own run of
+    head_dim elements, the other heads' rows between them. Measured on the H200
+    (benchmarks/results/calibrate-h200-thorough-measurements.json): at one long sequence (one program per KV head,
+    far from any bandwidth limit) SGLang's stage 1 takes 2.49 us an iteration for 8:1 heads and 2.93-2.98 us for
+    12:2, 32:8, 40:8 and 96:8 at d128 (the same bytes); 1.46 and 1.98 us for 8:1 and 20:4 at d64. What costs is the
+    rows of one head interleaved with the other heads' (a stride of h_kv x head_dim elements), more than the count of
+    runs: the same 8:1 launches with every token on a random slot (64 runs, no stride) take only 6-8% longer than
+    in 16-token blocks, 32:8 2-3% (benchmarks/results/layouts-h200-unseen.json, ``"slots": "scattered"``). The
+    time model prices the interleaved layout, which is what both engines have; vLLM's pipelined loads show no such
+    cost (its fit leaves the term out, benchmarks/fit_timemodel.py RUN_KERNELS)."""
+    if num_kv_heads == 1:
+        return 2 * cdiv(tokens_per_iter, page_tokens)
+    return 2 * tokens_per_iter
 
 
 def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
@@ -353,7 +382,8 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     # stage 1 grid (B, head tiles, max_kv_splits); stage 2 grid (B, h), each program merging its sequence's splits
     stage1 = KernelWork(family=stage1_family, iters=_scaled(_hist_weighted(per), head_progs),
                         bytes_per_iter=block_n * (d + dv) * kvb, idle_programs=idle * head_progs,
-                        head_dim=next_power_of_2(d), order=planes_order(cells, max_s, head_progs))
+                        head_dim=next_power_of_2(d), order=planes_order(cells, max_s, head_progs),
+                        runs_per_iter=kv_runs_per_iter(h_kv, block_n, KV_PAGE_TOKENS))
     stage2 = KernelWork(family=f"{prefix}_stage2", iters=_scaled(_hist_weighted(nonempty_per_seq), h),
                         bytes_per_iter=4 * dv + 4, head_dim=next_power_of_2(dv),
                         order=planes_order([(1, 0, ne, 1) for ne, *_ in cells], 1, h))
