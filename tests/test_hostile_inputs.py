@@ -558,3 +558,27 @@ def test_one_rule_for_binary_and_non_utf8_text(tmp_path, what, args, first, kind
     r = run([str(path) if a == "FILE" else a for a in args])
     assert r.exit_code == 1 and message + kind in r.stderr and str(path) in r.stderr, r.stderr
     assert re.search(r"(line|byte) \d", r.stderr), r.stderr  # where in the file
+
+
+# ---------------------------------------------------------------------------------------------
+# the third campaign (tools/hostile_campaign.py, issue 19 re-run): one test per class it found
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["tune", "-m", "llama3-8b", "--requests", "a\nb"], "Error: a\\nb: no such file"),
+    (["recommend", "--profile", "bad\r\nname.yaml"], "Error: cannot read time profile bad\\nname.yaml:"),
+    (["tune", "-w", "chat", "--rule", "x\u2028y.py"], "Error: --rule x\\ny.py: no such file"),
+])
+def test_a_line_break_in_a_value_stays_on_the_error_line(args: list[str], fragment: str) -> None:
+    """A file name holding a line break printed the error over two lines (the second not starting 'Error:')."""
+    r = run(args)
+    assert r.exit_code == 1 and r.stderr.startswith(fragment) and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_rule_raising_a_multi_line_or_huge_message_is_one_error_line(tmp_path: Path) -> None:
+    rule = tmp_path / "rule.py"
+    rule.write_text("def segments(step):\n    raise ValueError('line one\\nline two\\n' + 'x' * 100000)\n")
+    r = run(["tune", "-w", "chat", "--heuristics", "none", "--engine", "vllm", "--rule", str(rule)])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr[:300]
+    assert "raised ValueError: line one\\nline two\\nxxx" in r.stderr and "more characters)" in r.stderr
+    assert len(r.stderr) < 2300

@@ -202,6 +202,19 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
 }
 
 
+#: the longest error message printed whole (a user's exception text can be any size)
+MAX_ERROR_CHARS = 2000
+
+
+def error_line(message: str) -> str:
+    """``message`` as one line: each line break in it (a file name or a user rule's exception text may hold them)
+    written as the two characters ``\\n``, and at most MAX_ERROR_CHARS characters."""
+    text = "\\n".join(message.splitlines())
+    if len(text) > MAX_ERROR_CHARS:
+        text = f"{text[:MAX_ERROR_CHARS]}... ({len(text) - MAX_ERROR_CHARS:,} more characters)"
+    return text
+
+
 def print_error(message: str) -> None:
     """The one-line ``Error: ...`` on stderr (domain errors and usage errors alike)."""
     from rich.console import Console
@@ -209,7 +222,7 @@ def print_error(message: str) -> None:
 
     # a Text, not markup: "[...]" and emoji codes such as ":b:" in the message print as written
     Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
-        Text.assemble(("Error:", "bold red"), " ", message))
+        Text.assemble(("Error:", "bold red"), " ", error_line(message)))
 
 
 def quiet_broken_pipe() -> int:
