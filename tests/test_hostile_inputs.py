@@ -582,3 +582,29 @@ def test_a_rule_raising_a_multi_line_or_huge_message_is_one_error_line(tmp_path:
     assert r.exit_code == 1 and r.stderr.count("\n") == 1, r.stderr[:300]
     assert "raised ValueError: line one\\nline two\\nxxx" in r.stderr and "more characters)" in r.stderr
     assert len(r.stderr) < 2300
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("class B(BaseException):\n    pass\ndef segments(step):\n    raise B('custom base')\n",
+     "segments(step) raised B: custom base on the step at"),
+    ("def segments(step):\n    raise GeneratorExit('x')\n", "segments(step) raised GeneratorExit: x on the step"),
+    ("class E(Exception):\n    def __str__(self):\n        raise RuntimeError('no str')\ndef segments(step):\n"
+     "    raise E()\n", "segments(step) raised E: (its message cannot be printed)"),
+    ("def segments(step):\n    return 10 ** 5000\n", "returned an integer of over 4,300 digits for the step"),
+    ("class B(BaseException):\n    pass\nraise B('at import')\n", "cannot load it: B: at import"),
+])
+def test_a_rule_failing_in_any_way_is_one_error(tmp_path: Path, body: str, needle: str) -> None:
+    """Issue 19, third campaign: a --rule raising a BaseException subclass (GeneratorExit, its own), an exception
+    whose __str__ raises, or returning an integer too long to print reached a traceback."""
+    rule = tmp_path / "rule.py"
+    rule.write_text(body)
+    r = run(["tune", "-w", "chat", "--heuristics", "none", "--engine", "vllm", "--rule", str(rule)])
+    assert r.exit_code == 1 and needle in r.stderr, r.stderr
+
+
+def test_a_huge_rule_file_is_refused_before_reading(tmp_path: Path) -> None:
+    rule = tmp_path / "rule.py"
+    with open(rule, "wb") as f:
+        f.truncate(3 * 2**30)  # sparse: no disk, but compiling it would take 3 GB
+    r = run(["tune", "-w", "chat", "--rule", str(rule)])
+    assert r.exit_code == 1 and "3,221,225,472 bytes, over the supported 1,048,576 for a rule file" in r.stderr

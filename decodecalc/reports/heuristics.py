@@ -27,6 +27,7 @@ from decodecalc.derived import cdiv, maximum, minimum, next_power_of_2, select
 from decodecalc.errors import ConfigError, UnknownNameError
 from decodecalc.launchers import sglang_triton as sg
 from decodecalc.launchers import vllm_unified as vu
+from decodecalc.limits import MAX_FILE_BYTES
 from decodecalc.reports.tune_stats import Stats, stats
 
 # PR #27786 (sgl-project/sglang): gate and raised cap, from its description
@@ -257,20 +258,47 @@ HEURISTICS: dict[str, Heuristic] = {h.name: h for h in (
 # user rule
 
 
+#: the largest --rule file read (a rule is a few lines; the whole file is compiled in memory)
+MAX_RULE_BYTES = MAX_FILE_BYTES
+
+
+def _described(exc: BaseException) -> str:
+    """``Name: message`` of an exception the user's code raised, whatever its ``__str__`` does."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises (or an integer too long to print)
+        text = "(its message cannot be printed)"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` of a value the user's code returned, cut to 80 characters; never raises."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a __repr__ that raises, an integer over Python's 4,300 printed digits
+        text = "an integer of over 4,300 digits" if isinstance(value, int) else f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def load_rule(path: Path) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"--rule {path}: no such file")
+    size = path.stat().st_size
+    if size > MAX_RULE_BYTES:
+        raise ConfigError(f"--rule {path}: {size:,} bytes, over the supported {MAX_RULE_BYTES:,} for a rule file")
     spec = importlib.util.spec_from_file_location(f"decodecalc_user_rule_{abs(hash(str(path)))}", path)
     if spec is None or spec.loader is None:
         raise ConfigError(f"--rule {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # the user's code: any failure (sys.exit too) is a bad input
+    except KeyboardInterrupt:  # Ctrl-C while the rule loads: the CLI's interrupted exit (130)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the user's code: any failure (sys.exit, GeneratorExit too) is a bad input
         line = getattr(exc, "lineno", None)
-        raise ConfigError(f"--rule {path}{f', line {line}' if line else ''}: cannot load it: "
-                          f"{type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"--rule {path}{f', line {line}' if isinstance(line, int) else ''}: cannot load it: "
+                          f"{_described(exc)}") from None
     splits, segments = getattr(module, "splits", None), getattr(module, "segments", None)
     if not callable(splits) and not callable(segments):
         raise ConfigError(f"--rule {path}: define splits(step) (per-sequence split counts) and/or segments(step)")
@@ -287,8 +315,10 @@ def _rule_step(ctx: Any, i: int) -> RuleStep:
 def _call(fn: Callable[..., Any], step: RuleStep, path: Path, what: str) -> Any:
     try:
         return fn(step)
-    except (Exception, SystemExit) as exc:  # the user's code (a sys.exit there must not end decodecalc quietly)
-        raise ConfigError(f"--rule {path}: {what}(step) raised {type(exc).__name__}: {exc} on the step at "
+    except KeyboardInterrupt:  # Ctrl-C during the rule: the CLI's interrupted exit (130)
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the user's code (a sys.exit there must not end decodecalc quietly)
+        raise ConfigError(f"--rule {path}: {what}(step) raised {_described(exc)} on the step at "
                           f"{step.origin} (batch {step.batch}, KV lengths {step.seq_lens[-1]}..{step.seq_lens[0]})") \
             from None
 
@@ -300,7 +330,7 @@ MAX_RULE_COUNT = sg.MAX_KV_SPLITS_GRID_Z
 
 def _check_count(v: Any, step: RuleStep, path: Path, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_RULE_COUNT:
-        raise ConfigError(f"--rule {path}: {what}(step) returned {v!r} for the step at {step.origin}; expected "
+        raise ConfigError(f"--rule {path}: {what}(step) returned {_shown(v)} for the step at {step.origin}; expected "
                           f"integers from 1 to {MAX_RULE_COUNT:,} (a kernel's grid z)")
     return v
 
@@ -321,7 +351,7 @@ def user_heuristics(path: Path) -> list[Heuristic]:
                 if not isinstance(got, (list, tuple)) or len(got) != step.batch:
                     n = len(got) if isinstance(got, (list, tuple)) else "not a list:"
                     raise ConfigError(f"--rule {path}: splits(step) returned {n} {'' if n == 'not a list:' else 'values '}"
-                                      f"{'' if isinstance(got, (list, tuple)) else repr(got) + ' '}for the step at "
+                                      f"{'' if isinstance(got, (list, tuple)) else _shown(got) + ' '}for the step at "
                                       f"{step.origin}, which has {step.batch} sequences; return one split count per "
                                       "sequence")
                 flat.extend(_check_count(v, step, path, "splits") for v in got)
