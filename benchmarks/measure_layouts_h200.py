@@ -28,7 +28,7 @@ from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARI
 
 #: (h, h_kv, d) per rank that no fit of decodecalc's H200 profile has seen (the fitted ones: 8:1, 32:8, 12:2, 28:4, 40:8,
 #: 96:8, 32:32 at d128; 32:8 d96; 20:4 and 8:1 at d64; 16:2 and 8:4 at d256): Llama-3.1-70B TP1, Llama-3-405B TP8,
-#: a 32:8 model at TP8, Qwen2.5-7B TP2, Gemma-3-27B TP2, Qwen3-30B-A3B TP1, Llama-3.2-1B TP1, Qwen2.5-32B TP2
+#: a 32:8 model at TP8, Qwen2.5-7B TP2, Gemma-2-9B TP1, Qwen3-30B-A3B TP1, Llama-3.2-1B TP1, a 40:8 model at TP2
 UNSEEN_LAYOUTS = ((64, 8, 128), (16, 1, 128), (4, 1, 128), (14, 2, 128), (16, 8, 256), (32, 4, 128), (32, 8, 64),
                   (20, 4, 128))
 #: SGLang with scattered slots: layouts with one and several KV heads, at a latency-bound and a many-program batch
