@@ -608,3 +608,22 @@ def test_a_huge_rule_file_is_refused_before_reading(tmp_path: Path) -> None:
         f.truncate(3 * 2**30)  # sparse: no disk, but compiling it would take 3 GB
     r = run(["tune", "-w", "chat", "--rule", str(rule)])
     assert r.exit_code == 1 and "3,221,225,472 bytes, over the supported 1,048,576 for a rule file" in r.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"seq_lens": [9223372036854775808]}\n', "line 1, field 'seq_lens': 9,223,372,036,854,775,808 tokens is over "
+                                                "the supported 16,777,216"),
+    ('{"seq_lens": [16777216], "query_lens": [16777216]}\n', "line 1, field 'query_lens': 16,777,216 query tokens "
+                                                             "in one step, over the supported 1,048,576"),
+    ('{"seq_lens": [100], "weight": 5000000000000000}\n{"seq_lens": [200], "weight": 5000000000000000}\n',
+     "line 2, field 'weight': the weights add up to 10,000,000,000,000,000 steps, over the supported "
+     "9,007,199,254,740,992"),
+    ('{"seq_lens": [100], "weight": 9223372036854775808}\n', "field 'weight': 9,223,372,036,854,775,808 is over"),
+])
+def test_step_files_past_the_limits(tmp_path: Path, content: str, message: str) -> None:
+    """Issue 19, third campaign: a KV length past int64 reached an OverflowError, 16M query tokens in one step a
+    MemoryError (over 2 GB), and weights adding up past int64 printed a workload of '-2 steps'."""
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text(content)
+    r = run(["tune", "--heuristics", "none", "--engine", "vllm", "--steps", str(steps)])
+    assert r.exit_code == 1 and message in r.stderr, r.stderr

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import ConfigError
+from decodecalc.limits import MAX_FILE_NUMBER, MAX_SEQ_LEN, MAX_TOKENS
 from decodecalc.textfiles import utf8_lines
 
 STEP_FIELDS = ("seq_lens", "query_lens", "weight")
@@ -124,12 +125,13 @@ def percentiles(pairs: Sequence[tuple[float, int]]) -> dict[str, float]:
 
 
 def _positive_ints(value: Any) -> bool:
-    """Whether ``value`` is a non-empty list of integers >= 1 (the fast check; the slow one names the bad value)."""
+    """Whether ``value`` is a non-empty list of integers from 1 to MAX_SEQ_LEN (the fast check; the slow one names
+    the bad value)."""
     if type(value) is not list or not value:
         return False
     try:
         array("q", value)  # every element an integer in int64 (C speed; a float or a string raises)
-        if min(value) < 1:
+        if min(value) < 1 or max(value) > MAX_SEQ_LEN:
             return False
     except (TypeError, OverflowError):
         return False
@@ -145,10 +147,11 @@ def _fast_step(record: dict[str, Any]) -> tuple[list[int], list[int] | None, int
     if not _positive_ints(seq):
         return None
     q = record.get("query_lens")
-    if q is not None and not (_positive_ints(q) and len(q) == len(seq) and all(a <= b for a, b in zip(q, seq))):
+    if q is not None and not (_positive_ints(q) and len(q) == len(seq) and all(a <= b for a, b in zip(q, seq))
+                              and sum(q) <= MAX_TOKENS):
         return None
     w = record.get("weight", 1)
-    if type(w) is not int or w <= 0:
+    if type(w) is not int or not 0 < w <= MAX_FILE_NUMBER:
         return None
     return seq, q, w
 
@@ -164,6 +167,9 @@ def _int_list(value: Any, where: str, field: str) -> tuple[int, ...]:
             raise ConfigError(f"{where}, field '{field}': {v!r} is not an integer")
         if v <= 0:
             raise ConfigError(f"{where}, field '{field}': lengths must be >= 1, got {v}")
+        if v > MAX_SEQ_LEN:  # also keeps every length in the int64 arrays tune reads the file into
+            raise ConfigError(f"{where}, field '{field}': {v:,} tokens is over the supported {MAX_SEQ_LEN:,} "
+                              "(decodecalc.limits.MAX_SEQ_LEN)")
         out.append(v)
     return tuple(out)
 
@@ -188,9 +194,14 @@ def make_step(record: dict[str, Any], where: str) -> DecodeStep:
         if q > L:
             raise ConfigError(f"{where}, field 'query_lens': sequence {i} has {q} query tokens but KV length {L} "
                               "(the KV length counts this step's tokens too)")
+    if sum(query) > MAX_TOKENS:  # as --query-lens: the batch's query tokens, one step's work
+        raise ConfigError(f"{where}, field 'query_lens': {sum(query):,} query tokens in one step, over the supported "
+                          f"{MAX_TOKENS:,} (decodecalc.limits.MAX_TOKENS)")
     w = record.get("weight", 1)
     if isinstance(w, bool) or not isinstance(w, int) or w <= 0:
         raise ConfigError(f"{where}, field 'weight': expected a positive integer, got {w!r}")
+    if w > MAX_FILE_NUMBER:
+        raise ConfigError(f"{where}, field 'weight': {w:,} is over the supported {MAX_FILE_NUMBER:,} (2**53)")
     return DecodeStep(seq_lens=seq, query_lens=query, weight=w, origin=where)
 
 
@@ -310,6 +321,7 @@ def load_step_columns(path: Path) -> StepColumns:
     (a file of a million steps takes seconds and its numbers' bytes, not objects)."""
     offsets, seq, query, weights, lines = array("q", [0]), array("q"), array("q"), array("q"), array("q")
     query_given = False
+    total_weight = 0
     for rec, where in records(path, list_fields=("seq_lens", "query_lens"), known=STEP_FIELDS):
         fast = _fast_step(rec) if type(rec) is dict else None
         if fast is None:
@@ -317,6 +329,10 @@ def load_step_columns(path: Path) -> StepColumns:
             s_lens, q_lens, w = list(step.seq_lens), list(step.query_lens), step.weight
         else:
             s_lens, q_lens, w = fast
+        total_weight += w
+        if total_weight > MAX_FILE_NUMBER:  # the step counts stay exact (an int64 sum wrapped to "-2 steps")
+            raise ConfigError(f"{where}, field 'weight': the weights add up to {total_weight:,} steps, over the "
+                              f"supported {MAX_FILE_NUMBER:,} (2**53)")
         if q_lens is not None or query_given:
             if not query_given:  # the first step with query lengths: every earlier one decoded one token
                 query_given = True
