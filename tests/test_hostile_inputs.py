@@ -627,3 +627,23 @@ def test_step_files_past_the_limits(tmp_path: Path, content: str, message: str) 
     steps.write_text(content)
     r = run(["tune", "--heuristics", "none", "--engine", "vllm", "--steps", str(steps)])
     assert r.exit_code == 1 and message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("late.csv", "prompt_tokens,output_tokens,arrival_s\n100,20,0\n100,20,1e300\n",
+     "late.csv, line 3: arrives 1e+300 s after the first request, more than the supported 315,360,000 s"),
+    ("vllm.json", json.dumps({"endpoint_type": "openai", "input_lens": [100] * 5, "output_lens": [20] * 5,
+                              "request_rate": 1e-300}), "vllm.json, request 5: arrives 4e+300 s after the first"),
+    ("sglang.jsonl", json.dumps({"dataset_name": "sharegpt", "input_lens": [100, 100], "output_lens": [20, 20],
+                                 "request_rate": 1e-300}) + "\n", "sglang.jsonl, request 2: arrives 1e+300 s"),
+    ("denormal.json", json.dumps({"endpoint_type": "openai", "input_lens": [100] * 2, "output_lens": [20] * 2,
+                                  "request_rate": 5e-324}), "field 'request_rate': 5e-324 req/s puts request 2 at an "
+                                                            "infinite time"),
+])
+def test_request_traces_arriving_too_late(tmp_path: Path, name: str, content: str, message: str) -> None:
+    """Issue 19, third campaign: an arrival 1e300 s after the first (or a request_rate of 1e-300 req/s) reached an
+    OverflowError in the batching model's int64 step counts."""
+    trace = tmp_path / name
+    trace.write_text(content)
+    r = run(["tune", "--heuristics", "none", "--engine", "vllm", "--requests", str(trace)])
+    assert r.exit_code == 1 and message in r.stderr, r.stderr

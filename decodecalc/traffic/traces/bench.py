@@ -139,6 +139,9 @@ def read_bench(path: Path, schema: BenchSchema, limit: int | None) -> RequestTab
             builder.skip("0 input tokens", i + 1)
         else:
             arrival = arrivals(i)
+            if not math.isfinite(arrival) and chosen.start_times is None:  # i / rate for a rate of 5e-324
+                raise ConfigError(f"{where}, field 'request_rate': {chosen.settings.get('request_rate')!r} req/s puts "
+                                  f"request {i + 1} at an infinite time")
             if not math.isfinite(arrival):
                 raise ConfigError(f"{where}, field 'start_times[{i}]': expected a number of seconds for a request "
                                   "that did not fail")

@@ -72,6 +72,9 @@ def first_decrease(values: array) -> int | None:
 #: requests one trace may give (a busy server's day is a few hundred thousand): the reading stops there with an
 #: error, so a file of any size costs bounded memory and time (a 2 GB trace holds about 50 million rows)
 MAX_REQUESTS = 2_000_000
+#: the latest arrival a trace may have, in seconds after its first request (ten years; Azure's traces span a week,
+#: BurstGPT's four months): the batching model counts engine steps up to it in int64
+MAX_ARRIVAL_S = 10 * 365 * 86_400
 
 
 class TableBuilder:
@@ -152,6 +155,9 @@ class TableBuilder:
                 prompt = array("q", map(prompt.__getitem__, order))
                 output = array("q", map(output.__getitem__, order))
                 records = array("q", map(records.__getitem__, order))
+            if not arrival[-1] <= MAX_ARRIVAL_S:  # also an infinite arrival (a request_rate of 1e-320)
+                raise ConfigError(f"{self.path}, {self.record_unit} {records[-1]}: arrives {arrival[-1]:.6g} s after "
+                                  f"the first request, more than the supported {MAX_ARRIVAL_S:,} s (ten years)")
         if self.cut:
             notes.append(f"limit {self.limit}: kept the first {self.limit} requests in file order and stopped reading")
         return RequestTable(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, records=records,
