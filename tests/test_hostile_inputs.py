@@ -647,3 +647,30 @@ def test_request_traces_arriving_too_late(tmp_path: Path, name: str, content: st
     trace.write_text(content)
     r = run(["tune", "--heuristics", "none", "--engine", "vllm", "--requests", str(trace)])
     assert r.exit_code == 1 and message in r.stderr, r.stderr
+
+
+_SCRAPE = ('# TYPE vllm:request_prompt_tokens histogram\n'
+           'vllm:request_prompt_tokens_bucket{le="100.0",model_name="m"} 5.0\n'
+           'vllm:request_prompt_tokens_bucket{le="LE",model_name="m"} 10.0\n'
+           'vllm:request_prompt_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
+           'vllm:request_prompt_tokens_count{model_name="m"} 10.0\n'
+           'vllm:request_prompt_tokens_sum{model_name="m"} 3000.0\n'
+           '# TYPE vllm:request_generation_tokens histogram\n'
+           'vllm:request_generation_tokens_bucket{le="100.0",model_name="m"} 10.0\n'
+           'vllm:request_generation_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
+           'vllm:request_generation_tokens_count{model_name="m"} 10.0\n'
+           'vllm:request_generation_tokens_sum{model_name="m"} 300.0\n'
+           '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 8.0\n')
+
+
+@pytest.mark.parametrize("edge, code", [("NaN", 1), ("1e300", 1), ("2147483649", 1), ("1000.0", 0)])
+def test_metrics_bucket_edges_past_any_token_count(tmp_path: Path, edge: str, code: int) -> None:
+    """Issue 19, third campaign: a histogram bucket le="NaN" reached a ValueError, le="1e300" an OverflowError in
+    the length fit (tune --metrics)."""
+    scrape = tmp_path / "metrics.txt"
+    scrape.write_text(_SCRAPE.replace("LE", edge))
+    r = run(["tune", "--heuristics", "none", "--engine", "vllm", "--metrics", str(scrape)])
+    assert r.exit_code == code, r.stderr
+    if code:
+        assert (f"a vllm:request_prompt_tokens_bucket sample with le='{edge}'; a bucket edge is a token count up to "
+                "2,147,483,648") in r.stderr, r.stderr

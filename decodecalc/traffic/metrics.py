@@ -39,6 +39,7 @@ from decodecalc.traffic.metrics_lengths import (
 from decodecalc.traffic.metrics_fetch import one_line, read_metrics_text
 from decodecalc.traffic.requests import DEFAULT_ACCEPTANCE_RATE, BatchingLimits, Request, batch_requests
 from decodecalc.traffic.steps import StepTrace, nonempty
+from decodecalc.traffic.traces.values import MAX_TOKENS as MAX_REQUEST_TOKENS
 
 PROMPT = "vllm:request_prompt_tokens"  # histogram
 OUTPUT = "vllm:request_generation_tokens"  # histogram
@@ -154,6 +155,9 @@ def read_histogram(scrape: Scrape, name: str, model_name: str | None) -> TokenHi
         except (KeyError, ValueError):
             raise ConfigError(f"{origin}: a {name}_bucket sample without a numeric le label "
                               f"({one_line(labels)})") from None
+        if math.isnan(edge) or MAX_REQUEST_TOKENS < edge < math.inf:  # NaN and 1e300 broke the length fit
+            raise ConfigError(f"{origin}: a {name}_bucket sample with le={labels['le']!r}; a bucket edge is a token "
+                              f"count up to {MAX_REQUEST_TOKENS:,} (a request's limit in a trace), or +Inf")
         _check_count(f"{name}_bucket{{le={labels['le']!r}}}", v, origin)
         series.setdefault(_key(labels), {})[edge] = v
     counts = {_key(lab): v for lab, v in scrape.rows(f"{name}_count", model_name)}
