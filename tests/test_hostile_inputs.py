@@ -674,3 +674,55 @@ def test_metrics_bucket_edges_past_any_token_count(tmp_path: Path, edge: str, co
     if code:
         assert (f"a vllm:request_prompt_tokens_bucket sample with le='{edge}'; a bucket edge is a token count up to "
                 "2,147,483,648") in r.stderr, r.stderr
+
+
+def _cli_2gb(*args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in a child process limited to 2 GB of address space (what would take more fails there, not here)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    root = Path(__file__).resolve().parents[1]
+    full = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "COLUMNS": "100", "HOME": str(cwd), **env}
+    return subprocess.run([sys.executable, "-m", "decodecalc", *args], env=full, capture_output=True, text=True,
+                          timeout=60, cwd=cwd, preexec_fn=limit)
+
+
+def _hub_repo(home: Path, repo: str) -> Path:
+    folder = home / "hub" / ("models--" + repo.replace("/", "--"))
+    (folder / "refs").mkdir(parents=True)
+    (folder / "snapshots" / "abc").mkdir(parents=True)
+    return folder
+
+
+def test_hub_cache_refs_main_is_read_a_few_bytes_at_most(tmp_path: Path) -> None:
+    """Issue 19, third campaign: a 3 GB refs/main in $HF_HOME (sparse here) was read whole by grid -m org/name
+    (MemoryError past 2 GB), and tune's tokenizer lookup followed a non-UTF-8 one into a UnicodeDecodeError."""
+    repo = _hub_repo(tmp_path, "org/name")
+    (repo / "snapshots" / "abc" / "config.json").write_text(json.dumps(HF))
+    with open(repo / "refs" / "main", "wb") as f:
+        f.truncate(3 << 30)
+    r = _cli_2gb("grid", "-m", "org/name", "--json", env={"HF_HOME": str(tmp_path)}, cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-500:]
+    assert json.loads(r.stdout)["model"]["name"] == "org/name"  # the snapshot, found without refs/main
+    llama = _hub_repo(tmp_path, "meta-llama/Meta-Llama-3-8B")
+    (llama / "refs" / "main").write_bytes(b"caf\xe9")
+    trace = tmp_path / "sharegpt.json"
+    trace.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hi there"},
+                                                                {"from": "gpt", "value": "hello"}]}]))
+    r = run(["tune", "--heuristics", "none", "--engine", "vllm", "--requests", str(trace)],
+            env={"HF_HOME": str(tmp_path), "HF_HUB_CACHE": None})
+    assert r.exit_code == 0 and "token counts estimated" in " ".join(r.stdout.split()), r.stdout[-400:]
+
+
+def test_a_huge_tokenizer_file_is_refused_before_reading(tmp_path: Path) -> None:
+    tok = tmp_path / "tokenizer.json"
+    with open(tok, "wb") as f:
+        f.truncate(3 << 30)
+    trace = tmp_path / "sharegpt.json"
+    trace.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "hi"},
+                                                                {"from": "gpt", "value": "hello"}]}]))
+    r = _cli_2gb("tune", "--heuristics", "none", "--engine", "vllm", "--requests", str(trace), "--tokenizer", str(tok),
+                 env={}, cwd=tmp_path)
+    assert r.returncode == 1 and "3,221,225,472 bytes, over the supported 67,108,864 for a tokenizer.json" in r.stderr

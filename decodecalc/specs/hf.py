@@ -63,6 +63,26 @@ def hf_cache_dir() -> Path:
     return Path.home() / ".cache" / "huggingface" / "hub"
 
 
+#: bytes read from a cache entry's refs/main (a commit hash is 40 characters)
+MAX_REF_BYTES = 256
+
+
+def cached_revision(repo_dir: Path) -> str | None:
+    """The revision ``refs/main`` names in a hub-cache repo folder, or None: absent, unreadable, longer than
+    MAX_REF_BYTES or not a plain revision name (never a path out of the cache). Only that many bytes are read (a
+    3 GB refs/main took 3 GB)."""
+    ref = repo_dir / "refs" / "main"
+    try:
+        if not ref.is_file():  # a FIFO or device would block or never end
+            return None
+        with open(ref, "rb") as f:
+            raw = f.read(MAX_REF_BYTES + 1)
+    except OSError:
+        return None
+    revision = raw.decode("utf-8", "replace").strip()
+    return revision if len(raw) <= MAX_REF_BYTES and revision.isalnum() else None
+
+
 def find_in_hf_cache(repo_id: str) -> Path | None:
     """``config.json`` of ``repo_id`` in the local cache: the ``refs/main`` revision, else the newest snapshot."""
     repo_id = repo_id.strip("/")
@@ -72,11 +92,10 @@ def find_in_hf_cache(repo_id: str) -> Path | None:
     snapshots = repo_dir / "snapshots"
     if not snapshots.is_dir():
         return None
-    ref = repo_dir / "refs" / "main"
-    if ref.is_file():
-        revision = ref.read_text(errors="replace").strip()[:200]
+    revision = cached_revision(repo_dir)
+    if revision is not None:
         candidate = snapshots / revision / "config.json"
-        if revision.isalnum() and candidate.is_file():  # is_file follows the snapshot -> blob symlink
+        if candidate.is_file():  # is_file follows the snapshot -> blob symlink
             return candidate
     found = [p for p in snapshots.glob("*/config.json") if p.is_file()]
     if not found:

@@ -50,11 +50,13 @@ def cached_tokenizer_file(repo_id: str) -> Path | None:
     """tokenizer.json of ``repo_id`` (ORG/NAME) in the hub cache, or None."""
     if repo_id.count("/") != 1 or any(part in ("", ".", "..") for part in repo_id.split("/")):
         return None
+    from decodecalc.specs.hf import cached_revision
+
     repo = hub_cache() / ("models--" + repo_id.replace("/", "--"))
-    ref = repo / "refs" / "main"
+    revision = cached_revision(repo)  # at most a few bytes of refs/main, any encoding
     try:
-        if ref.is_file():
-            candidate = repo / "snapshots" / ref.read_text(encoding="utf-8").strip() / "tokenizer.json"
+        if revision is not None:
+            candidate = repo / "snapshots" / revision / "tokenizer.json"
             if candidate.is_file():
                 return candidate
         snapshots = sorted(p for p in (repo / "snapshots").iterdir() if (p / "tokenizer.json").is_file())
@@ -63,7 +65,18 @@ def cached_tokenizer_file(repo_id: str) -> Path | None:
     return snapshots[0] / "tokenizer.json" if snapshots else None
 
 
+#: the largest tokenizer.json read (the largest published ones, Gemma 3's and XLM-R's, are 17-34 MB; the
+#: tokenizers library reads the whole file into memory)
+MAX_TOKENIZER_BYTES = 64 << 20
+
+
 def _load(file: Path) -> Counter:
+    try:
+        size = file.stat().st_size
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot read it ({e.strerror or e})") from None
+    if size > MAX_TOKENIZER_BYTES:
+        raise ConfigError(f"{file}: {size:,} bytes, over the supported {MAX_TOKENIZER_BYTES:,} for a tokenizer.json")
     try:
         from tokenizers import Tokenizer  # optional dependency, only for exact ShareGPT counts
     except ImportError:
