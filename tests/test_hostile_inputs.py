@@ -726,3 +726,22 @@ def test_a_huge_tokenizer_file_is_refused_before_reading(tmp_path: Path) -> None
     r = _cli_2gb("tune", "--heuristics", "none", "--engine", "vllm", "--requests", str(trace), "--tokenizer", str(tok),
                  env={}, cwd=tmp_path)
     assert r.returncode == 1 and "3,221,225,472 bytes, over the supported 67,108,864 for a tokenizer.json" in r.stderr
+
+
+def test_output_into_a_fifo(tmp_path: Path) -> None:
+    """Issue 19, third campaign: -o into a FIFO that nothing reads from hung forever (open for writing waits for a
+    reader); it is now an error after a few seconds, and a FIFO with a reader gets the JSON."""
+    import threading
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    r = run(["grid", "-o", str(fifo)])  # run() fails on a hang (16 s)
+    assert r.exit_code == 1 and f"cannot write {fifo}: a FIFO that nothing reads from (waited 5 s" in r.stderr
+    assert 5 <= time.monotonic() - start < 10
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    r = run(["grid", "--json", "-o", str(fifo)])
+    reader.join(10)
+    assert r.exit_code == 0 and json.loads(got[0])["model"]["name"] == "llama3-8b"

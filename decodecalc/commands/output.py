@@ -159,15 +159,49 @@ def _is_special(path: Path) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+#: how long a FIFO given as an output may go without a reader before the write is an error (opening it for
+#: writing would wait forever)
+FIFO_WAIT_S = 5.0
+
+
+def _open_for_writing(path: Path) -> int:
+    """A descriptor writing into a device or FIFO. A FIFO is opened without blocking, again every 50 ms until a
+    reader has it open; after FIFO_WAIT_S without one it is an error (``-o fifo`` with no reader hung)."""
+    import errno
+    import stat
+    import time
+
+    if not stat.S_ISFIFO(os.stat(path).st_mode):
+        return os.open(path, os.O_WRONLY)
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            if time.monotonic() > deadline:
+                raise ConfigError(f"cannot write {path}: a FIFO that nothing reads from (waited {FIFO_WAIT_S:g} s "
+                                  "for a reader)") from None
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
 def _write_special(path: Path, content: Content) -> None:
     """Write into a device or FIFO directly; a failed write (/dev/full: no space left) is an error, not success."""
     try:
+        fd = _open_for_writing(path)
         if isinstance(content, str):
-            with open(path, "w") as f:
+            with os.fdopen(fd, "w") as f:
                 f.write(content)
                 f.flush()
         else:
-            content(path)
+            try:
+                content(path)  # a reader holds the FIFO open (so does fd): this open does not wait
+            finally:
+                os.close(fd)
     except OSError as exc:
         raise _cannot(path, exc) from None
 
