@@ -745,3 +745,27 @@ def test_output_into_a_fifo(tmp_path: Path) -> None:
     r = run(["grid", "--json", "-o", str(fifo)])
     reader.join(10)
     assert r.exit_code == 0 and json.loads(got[0])["model"]["name"] == "llama3-8b"
+
+
+def test_output_to_a_link_to_stdout_writes_into_it(tmp_path: Path) -> None:
+    """Issue 19, third campaign: with stdout redirected to a file, `-o /dev/stdout` replaced the /dev/stdout link
+    itself with a plain file (as root; it leads to a regular file, so it was staged and os.replace'd). Tested on a
+    link of our own to /proc/self/fd/1, never on /dev/stdout: a path through a descriptor is written into."""
+    root = Path(__file__).resolve().parents[1]
+    link = tmp_path / "stdout-link"
+    os.symlink("/proc/self/fd/1", link)
+    out = tmp_path / "out.txt"
+    for args in (["grid", "--json", "-o", str(link)], ["sweep", "-b", "1:2", "-s", "128:256:128", "-q", "-o", str(link)]):
+        with open(out, "w") as f:
+            r = subprocess.run([sys.executable, "-m", "decodecalc", *args], stdout=f, stderr=subprocess.PIPE,
+                               text=True, timeout=60, cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+        assert r.returncode == 0, r.stderr
+        assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+        text = out.read_text()
+        if args[0] == "grid":  # the file, then --json's copy on stdout: twice the same document
+            first, end = json.JSONDecoder().raw_decode(text)
+            assert json.loads(text[end:]) == first
+        else:
+            assert text.startswith("model,tp,gpu,policy,batch,seq_len")
+    r = run(["grid", "-o", "/dev/fd/97"])
+    assert r.exit_code == 1 and "cannot write /dev/fd/97: Bad file descriptor" in r.stderr, r.stderr

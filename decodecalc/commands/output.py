@@ -65,6 +65,8 @@ def check_writable(path: Path, option: str = "--output") -> None:
     """Fail now, before any work, if ``path`` cannot be written: a missing or read-only folder, a
     directory, /proc or /sys. Probes by creating (and removing) a temp file beside it."""
     path = Path(path)
+    if _own_descriptor(path) is not None or _is_special(path):  # written into, not beside: no probe in /dev
+        return
     folder = _folder(path)
     if path.is_dir():
         raise ConfigError(f"cannot write {path} ({option}): it is a directory")
@@ -96,7 +98,8 @@ def write_files(items: Sequence[tuple[Path, Content]]) -> None:
     try:
         for path, content in items:
             path = Path(path)
-            if _is_special(path):  # /dev/null, /dev/full, a FIFO: written into, never replaced by a file
+            # /dev/stdout, /dev/null, /dev/full, a FIFO: written into, never replaced by a file
+            if _own_descriptor(path) is not None or _is_special(path):
                 special.append((path, content))
                 continue
             folder = _folder(path)
@@ -122,7 +125,11 @@ def write_files(items: Sequence[tuple[Path, Content]]) -> None:
             except OSError as exc:
                 raise _cannot(path, exc) from None
         for path, content in special:
-            _write_special(path, content)
+            fd = _own_descriptor(path)
+            if fd is None:
+                _write_special(path, content)
+            else:
+                _write_descriptor(fd, path, content)
         for tmp, path in staged:
             try:
                 os.replace(tmp, path)
@@ -145,6 +152,57 @@ def _check_distinct(items: Sequence[tuple[Path, Content]]) -> None:
         if key in seen:
             raise ConfigError(f"{seen[key]} is named for two outputs; give each output its own file")
         seen[key] = Path(path)
+
+
+def _own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names through /dev/fd or /proc/self/fd (``/dev/stdout``,
+    ``/dev/stderr``, ``/dev/fd/3``, ``/proc/self/fd/1``), or None. With stdout redirected to a file, /dev/stdout
+    leads to a regular file, and os.replace swapped the /dev/stdout link itself for a plain file (as root)."""
+    import re
+
+    p = os.path.abspath(path)
+    for _ in range(40):  # the links of the chain (a loop of links ends here too)
+        m = re.fullmatch(r"/(?:dev|proc/(self|thread-self|\d+))/fd/(\d+)", p)
+        if m:
+            pid = m.group(1)
+            return int(m.group(2)) if pid is None or not pid.isdigit() or int(pid) == os.getpid() else None
+        try:
+            target = os.readlink(p)
+        except (OSError, ValueError):
+            return None
+        p = os.path.normpath(os.path.join(os.path.dirname(p), target))
+    return None
+
+
+def _write_descriptor(fd: int, path: Path, content: Content) -> None:
+    """Write into an open descriptor of this process (``-o /dev/stdout``) through a duplicate of it, so the output
+    lands where the descriptor is (after what was printed, in a file too), never truncating what it holds."""
+    import shutil
+    import sys
+    import tempfile
+
+    for stream in (sys.stdout, sys.stderr):  # what was printed comes first
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    try:
+        dup = os.dup(fd)
+        if isinstance(content, str):
+            with os.fdopen(dup, "w") as f:
+                f.write(content)
+            return
+        with os.fdopen(dup, "wb") as out:  # a writer that takes a path writes a temp file, copied in
+            handle, tmp = tempfile.mkstemp(prefix=".decodecalc.", suffix=path.suffix)
+            os.close(handle)
+            try:
+                content(Path(tmp))
+                with open(tmp, "rb") as src:
+                    shutil.copyfileobj(src, out)
+            finally:
+                os.unlink(tmp)
+    except OSError as exc:
+        raise _cannot(path, exc) from None
 
 
 def _is_special(path: Path) -> bool:
