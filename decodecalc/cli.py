@@ -85,12 +85,30 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    from decodecalc.commands.output import make_streams_encoding_safe
+    from decodecalc.commands.output import guard_closed_stdout, make_streams_encoding_safe
 
+    guard_closed_stdout()  # `decodecalc grid >&-`: an error, not a silent exit 0
     make_streams_encoding_safe()  # PYTHONIOENCODING=ascii / LANG=C: "µs" prints as "us", no crash
     argv = sys.argv[1:]
     command = argv[0] if argv and not argv[0].startswith("-") else None
-    sys.exit(run(build_app(command), command))
+    sys.exit(finish(run(build_app(command), command)))
+
+
+def finish(code: int) -> int:
+    """The exit status once what is left in stdout's buffer is written: a failed last write (``>/dev/full``: no
+    space left) is exit status 1 and one ``Error:`` line, not 0, nor Python's 120 with 'Exception ignored' lines."""
+    from decodecalc.commands.output import discard_stdout, stdout_failure
+
+    failure = stdout_failure()
+    if failure is None:
+        return code
+    discard_stdout()
+    if code == 0:
+        from decodecalc.commands.options import print_error
+
+        print_error(f"cannot write standard output: {failure.strerror or failure}")
+        return 1
+    return code
 
 
 def run(app: Any, command: str | None) -> int:

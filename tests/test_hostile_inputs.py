@@ -769,3 +769,26 @@ def test_output_to_a_link_to_stdout_writes_into_it(tmp_path: Path) -> None:
             assert text.startswith("model,tp,gpu,policy,batch,seq_len")
     r = run(["grid", "-o", "/dev/fd/97"])
     assert r.exit_code == 1 and "cannot write /dev/fd/97: Bad file descriptor" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [["grid"], ["gpus"], ["sweep", "-b", "1:2", "-s", "128:256:128", "-q"],
+                                  ["tune", "-w", "chat", "--engine", "vllm", "--heuristics", "none"]])
+def test_standard_output_that_cannot_be_written(tmp_path: Path, args: list[str]) -> None:
+    """Issue 19, third campaign: with stdout closed (`>&-`) every command printed nothing and exited 0; into
+    /dev/full it printed 'Error: No space left on device', then Python's 'Exception ignored' lines, exit 120."""
+    import stat
+
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "COLUMNS": "100"}
+    cmd = [sys.executable, "-m", "decodecalc", *args]
+    r = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=60, cwd=tmp_path, env=env,
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 1 and r.stderr == ("Error: cannot write standard output: it is closed (give it a file, "
+                                              "or /dev/null)\n"), r.stderr
+    if Path("/dev/full").exists() and stat.S_ISCHR(os.stat("/dev/full").st_mode):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, cwd=tmp_path, env=env)
+        assert r.returncode == 1 and r.stderr == "Error: cannot write standard output: No space left on device\n"
+    r = subprocess.run([*cmd, "-o", "x.out"] if args[0] == "sweep" else ["true"], stderr=subprocess.PIPE, text=True,
+                       timeout=60, cwd=tmp_path, env=env, preexec_fn=lambda: os.close(1))
+    assert r.returncode == 0 and r.stderr == ""  # sweep -q -o prints nothing: a closed stdout is no error

@@ -268,6 +268,12 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except DecodecalcError as exc:
             fail(str(exc), exc.exit_code)
         except OSError as exc:
+            from decodecalc.commands.output import STDOUT_ERRNOS, discard_stdout, stdout_failure
+
+            # printing the results failed (>/dev/full, >&-): files decodecalc writes are named in their errors
+            if exc.filename is None and (exc.errno in STDOUT_ERRNOS or stdout_failure() is not None):
+                discard_stdout()
+                fail(f"cannot write standard output: {exc.strerror or exc}")
             fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

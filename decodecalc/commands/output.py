@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -307,3 +308,67 @@ def make_streams_encoding_safe() -> None:
                 reconfigure(errors="decodecalc-ascii")
             except (ValueError, OSError):  # a stream already written to in another mode
                 pass
+
+
+# ------------------------------------------------------------------------------------------
+# standard output that cannot be written (>&-, >/dev/full): an error, never exit status 0 or Python's 120
+
+
+#: errors of a write that names no file: writing standard output (every file decodecalc writes is named in its error)
+STDOUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF})
+
+
+def stdout_failure() -> OSError | None:
+    """The error writing standard output gives now, or None. Flushing again fails the same way while the output a
+    failed write left in the buffer is still there (no space on /dev/full, a closed descriptor)."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): not a failure (decodecalc.cli.run)
+        return None
+    except OSError as exc:
+        return exc
+    except (AttributeError, ValueError):  # no stdout, or one closed from Python
+        return None
+    return None
+
+
+def guard_closed_stdout() -> None:
+    """Started with descriptor 1 closed (``decodecalc grid >&-``), Python sets sys.stdout to None and print()
+    drops everything: the run printed nothing and exited 0. Then sys.stdout is a stream whose every write fails,
+    as the shell's own commands do (``echo x >&-``: bad file descriptor); a run that prints nothing is unaffected."""
+    import io
+    import sys
+
+    class ClosedStdout(io.TextIOBase):
+        encoding = "utf-8"
+        errors = "strict"
+
+        def writable(self) -> bool:
+            return True
+
+        def isatty(self) -> bool:
+            return False
+
+        def write(self, text: str) -> int:
+            if text:
+                raise OSError(errno.EBADF, "it is closed (give it a file, or /dev/null)")
+            return 0
+
+    if sys.stdout is None:
+        sys.stdout = ClosedStdout()
+
+
+def discard_stdout() -> None:
+    """Point descriptor 1 at /dev/null, so the interpreter's last flush of what could not be written cannot fail
+    again (that made the exit status 120 and printed 'Exception ignored ...' under the error line)."""
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        sys.stdout.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
