@@ -22,6 +22,11 @@ PANELS = (("sm_coverage", "SM coverage (first wave)"), ("nonempty_splits", "spli
 
 
 def plot_available() -> bool:
+    """Whether matplotlib can be imported to write PNG files. They are drawn with Agg whatever $MPLBACKEND names
+    (matplotlib.use("Agg") below): an unknown name there (MPLBACKEND=nonexistent) made the import itself raise."""
+    import os
+
+    os.environ["MPLBACKEND"] = "Agg"
     try:
         import matplotlib  # noqa: F401
     except ImportError:

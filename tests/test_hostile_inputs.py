@@ -792,3 +792,15 @@ def test_standard_output_that_cannot_be_written(tmp_path: Path, args: list[str])
     r = subprocess.run([*cmd, "-o", "x.out"] if args[0] == "sweep" else ["true"], stderr=subprocess.PIPE, text=True,
                        timeout=60, cwd=tmp_path, env=env, preexec_fn=lambda: os.close(1))
     assert r.returncode == 0 and r.stderr == ""  # sweep -q -o prints nothing: a closed stdout is no error
+
+
+def test_an_unknown_mplbackend_does_not_stop_a_plot(tmp_path: Path) -> None:
+    """Issue 19, third campaign: MPLBACKEND=nonexistent made importing matplotlib raise, a traceback in sweep --plot
+    and tune --plot; the PNG is drawn with Agg whatever the variable says."""
+    root = Path(__file__).resolve().parents[1]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "MPLBACKEND": "nonexistent", "HOME": str(tmp_path),
+           "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    r = subprocess.run([sys.executable, "-m", "decodecalc", "sweep", "-b", "1:4", "-s", "128:1024:128", "-q", "--plot",
+                        "p.png"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-600:]
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
