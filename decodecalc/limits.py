@@ -41,7 +41,9 @@ MAX_TOKENS = 1 << 20
 MAX_TP = 4096
 #: SMs / CUs of a GPU (--sms)
 MAX_SMS = 4096
-#: HBM bandwidth override, GB/s
+#: HBM bandwidth override, GB/s (at the minimum, 1 GB/s, a step's bytes still take a finite time; any GPU has
+#: hundreds: --bandwidth 1e-320 made every time inf, and JSON of Infinity)
+MIN_BANDWIDTH_GB_S = 1.0
 MAX_BANDWIDTH_GB_S = 1_000_000.0
 #: KV block size, kernel block size, vLLM scheduler sizes, SGLang splits and capture sizes
 MAX_BLOCK_SIZE = 1 << 20
@@ -105,8 +107,9 @@ def check_options(**values: object) -> None:
     if bandwidth is not None:
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, int | float):
             raise ConfigError(f"--bandwidth must be a number of GB/s, got {bandwidth!r}")
-        if not 0 < bandwidth <= MAX_BANDWIDTH_GB_S:  # also rejects NaN
-            raise ConfigError(f"--bandwidth {bandwidth} GB/s is outside the supported 0 to {MAX_BANDWIDTH_GB_S:,.0f}")
+        if not MIN_BANDWIDTH_GB_S <= bandwidth <= MAX_BANDWIDTH_GB_S:  # also rejects NaN
+            raise ConfigError(f"--bandwidth {bandwidth} GB/s is outside the supported {MIN_BANDWIDTH_GB_S:,.0f} to "
+                              f"{MAX_BANDWIDTH_GB_S:,.0f}")
     kbs, block = values.get("kernel_block_size"), values.get("block_size")
     if isinstance(kbs, int) and isinstance(block, int) and block % kbs:
         raise ConfigError(f"--kernel-block-size {kbs} must divide --block-size {block} evenly")

@@ -804,3 +804,14 @@ def test_an_unknown_mplbackend_does_not_stop_a_plot(tmp_path: Path) -> None:
                         "p.png"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-600:]
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args", [["grid", "--json"], ["compare", "--json"], ["recommend"],
+                                  ["tune", "-w", "chat", "--engine", "vllm", "--heuristics", "none"]])
+def test_a_vanishing_bandwidth_is_refused(args: list[str]) -> None:
+    """Issue 19, third campaign: --bandwidth 1e-320 (positive, so accepted) made every roofline and predicted time
+    inf, and grid --json printed 'Infinity', which is not JSON."""
+    r = run([*args, "--bandwidth", "1e-320"])
+    assert r.exit_code == 1 and "--bandwidth 1e-320 GB/s is outside the supported 1 to 1,000,000" in r.stderr
+    r = run([*args, "--bandwidth", "1"])
+    assert r.exit_code == 0 and "Infinity" not in r.stdout, r.stderr
