@@ -301,6 +301,9 @@ def main() -> int:
     ap.add_argument("--run-kernels", default=RUN_KERNELS, help="kernels whose main families get a fitted cost per "
                     "contiguous run of memory an iteration gathers and a stream exponent (comma-separated; default "
                     f"{RUN_KERNELS}: SGLang's token-granular gathers; vLLM's pipelined loads showed none)")
+    ap.add_argument("--refit-kernels", default="", help="fit only these kernels' families (comma-separated, e.g. "
+                    "sglang), starting from the packaged profile and keeping every other family and the GPU-wide "
+                    "values as they are (a physics change to one engine's kernels without refitting the rest)")
     ap.add_argument("--profile-dest", type=Path, default=None, help="where --write-profile / --profile-from-result "
                     "write the profile (default: decodecalc/profiles/h200.yaml)")
     ap.add_argument("--no-steps", action="store_true", help="leave the per-step workload timings out")
@@ -347,7 +350,7 @@ def main() -> int:
     # a family the starting profile lacks (it borrowed its parent's numbers, e.g. SGLang's MHA stage 1 from the
     # grouped kernel) starts from its own kernel's registers / shared memory, not the parent's occupancy table
     borrowed = set(base.fit.get("uncalibrated_families") or ()) & set(FAMILY_FALLBACKS)
-    for f, o in occ_measured.items():
+    for f, o in ({} if args.refit_kernels else occ_measured).items():  # a refit keeps the packaged occupancies
         if f in fams:
             fams[f] = dataclasses.replace(fams[f], max_programs_per_sm=o,
                                           occupancy_by_head_dim=() if f in borrowed else fams[f].occupancy_by_head_dim)
@@ -400,10 +403,15 @@ def main() -> int:
     fit_options = dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
                        restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle,
                        saturating_kernels=saturating, run_kernels=run_kernels, fixed_occupancy=fixed_occ)
-    fitted = fit_profile(train, base, occupancy=occ_measured or None, **fit_options,  # type: ignore[arg-type]
+    refit = tuple(k for k in args.refit_kernels.split(",") if k)
+    if refit:  # the other kernels' families and the GPU-wide values stay the packaged profile's
+        fit_options["fit_globals"] = False
+    only = (lambda rows: [m for m in rows if m.kernel in refit]) if refit else (lambda rows: rows)
+    fitted = fit_profile(only(train), base, occupancy=None if refit else (occ_measured or None),
+                         **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
-    res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys),
+    res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys), "refit_kernels": list(refit),
                  "holdout_shapes": sorted(hold),
                  "holdout_fit": {"train": summary(fitted, train, origin), "holdout": summary(fitted, test, origin),
                                  "profile": fitted.to_mapping()}}
@@ -412,7 +420,7 @@ def main() -> int:
         print(json.dumps({"holdout": res["holdout_fit"]["holdout"]}, indent=1))
         return 0
     t0 = time.time()
-    final = fit_profile(ms, fitted, **fit_options)  # type: ignore[arg-type]
+    final = fit_profile(only(ms), fitted, **fit_options)  # type: ignore[arg-type]
     print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
     res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
     fitted, final = add_residuals(res, ms, train, test, origin)
