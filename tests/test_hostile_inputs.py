@@ -815,3 +815,18 @@ def test_a_vanishing_bandwidth_is_refused(args: list[str]) -> None:
     assert r.exit_code == 1 and "--bandwidth 1e-320 GB/s is outside the supported 1 to 1,000,000" in r.stderr
     r = run([*args, "--bandwidth", "1"])
     assert r.exit_code == 0 and "Infinity" not in r.stdout, r.stderr
+
+
+def test_tune_plot_when_the_pick_is_the_default(tmp_path: Path) -> None:
+    """Issue 19, third campaign: when every engine's pick was its default, tune --plot drew no line at all and
+    matplotlib printed 'UserWarning: No artists with labels found to put in legend' under the table."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(["tune", "-w", "mix:prompt=64,output=16,steps=20", "--engine", "vllm", "--heuristics", "none", "--plot",
+                 "t.png", "--json"], cwd=tmp_path)
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["engines"]["vllm"]["best"] == data["engines"]["vllm"]["default"]  # the case: the pick is the default
+    assert not [w for w in caught if "legend" in str(w.message)], [str(w.message) for w in caught]

@@ -192,7 +192,7 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
     ax1, ax2 = axes[0], axes[1]
     for name, e in result.engines.items():
         for cand, style in ((e.default, "-"), (e.best, "--")):
-            if cand is e.best and e.best is e.default:
+            if style == "--" and e.best is e.default:  # one line when the pick is the default (not none)
                 continue
             series = [float(x) * 1e6 for x in cand.times]
             label = f"{name}: {cand.label}"
