@@ -322,12 +322,11 @@ def kv_runs_per_iter(num_kv_heads: int, tokens_per_iter: int, page_tokens: int) 
     head_dim elements, the other heads' rows between them. Measured on the H200
     (benchmarks/results/calibrate-h200-thorough-measurements.json): at one long sequence (one program per KV head,
     far from any bandwidth limit) SGLang's stage 1 takes 2.49 us an iteration for 8:1 heads and 2.93-2.98 us for
-    12:2, 32:8, 40:8 and 96:8 at d128 (the same bytes); 1.46 and 1.98 us for 8:1 and 20:4 at d64. What costs is the
-    rows of one head interleaved with the other heads' (a stride of h_kv x head_dim elements), more than the count of
-    runs: the same 8:1 launches with every token on a random slot (64 runs, no stride) take only 6-8% longer than
-    in 16-token blocks, 32:8 2-3% (benchmarks/results/layouts-h200-unseen.json, ``"slots": "scattered"``). The
-    time model prices the interleaved layout, which is what both engines have; vLLM's pipelined loads show no such
-    cost (its fit leaves the term out, benchmarks/fit_timemodel.py RUN_KERNELS)."""
+    12:2, 32:8, 40:8 and 96:8 at d128 (the same bytes); 1.46 and 1.98 us for 8:1 and 20:4 at d64. The interleaving
+    is not the cause, though: 16:1 and 4:1 heads (one KV head, contiguous pages) take 3.06-3.12 ms where 8:1 takes
+    2.63 (benchmarks/results/layouts-h200-unseen.json, the same session), and the same 8:1 launches with every token on
+    a random slot take 6-8% longer, not 18%. The count is kept for profiles that fit a cost to it
+    (``FamilyParams.run_s``); the shipped H200 profile does not (benchmarks/fit_timemodel.py RUN_KERNELS)."""
     if num_kv_heads == 1:
         return 2 * cdiv(tokens_per_iter, page_tokens)
     return 2 * tokens_per_iter
