@@ -99,7 +99,7 @@ def iteration_cost(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progr
     # a program's own stream (its loads in flight) pays HBM latency on the bytes it brings in from HBM; re-reads
     # that L2 serves do not (b_hbm < b); every byte crosses the SM's load path
     # each separate run of memory a program's iteration gathers costs its stream a fixed time beyond the bytes
-    runs_s = getattr(work, "runs_per_iter", 0) * fam.run_s
+    runs_s = work.runs_per_iter * fam.run_s
     stream_s = b_hbm / fam.program_bandwidth_bytes_per_s
     if fam.stream_exponent != 1.0 and b_hbm > 0:
         stream_s *= (b_hbm / STREAM_REF_BYTES) ** (fam.stream_exponent - 1.0)
