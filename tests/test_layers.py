@@ -21,7 +21,7 @@ PKG = Path(__file__).resolve().parent.parent / "decodecalc"
 
 #: (layer, module prefixes), lowest first
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "derived", "limits", "formatting", "yamlio", "data", "profiles", "extras"),
+    ("errors", "derived", "limits", "formatting", "yamlio", "textfiles", "data", "profiles", "extras"),
     ("specs",),
     ("workload", "traffic"),
     ("launchers",),
