@@ -414,6 +414,7 @@ STEP_FILES: dict[str, str | bytes] = {
     "s_weight_nan.jsonl": '{"seq_lens": [100], "weight": NaN}\n',
     "s_weight_str.jsonl": '{"seq_lens": [100], "weight": "2"}\n',
     "s_weights_sum.jsonl": "".join('{"seq_lens": [100], "weight": 3000000}\n' for _ in range(3)),
+    "s_weights_overflow.jsonl": '{"seq_lens": [100], "weight": 9223372036854775807}\n' * 2,
     "s_q_mismatch.jsonl": '{"seq_lens": [100, 200], "query_lens": [1]}\n',
     "s_q_zero.jsonl": '{"seq_lens": [100], "query_lens": [0]}\n',
     "s_q_gt.jsonl": '{"seq_lens": [100], "query_lens": [101]}\n',
@@ -1250,10 +1251,34 @@ def signal_cases() -> list[Case]:
     return cases
 
 
+def nonsense_cases() -> list[Case]:
+    """Inputs no command may accept (an exit 0 is accepted nonsense), whatever the random draws above cover."""
+    tune = ["tune", "--heuristics", "none", "--engine", "vllm"]
+    small = [*tune, "-w", "mix:prompt=64,output=16,steps=20"]
+    cases = [Case("nonsense", a[0], a, expect_error=True) for a in [
+        ["grid", "--bandwidth", "1e-320", "--json"], ["compare", "--bandwidth", "1e-300"],
+        ["recommend", "--bandwidth", "5e-324"], [*small, "--bandwidth", "1e-320"], ["grid", "--sms", "0"],
+        ["grid", "--tp", "3"], ["grid", "--block-size", "0"], ["grid", "--num-speculative-tokens", "-1"],
+        ["grid", "--max-kv-splits", "0"], ["cudagraphs", "--sglang-cuda-graph-max-bs", "0"],
+        ["compare", "--occupancy", "0"], ["determinism", "--others", "0"], ["sweep", "-b", "0:4", "-s", "128", "-q"],
+        [*small, "--max-regression", "nan%"], [*small, "--concurrency", "0"],
+        [*tune, "-w", "chat", "--num-speculative-tokens", "2", "--draft-acceptance-rate", "1.5"]]]
+    for name in ["s_weights_overflow.jsonl", "s_weight_2_63.jsonl", "s_seq_zero.jsonl", "s_seq_neg.jsonl",
+                 "s_seq_2_63.jsonl", "s_seq_nan.jsonl", "s_weight_0.jsonl", "s_weight_neg.jsonl", "s_q_gt.jsonl",
+                 "s_q_huge.jsonl", "s_seq_empty.jsonl"]:
+        cases.append(Case("nonsense", "tune", [*tune, "--steps", f"@fx/{name}"], expect_error=True))
+    for name in ["r_prompt_0.csv", "r_neg.csv", "r_nan.csv", "r_inf.csv", "r_2_63.csv", "r_arrival_neg.csv",
+                 "r_arrival_nan.csv", "r_arrival_inf.csv", "r_arrival_huge.csv", "r_vllm_rate_tiny.json"]:
+        cases.append(Case("nonsense", "tune", [*tune, "--requests", f"@fx/{name}"], expect_error=True))
+    for name in ["x_le_nan.txt", "x_le_huge.txt", "x_count_neg.txt", "x_count_nan.txt", "x_decreasing.txt"]:
+        cases.append(Case("nonsense", "tune", [*tune, "--metrics", f"@fx/{name}"], expect_error=True))
+    return cases
+
+
 def all_cases(commands: dict[str, list[Option]], fixtures: dict[str, str], seed: int, scale: float) -> list[Case]:
     rng = random.Random(seed)
     cases = (value_cases(commands, rng, scale) + combo_cases(commands, rng, scale) + file_cases(fixtures)
-             + env_cases(rng) + output_cases(commands) + signal_cases())
+             + env_cases(rng) + output_cases(commands) + signal_cases() + nonsense_cases())
     for i, c in enumerate(cases):
         c.id = i
     return cases
