@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from decodecalc.errors import DecodecalcError, UnsupportedError
+from decodecalc.errors import DecodecalcError
 from decodecalc.verify.calls import EngineCall
 from decodecalc.verify.environment import Environment, check_workload, run_dtype
 from decodecalc.verify.kv_cache import kv_bytes
@@ -94,16 +94,14 @@ def verify_workload(
     check_workload(work)
     notes: list[str] = []
     runs: list[RunResult] = []
-    pad_reqs = max([c.pad_reqs for c in calls if c.system == "vllm"], default=0)
-    pad_tokens = max([c.pad_tokens for c in calls if c.system == "vllm"], default=0)
-    sg_pad = max([c.pad_reqs for c in calls if c.system == "sglang"], default=0)
+    from decodecalc.verify.step import step_padding
+
     elt = torch.tensor([], dtype=run_dtype(work.dtype, env)[0]).element_size()
     copies = 1
     if timing and env.device == "cuda":
         copies = tm.copies_for(kv_bytes(work.seq_lens, work.num_kv_heads, work.head_size, elt),
                                rotate_bytes=rotate_bytes or tm.ROTATE_BYTES)
-    inp, note = build_step_tensors(work, env, copies=copies, seed=seed, pad_reqs=pad_reqs, pad_tokens=pad_tokens,
-                                   sg_pad_reqs=sg_pad)
+    inp, note = build_step_tensors(work, env, copies=copies, seed=seed, **step_padding(calls))
     if note:
         notes.append(note)
     checked = pick_check_seqs(work, check_seqs)
@@ -148,16 +146,13 @@ def _run_one(work: Workload, inp: StepTensors, call: EngineCall, source: str, en
 
     from decodecalc.verify import timing as tm
     from decodecalc.verify.capture import LaunchRecorder
-    from decodecalc.verify.step import KernelStep, count_sglang, count_vllm
+    from decodecalc.verify.step import make_step
     from decodecalc.verify.torch_ref import compare
 
-    if call.system == "sglang" and work.max_seqlen_q > 1:
-        raise UnsupportedError("SGLang's decode kernel takes one query token per sequence "
-                               "(speculative verify runs extend attention)")
-    r = KernelStep(work, inp, call, source, env, vllm_src, sglang_src)
+    r = make_step(work, inp, call, source, env, {"vllm": vllm_src, "sglang": sglang_src})
     res.version = r.version
     if call.pad_reqs > work.batch:
-        res.padded = [inp.b_run, inp.t_run] if call.system == "vllm" else [inp.b_sg, inp.b_sg]
+        res.padded = r.padded()
     r.fill_sentinels()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning)  # interpreter: NaN arithmetic in masked rows
@@ -168,12 +163,8 @@ def _run_one(work: Workload, inp: StepTensors, call: EngineCall, source: str, en
     aux = [la for la in rec.launches if la.name in AUX_KERNELS]
     attn = [la for la in rec.launches if la.name not in AUX_KERNELS]
     res.aux_launches = [{"kernel": la.name, "grid": list(la.grid)} for la in aux]
-    if call.system == "vllm":
-        working, allocated, written = count_vllm(r, attn)
-    else:
-        working, allocated, written = count_sglang(r, attn)
-        if aux:
-            res.aux_launches[0]["did_work"] = bool((r.num_kv_splits >= 0).all())
+    working, allocated, written = r.count(attn)
+    r.note_aux(res.aux_launches)
     plan = call.plan
     n = max(len(plan.kernels), len(attn))
     for i in range(n):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from decodecalc.derived import next_power_of_2
+from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.sglang_triton import head_tiles, heads_per_program
 from decodecalc.verify import engine
 from decodecalc.verify.calls import EngineCall, reference_use_3d
@@ -18,7 +19,8 @@ from decodecalc.verify.environment import Environment
 from decodecalc.verify.tensors import StepTensors
 from decodecalc.workload import Workload
 
-__all__ = ["KernelStep", "count_sglang", "count_vllm"]
+__all__ = ["STEPS", "KernelStep", "SglangStep", "VllmStep", "count_sglang", "count_vllm", "make_step",
+           "step_padding"]
 
 
 @contextlib.contextmanager
@@ -31,72 +33,85 @@ def _quiet_versions() -> Iterator[None]:
 
 
 class KernelStep:
-    """Builds the per-copy call of one (system, source) and the sentinel-filled buffers it writes."""
+    """One (system, source) on one workload's tensors: the buffers its kernels write, filled with sentinels, the
+    per-copy call, and what the rows written say the kernels did. One subclass per engine (:data:`STEPS`); the
+    runner never branches on the engine."""
+
+    system = ""
 
     def __init__(self, work: Workload, inp: StepTensors, call: EngineCall, source: str, env: Environment,
-                 vllm_src: str | None, sglang_src: str | None) -> None:
+                 src: str | None) -> None:
         import torch
 
         self.torch = torch
         self.work, self.inp, self.call, self.source, self.env = work, inp, call, source, env
         self.version = "reference"
-        self.mod: Any  # VllmKernels or SglangKernels, set below for the upstream source only
-        dev = env.device
-        h, d = work.num_heads, work.head_size
-        d_pad = next_power_of_2(d)
-        self.out = torch.empty((max(inp.t_run, inp.b_sg), h, d), device=dev, dtype=inp.dtype)
-        if call.system == "vllm":
-            rows = call.scratch_rows
-            S = call.num_segments
-            self.segm_out = torch.empty((rows, h, S, d_pad), device=dev, dtype=torch.float32)
-            self.segm_max = torch.empty((rows, h, S), device=dev, dtype=torch.float32)
-            self.segm_sum = torch.empty((rows, h, S), device=dev, dtype=torch.float32)
-            self.cu_q = inp.query_start
-            self.max_q = call.max_seqlen_q or work.max_seqlen_q
-            if source == "upstream":
-                from decodecalc.verify.upstream import load_vllm
+        self.mod: Any = None  # VllmKernels or SglangKernels, for the upstream source only
+        self.out = torch.empty((max(inp.t_run, inp.b_sg), work.num_heads, work.head_size), device=env.device,
+                               dtype=inp.dtype)
+        self.k_buf = inp.k_cache.view(-1, work.num_kv_heads, work.head_size)
+        self.v_buf = inp.v_cache.view(-1, work.num_kv_heads, work.head_size)
 
-                cap = env.capability or (9, 0)
-                with _quiet_versions():  # the command has already reported the version
-                    self.mod = load_vllm(vllm_src, batch_invariant=call.batch_invariant, capability=cap,
-                                         interpret=env.interpret)
-                self.version = self.mod.source.version
-        else:
-            B = inp.b_sg
-            S = call.max_kv_splits
-            self.part_out = torch.empty((B, h, S, d), device=dev, dtype=torch.float32)
-            self.part_lse = torch.empty((B, h, S), device=dev, dtype=torch.float32)
-            self.num_kv_splits = torch.empty((B,), device=dev, dtype=torch.int32)
-            self.sm_count = call.sm_count or env.sm_count
-            self.use_pdl = (not env.interpret) and (env.capability or (0, 0)) >= (9, 0)
-            if source == "upstream":
-                from decodecalc.verify.upstream import load_sglang
+    @staticmethod
+    def padding(call: EngineCall) -> dict[str, int]:
+        """The padded rows this engine's call needs in the shared tensors (:func:`build_step_tensors`'s keywords)."""
+        raise NotImplementedError
 
-                with _quiet_versions():
-                    self.mod = load_sglang(sglang_src, interpret=env.interpret)
-                self.version = self.mod.source.version
-        self.k_buf = inp.k_cache.view(-1, work.num_kv_heads, d)
-        self.v_buf = inp.v_cache.view(-1, work.num_kv_heads, d)
+    @staticmethod
+    def check(work: Workload) -> None:
+        """Refuse a workload this engine's decode kernel cannot run (an UnsupportedError)."""
+
+    def padded(self) -> list[int]:
+        """The (requests, tokens) the padded launch runs."""
+        raise NotImplementedError
 
     def fill_sentinels(self) -> None:
-        nan = float("nan")
-        self.out.fill_(nan)
-        if self.call.system == "vllm":
-            self.segm_out.fill_(nan)
-            self.segm_max.fill_(nan)
-            self.segm_sum.fill_(nan)
-        else:
-            self.part_out.fill_(nan)
-            self.part_lse.fill_(nan)
-            self.num_kv_splits.fill_(-1)
+        raise NotImplementedError
 
     def step(self, copy: int) -> None:
-        if self.call.system == "vllm":
-            self._vllm(copy)
-        else:
-            self._sglang(copy)
+        raise NotImplementedError
 
-    def _vllm(self, copy: int) -> None:
+    def count(self, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
+        """Working programs per attention launch, allocated and written splits per sequence."""
+        raise NotImplementedError
+
+    def note_aux(self, aux: list[dict[str, Any]]) -> None:
+        """Add what the metadata kernels did to their JSON rows (nothing by default)."""
+
+
+class VllmStep(KernelStep):
+    system = "vllm"
+
+    def __init__(self, work: Workload, inp: StepTensors, call: EngineCall, source: str, env: Environment,
+                 src: str | None) -> None:
+        super().__init__(work, inp, call, source, env, src)
+        torch, dev, h = self.torch, env.device, work.num_heads
+        rows, S, d_pad = call.scratch_rows, call.num_segments, next_power_of_2(work.head_size)
+        self.segm_out = torch.empty((rows, h, S, d_pad), device=dev, dtype=torch.float32)
+        self.segm_max = torch.empty((rows, h, S), device=dev, dtype=torch.float32)
+        self.segm_sum = torch.empty((rows, h, S), device=dev, dtype=torch.float32)
+        self.cu_q = inp.query_start
+        self.max_q = call.max_seqlen_q or work.max_seqlen_q
+        if source == "upstream":
+            from decodecalc.verify.upstream import load_vllm
+
+            with _quiet_versions():  # the command has already reported the version
+                self.mod = load_vllm(src, batch_invariant=call.batch_invariant, capability=env.capability or (9, 0),
+                                     interpret=env.interpret)
+            self.version = self.mod.source.version
+
+    @staticmethod
+    def padding(call: EngineCall) -> dict[str, int]:
+        return {"pad_reqs": call.pad_reqs, "pad_tokens": call.pad_tokens}
+
+    def padded(self) -> list[int]:
+        return [self.inp.b_run, self.inp.t_run]
+
+    def fill_sentinels(self) -> None:
+        for t in (self.out, self.segm_out, self.segm_max, self.segm_sum):
+            t.fill_(float("nan"))
+
+    def step(self, copy: int) -> None:
         inp, call = self.inp, self.call
         bt = inp.block_tables[copy]
         if self.source == "upstream":
@@ -117,7 +132,49 @@ class KernelStep:
             num_segments=call.num_segments, segm_out=self.segm_out, segm_max=self.segm_max, segm_sum=self.segm_sum,
         )
 
-    def _sglang(self, copy: int) -> None:
+    def count(self, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
+        return count_vllm(self, launches)
+
+
+class SglangStep(KernelStep):
+    system = "sglang"
+
+    def __init__(self, work: Workload, inp: StepTensors, call: EngineCall, source: str, env: Environment,
+                 src: str | None) -> None:
+        super().__init__(work, inp, call, source, env, src)
+        torch, dev = self.torch, env.device
+        B, h, S, d = inp.b_sg, work.num_heads, call.max_kv_splits, work.head_size
+        self.part_out = torch.empty((B, h, S, d), device=dev, dtype=torch.float32)
+        self.part_lse = torch.empty((B, h, S), device=dev, dtype=torch.float32)
+        self.num_kv_splits = torch.empty((B,), device=dev, dtype=torch.int32)
+        self.sm_count = call.sm_count or env.sm_count
+        self.use_pdl = (not env.interpret) and (env.capability or (0, 0)) >= (9, 0)
+        if source == "upstream":
+            from decodecalc.verify.upstream import load_sglang
+
+            with _quiet_versions():
+                self.mod = load_sglang(src, interpret=env.interpret)
+            self.version = self.mod.source.version
+
+    @staticmethod
+    def padding(call: EngineCall) -> dict[str, int]:
+        return {"sg_pad_reqs": call.pad_reqs}
+
+    @staticmethod
+    def check(work: Workload) -> None:
+        if work.max_seqlen_q > 1:
+            raise UnsupportedError("SGLang's decode kernel takes one query token per sequence "
+                                   "(speculative verify runs extend attention)")
+
+    def padded(self) -> list[int]:
+        return [self.inp.b_sg, self.inp.b_sg]
+
+    def fill_sentinels(self) -> None:
+        for t in (self.out, self.part_out, self.part_lse):
+            t.fill_(float("nan"))
+        self.num_kv_splits.fill_(-1)
+
+    def step(self, copy: int) -> None:
         inp, call = self.inp, self.call
         idx = inp.kv_indices[copy]
         B = inp.b_sg
@@ -149,6 +206,34 @@ class KernelStep:
             part_lse=self.part_lse, num_kv_splits=self.num_kv_splits, max_kv_splits=call.max_kv_splits,
             sm_count=self.sm_count, scale=inp.scale, compute_splits=call.split_mode == "adaptive",
         )
+
+    def count(self, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
+        return count_sglang(self, launches)
+
+    def note_aux(self, aux: list[dict[str, Any]]) -> None:
+        if aux:  # get_num_kv_splits_triton wrote every row
+            aux[0]["did_work"] = bool((self.num_kv_splits >= 0).all())
+
+
+#: the engines verify runs: EngineCall.system -> its step
+STEPS: dict[str, type[KernelStep]] = {"vllm": VllmStep, "sglang": SglangStep}
+
+
+def make_step(work: Workload, inp: StepTensors, call: EngineCall, source: str, env: Environment,
+              sources: dict[str, str | None]) -> KernelStep:
+    """The step of ``call``'s engine; ``sources``: each engine's upstream source path (None: locate it)."""
+    cls = STEPS[call.system]
+    cls.check(work)
+    return cls(work, inp, call, source, env, sources.get(call.system))
+
+
+def step_padding(calls: list[EngineCall]) -> dict[str, int]:
+    """The padded rows the shared tensors need for every call (the largest each engine asks)."""
+    pads: dict[str, int] = {}
+    for call in calls:
+        for key, n in STEPS[call.system].padding(call).items():
+            pads[key] = max(pads.get(key, 0), n)
+    return pads
 
 
 def count_vllm(r: KernelStep, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
