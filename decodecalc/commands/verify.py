@@ -252,8 +252,8 @@ def _str(p: Path | None) -> str | None:
 
 def _predicted_times(report: Any) -> dict[str, float]:
     """decodecalc's time-model prediction per system, as the grid report already attached it."""
-    return {s.name: s.data["predicted_time_s"] for s in report.systems
-            if not s.error and s.data and "predicted_time_s" in s.data}
+    return {s.name: s.prediction.time_s for s in report.systems
+            if not s.error and s.prediction is not None and s.prediction.time_s is not None}
 
 
 def _run_or_fail(inputs: Inputs, **kwargs: Any) -> None:
