@@ -210,6 +210,10 @@ def write_profile(prof, doc: dict, dest: Path | None = None) -> None:
     if uncal:
         fit["uncalibrated_families"] = uncal
     dest.write_text(dump_profile(dataclasses.replace(on_disk, families=fams, fit=fit)), encoding="utf-8")
+    if dest == PROFILE:
+        from tools.update_profile_cache import refresh
+
+        refresh(dest)  # the parsed copy start-up reads
 
 if __name__ == "__main__":
     raise SystemExit(main())

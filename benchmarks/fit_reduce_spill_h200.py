@@ -108,6 +108,9 @@ def main() -> int:
         else:
             text = text.replace("  sglang_stage1:\n", block + "  sglang_stage1:\n", 1)
         path.write_text(text)
+        from tools.update_profile_cache import refresh
+
+        refresh(path)  # the parsed copy start-up reads
         print(f"wrote {path}")
     return 0
 

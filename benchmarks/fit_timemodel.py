@@ -28,10 +28,10 @@ from decodecalc.timemodel.calibration_fit import TRITON_PREFIXES  # noqa: E402
 from decodecalc.timemodel.fit import (  # noqa: E402
     Measurement,
     error_summary,
-    fit_profile,
     measurements_from_rows,
     recommendation_quality,
 )
+from decodecalc.timemodel.recipe import RESIDUAL_KERNELS, SHIPPED, fit_physics, with_residuals  # noqa: E402,F401
 from decodecalc.timemodel import (  # noqa: E402
     FAMILY_FALLBACKS,
     dump_profile,
@@ -154,6 +154,10 @@ def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
              "p90_abs_err": round(alls["p90_abs_err"], 4), "holdout_median_abs_err": round(ho["median_abs_err"], 4),
              "holdout_p90_abs_err": round(ho["p90_abs_err"], 4), **physics, **kept_fit})
     dest.write_text(dump_profile(prof))
+    if dest == shipped:
+        from tools.update_profile_cache import refresh
+
+        refresh(dest)  # the parsed copy start-up reads
     return dest
 
 
@@ -192,27 +196,12 @@ def compiled_occupancy(paths: list[Path]) -> dict[str, dict[int, int]]:
     return out
 
 
-#: kernels fitted with a cost per contiguous run of memory and a stream exponent (decodecalc.timemodel.work.kv_runs_per_iter);
-#: none by default, so that --write-profile reproduces the shipped profile. Tried for SGLang (--run-kernels sglang
+#: kernels fitted with a cost per contiguous run of memory and a stream exponent (decodecalc.timemodel.work.kv_runs_per_iter):
+#: the shipped recipe's, none, so that --write-profile reproduces the shipped profile. Tried for SGLang (--run-kernels sglang
 #: --refit-kernels sglang, 2026-12-02; BENCHMARKS.md "SGLang's stage 1 by head layout"): it helps 6 of 10 left-out
 #: thorough layouts and moves the unseen-layout workload totals a little, but 16:1 and 4:1 heads (one KV head, no
 #: interleaving) measured as slow as 32:8, so the term fits 8:1 being fast for a reason that is not its own
-RUN_KERNELS = ""
-
-
-#: the kernels whose launches the residual map covers (the ones tune searches; the backends meet their goals on the
-#: physics alone, benchmarks/fit_backends_h200.py)
-RESIDUAL_KERNELS = ("vllm", "sglang")
-
-
-def with_residuals(profile, ms, source: str = ""):  # type: ignore[no-untyped-def]
-    """``profile`` with a residual map (decodecalc.timemodel.residuals) of the physics' errors on ``ms``."""
-    from decodecalc.timemodel.predict import model_launch_time_s
-    from decodecalc.timemodel.residuals import build_residual_map
-
-    bare = dataclasses.replace(profile, residuals=None)
-    samples = [(m.work, m.time_s, model_launch_time_s(m.work, bare)) for m in ms if m.kernel in RESIDUAL_KERNELS]
-    return dataclasses.replace(bare, residuals=build_residual_map(samples, bare, source=source))
+RUN_KERNELS = ",".join(SHIPPED.run_kernels)
 
 
 def add_residuals(res: dict, ms, train, test, origin) -> tuple[Any, Any]:  # type: ignore[no-untyped-def]
@@ -295,9 +284,9 @@ def main() -> int:
     ap.add_argument("--holdout-only", action="store_true", help="fit the held-out split only (no all-data fit)")
     ap.add_argument("--steps-engines", default="vllm,sglang", help="whose per-step timings join the fit "
                     "(comma-separated: vllm,sglang)")
-    ap.add_argument("--own-idle", default="vllm,sglang", help="kernels whose families with idle programs get their own "
+    ap.add_argument("--own-idle", default=",".join(SHIPPED.own_idle_kernels), help="kernels whose families with idle programs get their own "
                     "idle-program cost (comma-separated: vllm,sglang; the others take the GPU's)")
-    ap.add_argument("--saturating", default="vllm,sglang", help="kernels whose main families get a fitted sm_saturation_gap "
+    ap.add_argument("--saturating", default=",".join(SHIPPED.saturating_kernels), help="kernels whose main families get a fitted sm_saturation_gap "
                     "(comma-separated: vllm,sglang; the others: every resident program adds its bytes)")
     ap.add_argument("--run-kernels", default=RUN_KERNELS, help="kernels whose main families get a fitted cost per "
                     "contiguous run of memory an iteration gathers and a stream exponent (comma-separated, e.g. sglang; "
@@ -311,9 +300,9 @@ def main() -> int:
     ap.add_argument("--holdout", type=float, default=0.3, help="fraction of shapes held out of the fit")
     ap.add_argument("--write-profile", action="store_true", help="write the all-data fit to decodecalc/profiles/h200.yaml")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "timemodel-fit-h200.json")
-    ap.add_argument("--max-evals", type=int, default=2500)
+    ap.add_argument("--max-evals", type=int, default=SHIPPED.max_evals)
     ap.add_argument("--no-occupancy-search", action="store_true")
-    ap.add_argument("--restarts", type=int, default=2)
+    ap.add_argument("--restarts", type=int, default=SHIPPED.restarts)
     ap.add_argument("--residuals-only", action="store_true",
                     help="no fit: rebuild the residual maps of --out's two profiles from the data, rescore and rewrite "
                     "--out (and the profile with --write-profile)")
@@ -401,14 +390,15 @@ def main() -> int:
     t0 = time.time()
     # registers / shared memory were recorded for one compiled specialization per kernel (head dim 128
     # where measured): the starting occupancy; the search then picks it per family and head dim
-    fit_options = dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
-                       restarts=args.restarts, first_kernel="vllm", own_idle_kernels=own_idle,
-                       saturating_kernels=saturating, run_kernels=run_kernels, fixed_occupancy=fixed_occ)
+    # the package's recipe (decodecalc.timemodel.recipe.SHIPPED, which calibrate shares) with this run's options
+    recipe = dataclasses.replace(SHIPPED, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
+                                 restarts=args.restarts, own_idle_kernels=own_idle, saturating_kernels=saturating,
+                                 run_kernels=run_kernels)
     refit = tuple(k for k in args.refit_kernels.split(",") if k)
-    if refit:  # the other kernels' families and the GPU-wide values stay the packaged profile's
-        fit_options["fit_globals"] = False
+    fit_options = dict(launch_overhead_s=launch, fixed_occupancy=fixed_occ,
+                       fit_globals=not refit)  # a refit keeps the other kernels' families and the GPU-wide values
     only = (lambda rows: [m for m in rows if m.kernel in refit]) if refit else (lambda rows: rows)
-    fitted = fit_profile(only(train), base, occupancy=None if refit else (occ_measured or None),
+    fitted = fit_physics(only(train), base, recipe, occupancy=None if refit else (occ_measured or None),
                          **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
@@ -421,7 +411,7 @@ def main() -> int:
         print(json.dumps({"holdout": res["holdout_fit"]["holdout"]}, indent=1))
         return 0
     t0 = time.time()
-    final = fit_profile(only(ms), fitted, **fit_options)  # type: ignore[arg-type]
+    final = fit_physics(only(ms), fitted, recipe, **fit_options)  # type: ignore[arg-type]
     print(f"all-data fit: {time.time() - t0:.0f} s", flush=True)
     res["all_fit"] = {"all": summary(final, ms, origin), "profile": final.to_mapping()}
     fitted, final = add_residuals(res, ms, train, test, origin)

@@ -2,7 +2,7 @@
 
 benchmarks/fit_timemodel.py holds shapes out by a hash of the shape key (a random split), so every head layout and
 every workload sits on both sides of its split and its held-out figures flatter the model. Here each *fold* leaves
-one whole group out of the fit, fits the physics (decodecalc.timemodel.fit.fit_profile, with fit_timemodel.py's
+one whole group out of the fit, fits the physics (decodecalc.timemodel.recipe.fit_physics, with fit_timemodel.py's
 options) and the residual map (fit_timemodel.with_residuals) on the rest only, and predicts the left-out rows:
 
 * ``layout``: one head layout per rank, ``num_heads:num_kv_heads d<head dim>`` (12 in the data, e.g. ``8:1 d128``):
@@ -74,7 +74,8 @@ from decodecalc.timemodel import (  # noqa: E402
     packaged_profile,
 )
 from decodecalc.timemodel import calibration_fit  # noqa: E402
-from decodecalc.timemodel.fit import Measurement, _families_in, fit_profile, percentile  # noqa: E402
+from decodecalc.timemodel.fit import Measurement, _families_in, percentile  # noqa: E402
+from decodecalc.timemodel.recipe import SHIPPED, fit_physics  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -182,12 +183,12 @@ def neutral_start(launch_overhead_s: float | None, occupancy: dict[str, int]) ->
 
 
 def fit_options(args: argparse.Namespace, paths: list[Path], launch: float | None) -> dict[str, Any]:
-    """fit_timemodel.py's fit options (its defaults for own-idle / saturating kernels and first kernel), with this
-    script's restarts and evaluations."""
-    return dict(search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals, launch_overhead_s=launch,
-                restarts=args.restarts, first_kernel="vllm", own_idle_kernels=("vllm", "sglang"),
-                saturating_kernels=("vllm", "sglang"), run_kernels=tuple(k for k in args.run_kernels.split(",") if k),
-                fixed_occupancy=ft.compiled_occupancy(paths))
+    """The shipped recipe (decodecalc.timemodel.recipe.SHIPPED, as fit_timemodel.py fits), with this script's
+    restarts and evaluations."""
+    recipe = dataclasses.replace(SHIPPED, search_occupancy=not args.no_occupancy_search, max_evals=args.max_evals,
+                                 restarts=args.restarts,
+                                 run_kernels=tuple(k for k in args.run_kernels.split(",") if k))
+    return dict(recipe=recipe, launch_overhead_s=launch, fixed_occupancy=ft.compiled_occupancy(paths))
 
 
 def run_fold(fold: str, rows: list[Row], start: TimeProfile, occ: dict[str, int],
@@ -196,7 +197,7 @@ def run_fold(fold: str, rows: list[Row], start: TimeProfile, occ: dict[str, int]
     left_set = set(left)
     train = [r.m for i, r in enumerate(rows) if i not in left_set]
     t0 = time.time()
-    physics = fit_profile(train, start, occupancy=occ or None, **options,
+    physics = fit_physics(train, start, occupancy=occ or None, **options,
                           progress=lambda s: print(f"  [{fold}] {s}", flush=True))
     fit_s = time.time() - t0
     # a family no training row ran (SGLang's MHA stage 1 runs 32:32 only) keeps the neutral start; the package's own

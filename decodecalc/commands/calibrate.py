@@ -99,4 +99,6 @@ def _written(dest: Path, prof: Any) -> None:
     write_atomic(dest, dump_profile(prof))
     fit = prof.fit
     typer.echo(f"wrote {dest}: {fit.get('rows')} timings, fit median error {fit.get('median_abs_err', 0):.1%}, "
-               f"90th percentile {fit.get('p90_abs_err', 0):.1%}")
+               f"90th percentile {fit.get('p90_abs_err', 0):.1%} (the physics alone: "
+               f"{fit.get('physics_median_abs_err', 0):.1%}, {fit.get('physics_p90_abs_err', 0):.1%}; the rest is the "
+               f"residual map of these timings, in sample)")

@@ -1,7 +1,7 @@
 """The fitting half of ``decodecalc calibrate`` (no GPU needed): what it times (the shape plans), the neutral start
 of ``--from-scratch``, and the profile fitted from the rows it measured or saved (``--from-measurements``).
-The GPU half, which times the plans with the real kernels, is :mod:`decodecalc.verify.calibration`; the fit itself is
-:func:`decodecalc.timemodel.fit.fit_profile`."""
+The GPU half, which times the plans with the real kernels, is :mod:`decodecalc.verify.calibration`; the fit and the
+residual map are the shipped profile's road (:mod:`decodecalc.timemodel.recipe`, :data:`~decodecalc.timemodel.recipe.CALIBRATE`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from decodecalc.errors import ConfigError, DecodecalcError
-from decodecalc.timemodel.fit import DEFAULT_FAMILY, error_summary, fit_profile, measurements_from_rows
+from decodecalc.timemodel.fit import DEFAULT_FAMILY, error_summary, measurements_from_rows
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
+from decodecalc.timemodel.recipe import CALIBRATE, RESIDUAL_KERNELS, fit_physics, with_residuals
 
 #: the calibration microbenchmark: (h, h_kv, d, seq_lens) covering the latency-bound corner (one
 #: sequence, long context), the occupancy / tail regime (a few sequences) and the bandwidth-bound
@@ -88,9 +89,13 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
                               f"(first error: {errs[0] if errs else '?'})")
     start = dataclasses.replace(base, gpu=gpu.name, num_sms=num_sms)
-    fitted = fit_profile(ms, start, restarts=1, max_evals=1500, launch_overhead_s=launch_overhead_s, fit_globals=True,
-                         search_occupancy=search_occupancy)
-    stats = error_summary(fitted, ms)
+    recipe = dataclasses.replace(CALIBRATE, search_occupancy=search_occupancy)
+    physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
+    # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here, as
+    # it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
+    fitted = with_residuals(physics, ms, source=f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings "
+                                                f"on {device_name or gpu.name}")
+    stats, bare = error_summary(fitted, ms), error_summary(physics, ms)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
     uncal = sorted(set(fitted.families) - fams_seen)
     return dataclasses.replace(
@@ -98,7 +103,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {len(ms)} timings of "
                 f"{versions or 'the upstream'} kernels; families not measured keep {start_note} values"),
         fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
-             "p90_abs_err": round(stats["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
+             "p90_abs_err": round(stats["p90_abs_err"], 4),
+             "physics_median_abs_err": round(bare["median_abs_err"], 4),
+             "physics_p90_abs_err": round(bare["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
              "uncalibrated_families": uncal})
 
 

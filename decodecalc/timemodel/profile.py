@@ -352,15 +352,63 @@ def _profile_key(gpu_name: str) -> str:
     return _norm(gpu_name)
 
 
+def parsed_copy(yaml_text: str, data: Any) -> str:
+    """The JSON a packaged profile's parsed copy holds: ``data`` (the YAML's mapping) and the SHA-256 of the YAML text
+    it was parsed from (``tools/update_profile_cache.py`` writes it). ConfigError if JSON cannot hold ``data`` exactly
+    (read back with :func:`_read_copy`)."""
+    import json
+
+    text = json.dumps({"yaml_sha256": _sha256(yaml_text), "data": data}, separators=(",", ":")) + "\n"
+    if _read_copy(text).get("data") != data:
+        raise ConfigError("this profile does not survive a round trip through JSON; keep the YAML alone")
+    return text
+
+
+def _int_keys(pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
+    # JSON has string keys only; a profile's integer keys (occupancy by head dim) are written as digits
+    return {int(k) if k.isdigit() else k: v for k, v in pairs}
+
+
+def _read_copy(text: str) -> Any:
+    import json
+
+    return json.loads(text, object_pairs_hook=_int_keys)
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _packaged_mapping(key: str, folder: Any = None) -> Any:
+    """The mapping of ``decodecalc/profiles/<key>.yaml``, None where there is none. The YAML is the source; its parsed
+    copy ``<key>.json`` is read instead when it was parsed from exactly this text (its SHA-256), because the H200
+    profile's residual map takes 60 ms of CPU to parse as YAML and 2 ms as JSON (BENCHMARKS.md, "grid start-up")."""
+    folder = folder or resources.files("decodecalc.profiles")
+    ref = folder.joinpath(f"{key}.yaml")
+    if not ref.is_file():
+        return None
+    text = ref.read_text()
+    copy = folder.joinpath(f"{key}.json")
+    if copy.is_file():
+        try:
+            cached = _read_copy(copy.read_text())
+        except ValueError:
+            cached = None
+        if isinstance(cached, dict) and cached.get("yaml_sha256") == _sha256(text):
+            return cached.get("data")
+    return safe_load(text)
+
+
 @functools.cache
 def packaged_profile(gpu_name: str) -> TimeProfile | None:
     key = _profile_key(gpu_name)
     try:
-        ref = resources.files("decodecalc.profiles").joinpath(f"{key}.yaml")
-        if not ref.is_file():
-            return None
-        data = safe_load(ref.read_text())
+        data = _packaged_mapping(key)
     except (ModuleNotFoundError, FileNotFoundError):
+        return None
+    if data is None:
         return None
     return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)
 

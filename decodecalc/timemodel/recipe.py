@@ -1,0 +1,70 @@
+"""One road from timings to a profile: the fitting recipe and the residual map.
+
+The shipped H200 profile (``benchmarks/fit_timemodel.py``, on 4,824 timings) and ``decodecalc calibrate``
+(:mod:`decodecalc.timemodel.calibration_fit`, on the timings it takes on the user's GPU) both come through here:
+the same options of :func:`decodecalc.timemodel.fit.fit_profile` (a :class:`FitRecipe`), then the same residual
+map of the fitted physics' errors on the same timings (:func:`with_residuals`). They differ only in how long the
+optimiser may search (:data:`SHIPPED` against :data:`CALIBRATE`) and in what the shipped fit has that a user's GPU
+cannot give it (the compiled kernels' occupancy records and per-step workload timings, passed in by the caller).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from decodecalc.timemodel.fit import Measurement, fit_profile
+from decodecalc.timemodel.predict import model_launch_time_s
+from decodecalc.timemodel.profile import TimeProfile
+from decodecalc.timemodel.residuals import build_residual_map
+
+__all__ = ["CALIBRATE", "RESIDUAL_KERNELS", "SHIPPED", "FitRecipe", "fit_physics", "with_residuals"]
+
+#: the kernels whose launches the residual map covers: the engines' Triton kernels, which tune searches (the other
+#: backends meet their goals on the physics alone: benchmarks/fit_backends_h200.py)
+RESIDUAL_KERNELS = ("vllm", "sglang")
+
+
+@dataclass(frozen=True, slots=True)
+class FitRecipe:
+    """The options of a fit (:func:`decodecalc.timemodel.fit.fit_profile` says what each one frees)."""
+
+    #: the kernel fitted first, with the GPU-wide values (HBM bandwidth, the empty-program cost)
+    first_kernel: str = "vllm"
+    #: kernels whose families with idle programs get their own idle-program cost
+    own_idle_kernels: tuple[str, ...] = ("vllm", "sglang")
+    #: kernels whose main families get their own ``sm_saturation_gap``
+    saturating_kernels: tuple[str, ...] = ("vllm", "sglang")
+    #: kernels fitted with a cost per contiguous KV run (none: BENCHMARKS.md "SGLang's stage 1 by head layout")
+    run_kernels: tuple[str, ...] = ()
+    restarts: int = 2
+    max_evals: int = 2500
+    search_occupancy: bool = True
+
+
+#: the shipped H200 profile's recipe (benchmarks/fit_timemodel.py's defaults)
+SHIPPED = FitRecipe()
+#: calibrate's: the same options with a shorter search, so that the fit takes seconds, not minutes
+CALIBRATE = dataclasses.replace(SHIPPED, restarts=1, max_evals=1500)
+
+
+def fit_physics(ms: Sequence[Measurement], base: TimeProfile, recipe: FitRecipe, *,
+                launch_overhead_s: float | None = None, occupancy: Mapping[str, int] | None = None,
+                fixed_occupancy: Mapping[str, Mapping[int, int]] | None = None, fit_globals: bool = True,
+                progress: Callable[[str], None] | None = None) -> TimeProfile:
+    """The physics fitted to ``ms`` from ``base`` with ``recipe`` (no residual map: :func:`with_residuals`)."""
+    return fit_profile(ms, base, occupancy=occupancy, search_occupancy=recipe.search_occupancy,
+                       restarts=recipe.restarts, max_evals=recipe.max_evals, launch_overhead_s=launch_overhead_s,
+                       fit_globals=fit_globals, progress=progress, first_kernel=recipe.first_kernel,
+                       own_idle_kernels=recipe.own_idle_kernels, saturating_kernels=recipe.saturating_kernels,
+                       run_kernels=recipe.run_kernels, fixed_occupancy=fixed_occupancy)
+
+
+def with_residuals(profile: TimeProfile, ms: Sequence[Measurement], source: str = "",
+                   kernels: Sequence[str] = RESIDUAL_KERNELS) -> TimeProfile:
+    """``profile`` with a residual map (:mod:`decodecalc.timemodel.residuals`) of its physics' errors on the
+    launches of ``ms`` by ``kernels``; any map it had is replaced, not added to."""
+    bare = dataclasses.replace(profile, residuals=None)
+    samples = [(m.work, m.time_s, model_launch_time_s(m.work, bare)) for m in ms if m.kernel in kernels]
+    return dataclasses.replace(bare, residuals=build_residual_map(samples, bare, source=source))
