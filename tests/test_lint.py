@@ -1,4 +1,4 @@
-"""The package and its tests pass ``ruff check`` under the rule set in pyproject.toml ([tool.ruff]); ruff comes with
+"""The package, its tests, benchmarks/ and tools/ pass ``ruff check`` under the rule set in pyproject.toml ([tool.ruff]); ruff comes with
 the ``test`` extra, so CI runs it (issue 19: lint configured, and run in .ci/run through the test command)."""
 
 from __future__ import annotations
@@ -16,5 +16,5 @@ def test_ruff_finds_nothing():
     ruff = shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (pip install -e '.[test]' brings it)")
-    r = subprocess.run([ruff, "check", "decodecalc", "tests"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([ruff, "check", "decodecalc", "tests", "benchmarks", "tools"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

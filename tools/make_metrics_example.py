@@ -139,7 +139,6 @@ def main() -> int:
                            ("vllm:estimated_write_bytes_per_gpu_total", "Estimated number of bytes written to memory "
                             "per GPU (for Model Flops Utilization calculations).")):
             Counter(name, what, labels, registry=reg).labels(*lv)
-        tokens_now = sum(r["prompt"] + r["out"] for r in running)
         Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", labels,
               registry=reg, multiprocess_mode="mostrecent").labels(*lv).set(RUNNING)
         Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels,

@@ -235,7 +235,7 @@ def record_vllm(src_path: str | None, seed: int) -> dict[str, Any]:
             num_tokens=case["num_tokens"],
         )
         inputs = dict(case, q_dtype_bytes=DTYPE_BYTES[case["q_dtype"]])
-        records.append({"inputs": inputs, "launches": [_launch_json(l, VLLM_KEYS) for l in call.launches]})
+        records.append({"inputs": inputs, "launches": [_launch_json(la, VLLM_KEYS) for la in call.launches]})
     elapsed = time.perf_counter() - t0
     src = kernels.source
     return {
@@ -324,16 +324,16 @@ def record_sglang(src_path: str | None, seed: int) -> dict[str, Any]:
             device_core_count=case["device_core_count"], max_kv_splits=case["max_kv_splits"],
             head_dim=case["head_dim"], num_group=case["num_group"],
         )
-        launches = [_launch_json(l, SGLANG_KEYS) for l in call.launches]
-        stage1 = next((l for l in launches if "stage1" in l["kernel"]), None)
-        stage2 = next((l for l in launches if l["kernel"] == "_fwd_kernel_stage2"), None)
+        launches = [_launch_json(la, SGLANG_KEYS) for la in call.launches]
+        stage1 = next((la for la in launches if "stage1" in la["kernel"]), None)
+        stage2 = next((la for la in launches if la["kernel"] == "_fwd_kernel_stage2"), None)
         records.append({
             "inputs": case,
             "num_kv_splits": list(call.num_kv_splits),
             "uneven_batch": call.uneven_batch,
             "stage1": stage1,
             "stage2": stage2,
-            "launches": [l for l in launches if l is not stage1 and l is not stage2],
+            "launches": [la for la in launches if la is not stage1 and la is not stage2],
         })
     elapsed = time.perf_counter() - t0
     return {
