@@ -39,9 +39,10 @@ class BackendNote:
                 d["saving_vs_tuned"] = 1.0 - self.stats.total_s / tuned_total
         return d
 
-# vLLM passes flash_attn_max_num_splits_for_cuda_graph (default 32) under full CUDA graphs
-# (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0)
-_VLLM_FA3_SPLITS = 32
+#: FA3's num_splits as each engine passes it: vLLM flash_attn_max_num_splits_for_cuda_graph (default 32) under full
+#: CUDA graphs (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0); SGLang none (0: the kernel's
+#: own heuristic)
+_FA3_SPLITS = {"vllm": 32, "sglang": 0}
 
 
 def _planner(key: str, engine: str) -> Planner | None:
@@ -50,7 +51,7 @@ def _planner(key: str, engine: str) -> Planner | None:
             return lambda w, g: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=True)
         return lambda w, g: flashinfer.plan_flashinfer(w, g, cuda_graph=True)
     if key.startswith(("fa3", "flash_attn3")):
-        splits = _VLLM_FA3_SPLITS if engine == "vllm" else 0
+        splits = _FA3_SPLITS[engine]
         return lambda w, g: flash_attn3.plan_flash_attn3(w, g, num_splits=splits)
     return None
 
