@@ -55,6 +55,8 @@ class LaunchArrays:
     #: per row, a hash of what the working programs do (equal hashes under two recipes of the same ``working_key``:
     #: the same working programs, the launches differ only in programs that exit at once); None: not tracked
     signature: np.ndarray | None = None
+    #: the residual map's layout cell of the main kernel (read where the map has it: ResidualMap.cell_for)
+    layout_cell: str = ""
 
 
 class Recipe:
@@ -200,6 +202,8 @@ def _group_launches(base: Workload, block: Block, shapes: Sequence[_VllmShape]) 
         kernels, gaps = _vllm_arrays(base, block.lens[rows], block.query_lens[rows], block.mask[rows], shape)
         out.append(LaunchArrays(rows=rows, kernels=kernels, launch_gaps=gaps,
                                 cell=cell_key(kernels[0].family, group, kernels[0].head_dim),
+                                layout_cell=cell_key(kernels[0].family, group, kernels[0].head_dim,
+                                                     kv_heads=base.num_kv_heads),
                                 splits=shape.segments))
     return out
 
@@ -228,6 +232,7 @@ def _sglang_arrays(base: Workload, lens: np.ndarray, mask: np.ndarray, splits: n
     aux = (aux_kernel or "x1") if adaptive else ""
     return LaunchArrays(rows=np.arange(len(lens)), kernels=(stage1, stage2), launch_gaps=2 + int(adaptive),
                         cell=cell_key(stage1.family, h // h_kv, stage1.head_dim, aux), splits=max_s,
+                        layout_cell=cell_key(stage1.family, h // h_kv, stage1.head_dim, aux, h_kv),
                         signature=_row_hash(_masked(splits, mask)))
 
 

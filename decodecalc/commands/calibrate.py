@@ -21,6 +21,12 @@ ScratchOpt = Annotated[bool, typer.Option("--from-scratch", help="Start the fit 
                                           "packaged profile's (nothing fitted to another timing).")]
 FromOpt = Annotated[Optional[Path], typer.Option("--from-measurements", help="No GPU: fit the timings a calibration "
                                                  "saved with --save-measurements.")]
+ModelsOpt = Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="<str>", help="Also time this model's head layout per "
+                                                        "rank (40 timings; repeat for several models): the map gets "
+                                                        "cells of its own.")]
+TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of --model (its heads per rank).")]
+KeepOpt = Annotated[bool, typer.Option("--keep-physics", help="Time --model's layouts only and fit nothing: keep the "
+                                       "starting profile and add their map cells (about 20 s).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +42,9 @@ def register(app: typer.Typer) -> None:
         save_measurements: RowsOpt = None,
         from_scratch: ScratchOpt = False,
         from_measurements: FromOpt = None,
+        model: ModelsOpt = None,
+        tp: TpOpt = 1,
+        keep_physics: KeepOpt = False,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
         the profile that `recommend`, `grid` and `compare` then use."""
@@ -51,6 +60,11 @@ def register(app: typer.Typer) -> None:
 
         if quick and thorough:
             raise ConfigError("--quick with --thorough: choose one (three shapes, or fifty)")
+        if keep_physics and (from_scratch or quick or thorough):
+            raise ConfigError("--keep-physics with --from-scratch, --quick or --thorough: --keep-physics fits nothing")
+        if keep_physics and not model and from_measurements is None:
+            raise ConfigError("--keep-physics needs --model: it times only the models' own head layouts")
+        layouts = [_layout(m, tp) for m in model or ()]
         spec = resolve_gpu(gpu)
         dest = output or (user_profile_dir() / f"{spec.name}.yaml")
         from decodecalc.commands.output import check_writable
@@ -67,8 +81,10 @@ def register(app: typer.Typer) -> None:
             if save_measurements is not None:
                 raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")
             data = load_json_file(from_measurements, "calibration measurements")
+            if layouts:
+                raise ConfigError("--model with --from-measurements: the saved timings say which layouts were timed")
             prof = calibration_from_measurements(data, gpu=spec, base=base, source=str(from_measurements),
-                                                 start_note=note)
+                                                 start_note=note, keep_physics=keep_physics)
             _written(dest, prof)
             return
         cuda_or_error()  # a clear error before any progress bar
@@ -87,8 +103,22 @@ def register(app: typer.Typer) -> None:
                 bar.update(task, description="fitting")
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
-                                      progress=progress, start_note=note, thorough=thorough, measured=measured)
+                                      progress=progress, start_note=note, thorough=thorough, measured=measured,
+                                      layouts=layouts, keep_physics=keep_physics)
         _written(dest, prof)
+
+
+def _layout(model_id: str, tp: int) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim) per rank of ``--model`` at ``--tp`` (the engines' Triton GQA kernels)."""
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import shard_heads
+
+    m = resolve_model(model_id)
+    if m.is_mla:
+        raise ConfigError(f"--model {model_id}: {m.name} uses MLA, whose decode kernels calibrate does not time; "
+                          "valid: a model with grouped-query or multi-head attention")
+    h, h_kv = shard_heads(m, tp)
+    return h, h_kv, m.head_dim
 
 
 def _written(dest: Path, prof: Any) -> None:

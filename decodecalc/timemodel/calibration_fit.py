@@ -48,14 +48,26 @@ THOROUGH_VARIANTS = ("vllm-2d", "vllm-3d-S4", "vllm-3d-S16", "vllm-3d-S64", "vll
                      "sglang-static-S128")
 
 
-def calibration_plan(quick: bool = False, thorough: bool = False
-                     ) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
+#: a user's own head layout (``calibrate --model``): the thorough batches at calibrate's split counts, 40 timings
+LAYOUT_BATCHES = THOROUGH_BATCHES
+LAYOUT_VARIANTS = CALIBRATION_VARIANTS
+
+
+def calibration_plan(quick: bool = False, thorough: bool = False, layouts: Sequence[tuple[int, int, int]] = (),
+                     layouts_only: bool = False) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
     """(shape, variants) calibrate times: ten shapes x 8 variants, three of them (``quick``), or the layouts x
-    batches x 11 variants of ``thorough``."""
-    if thorough:
-        return [((h, kv, d, lens), THOROUGH_VARIANTS) for h, kv, d in THOROUGH_LAYOUTS for lens in THOROUGH_BATCHES]
-    shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
-    return [(s, CALIBRATION_VARIANTS) for s in shapes]
+    batches x 11 variants of ``thorough``; then each of ``layouts`` ((query heads, KV heads, head dim) per rank) at
+    :data:`LAYOUT_BATCHES` x :data:`LAYOUT_VARIANTS`. ``layouts_only``: those alone (``--keep-physics``)."""
+    if layouts_only:
+        plan = []
+    elif thorough:
+        plan = [((h, kv, d, lens), THOROUGH_VARIANTS) for h, kv, d in THOROUGH_LAYOUTS for lens in THOROUGH_BATCHES]
+    else:
+        shapes = [CALIBRATION_SHAPES[i] for i in QUICK_SHAPES] if quick else list(CALIBRATION_SHAPES)
+        plan = [(s, CALIBRATION_VARIANTS) for s in shapes]
+    for h, kv, d in dict.fromkeys(layouts):
+        plan += [((h, kv, d, lens), LAYOUT_VARIANTS) for lens in LAYOUT_BATCHES]
+    return plan
 
 
 #: the families of decodecalc's Triton kernels and the engines' (what calibrate times); the other backends' families
@@ -78,31 +90,54 @@ def neutral_start(base: TimeProfile) -> TimeProfile:
                                calibrated=False, source="a cold start (no parameter fitted to a timing)")
 
 
+#: what a profile's ``fit`` record says of its physics, kept by ``--keep-physics`` (the statistics are this run's)
+_KEPT_FIT = ("domain", "backend_families")
+
+
 def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
                          launch_overhead_s: float | None, device_name: str = "", versions: str = "",
-                         search_occupancy: bool = True, start_note: str = "the starting profile's") -> TimeProfile:
+                         search_occupancy: bool = True, start_note: str = "the starting profile's",
+                         keep_physics: bool = False) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
-    ``start_note``: whose values the families it did not measure keep (the source line says it)."""
+    ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
+    cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
+    ``keep_physics``: no fit; ``base``'s physics and map are kept, and the map gains the layout cells of these
+    timings (a layout's own corrections, where ``base`` pools it with every layout of its group size)."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     if len(ms) < max(1, len(rows) // 2):
         errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
         raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
                               f"(first error: {errs[0] if errs else '?'})")
     start = dataclasses.replace(base, gpu=gpu.name, num_sms=num_sms)
-    recipe = dataclasses.replace(CALIBRATE, search_occupancy=search_occupancy)
-    physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
-    # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here, as
-    # it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
-    fitted = with_residuals(physics, ms, source=f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings "
-                                                f"on {device_name or gpu.name}")
+    where = f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings on {device_name or gpu.name}"
+    if keep_physics:
+        physics = dataclasses.replace(start, residuals=None)
+        fitted = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)
+        if start.residuals is not None:  # the starting map's cells stay; these timings' layout cells are added
+            merged = {**start.residuals.cells, **fitted.residuals.cells}  # type: ignore[union-attr]
+            fitted = dataclasses.replace(fitted, residuals=dataclasses.replace(
+                start.residuals, cells=merged, source=f"{start.residuals.source}; layout cells: {where}", _memo={}))
+    else:
+        recipe = dataclasses.replace(CALIBRATE, search_occupancy=search_occupancy)
+        physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
+        # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
+        # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
+        fitted = with_residuals(physics, ms, source=where, layout_cells=True)
     stats, bare = error_summary(fitted, ms), error_summary(physics, ms)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
     uncal = sorted(set(fitted.families) - fams_seen)
+    if keep_physics:  # nothing was refitted: the start's record of what it calibrated (and its domain) stays
+        uncal = sorted(start.fit.get("uncalibrated_families") or ())
+    layouts = sorted({(m.work.group_size * m.work.kv_heads, m.work.kv_heads, m.work.kernels[0].head_dim) for m in ms})
+    what = (f"{len(ms)} timings of {versions or 'the upstream'} kernels"
+            + (f" ({', '.join(f'{h}:{kv} d{d}' for h, kv, d in layouts)})" if len(layouts) <= 12 else ""))
     return dataclasses.replace(
         fitted, calibrated=True,
-        source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {len(ms)} timings of "
-                f"{versions or 'the upstream'} kernels; families not measured keep {start_note} values"),
-        fit={"rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
+        source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {what}; "
+                + (f"physics and map of {base.source}, with layout cells of these timings" if keep_physics else
+                   f"families not measured keep {start_note} values")),
+        fit={**({k: start.fit[k] for k in _KEPT_FIT if k in start.fit} if keep_physics else {}),
+             "rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
              "p90_abs_err": round(stats["p90_abs_err"], 4),
              "physics_median_abs_err": round(bare["median_abs_err"], 4),
              "physics_p90_abs_err": round(bare["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
@@ -138,7 +173,7 @@ def _check_measured_row(r: Any, where: str) -> None:
 
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
-                                  start_note: str = "the starting profile's") -> TimeProfile:
+                                  start_note: str = "the starting profile's", keep_physics: bool = False) -> TimeProfile:
     """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
     (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
     needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead."""
@@ -158,4 +193,4 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
         raise ConfigError(f"{source}: field 'num_sms': {sms!r}, but --gpu {gpu.name} has {gpu.num_sms} SMs")
     return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
-                                start_note=start_note)
+                                start_note=start_note, keep_physics=keep_physics)

@@ -62,9 +62,12 @@ def fit_physics(ms: Sequence[Measurement], base: TimeProfile, recipe: FitRecipe,
 
 
 def with_residuals(profile: TimeProfile, ms: Sequence[Measurement], source: str = "",
-                   kernels: Sequence[str] = RESIDUAL_KERNELS) -> TimeProfile:
+                   kernels: Sequence[str] = RESIDUAL_KERNELS, *, group_cells: bool = True,
+                   layout_cells: bool = False) -> TimeProfile:
     """``profile`` with a residual map (:mod:`decodecalc.timemodel.residuals`) of its physics' errors on the
-    launches of ``ms`` by ``kernels``; any map it had is replaced, not added to."""
+    launches of ``ms`` by ``kernels``, pooled by group size (``group_cells``) and by head layout (``layout_cells``);
+    any map it had is replaced, not added to."""
     bare = dataclasses.replace(profile, residuals=None)
     samples = [(m.work, m.time_s, model_launch_time_s(m.work, bare)) for m in ms if m.kernel in kernels]
-    return dataclasses.replace(bare, residuals=build_residual_map(samples, bare, source=source))
+    return dataclasses.replace(bare, residuals=build_residual_map(samples, bare, source=source,
+                                                                  group_cells=group_cells, layout_cells=layout_cells))

@@ -7,7 +7,8 @@ run slower than predicted (benchmarks/results/validate_tune_h200_steps.json). Fo
 cannot follow that, and workload totals sum many launches of one regime, so the bias does not average out.
 
 A :class:`ResidualMap` stores, per *cell* (the launch's main kernel family, its query heads per KV head and
-its padded head dim), the measured log residuals ``log(measured / modelled)`` of the fit's launches, binned
+its padded head dim; or a *layout cell*, the same with the KV heads per rank, which ``calibrate --model`` writes for
+the layouts it timed), the measured log residuals ``log(measured / modelled)`` of the fit's launches, binned
 in two coordinates:
 
 * ``u = log2(mean loop iterations per working program)``: the work of one program;
@@ -16,8 +17,11 @@ in two coordinates:
 A launch's correction is ``exp(sum_i w_i n_i r_i / (sum_i w_i n_i + prior_launches))`` over the bins of its
 cell, with Gaussian weights ``w_i = exp(-d_i^2 / 2 bandwidth^2)`` of the distance in (u, v) (octaves): a
 smoothed local mean of the residuals of nearby measured launches, shrunk toward no correction where few were
-measured (``prior_launches``), and exactly 1 far from every measurement or in a cell nobody measured. The
-fit writes the map (``benchmarks/fit_timemodel.py``); ``--explain`` shows the factor and its support.
+measured (``prior_launches``), and exactly 1 far from every measurement or in a cell nobody measured. A launch
+reads its layout cell where the map has one, else its (family, group, head dim) cell: the group-size cell pools
+every layout of that group (8:1 and 64:8 alike), which on the H200 differ by up to 18% in SGLang's stage 1
+(BENCHMARKS.md, "SGLang's stage 1 by head layout"). The fit writes the map
+(:func:`decodecalc.timemodel.recipe.with_residuals`); ``--explain`` shows the factor and its support.
 
 Pure Python, no numpy: ``tune`` evaluates tens of thousands of launches, so lookups are memoized on a
 1/16-octave grid of (u, v) (a 4% step, far below the bandwidth).
@@ -51,6 +55,8 @@ class LaunchWork(Protocol):
     def extra_launches(self) -> int: ...
     @property
     def aux_kernel(self) -> str: ...
+    @property
+    def kv_heads(self) -> int: ...
 
 #: width of the bins the measured residuals are pooled in (octaves of u and v): well under the bandwidth, so
 #: pooling moves no point by more than a third of it; 8,818 H200 rows fill 2,000-odd bins
@@ -59,6 +65,10 @@ BIN_OCTAVES = 0.25
 DEFAULT_BANDWIDTH_OCTAVES = 0.35
 #: pseudo-launches of zero residual every correction is pooled with (shrinkage toward the physics)
 DEFAULT_PRIOR_LAUNCHES = 4.0
+#: ... in a layout cell (calibrate --model): its points are single timings of one layout (a median of CUDA-graph
+#: replays, 1-3% apart between runs) set against a layout bias of 5-18% (BENCHMARKS.md, "SGLang's stage 1 by head
+#: layout"), so one timing weighs as much as the physics; chosen before the validation below it was scored on
+DEFAULT_LAYOUT_PRIOR_LAUNCHES = 1.0
 #: bins further than this many bandwidths away do not count (their weight is below 1e-2)
 _CUTOFF_BANDWIDTHS = 3.0
 #: memo grid of lookups (octaves)
@@ -72,23 +82,38 @@ MAX_LOG_RESIDUAL = 5.0
 Point = tuple[float, float, float, int]  # (u, v, mean log residual, launches)
 
 
-def cell_key(family: str, group_size: int, head_dim: int, aux_kernel: str = "") -> str:
-    """``family/g<group>/d<head dim>``, plus ``/<aux kernel>`` for launches behind a small kernel of their own (SGLang's
-    adaptive split counts): the measured residuals of those differ by that kernel's real cost."""
-    return f"{family}/g{group_size}/d{head_dim}" + (f"/{aux_kernel}" if aux_kernel else "")
+def cell_key(family: str, group_size: int, head_dim: int, aux_kernel: str = "", kv_heads: int = 0) -> str:
+    """``family/g<group>/d<head dim>``, plus ``/kv<KV heads per rank>`` for a layout cell, plus ``/<aux kernel>`` for
+    launches behind a small kernel of their own (SGLang's adaptive split counts): the measured residuals of those
+    differ by that kernel's real cost."""
+    return (f"{family}/g{group_size}/d{head_dim}" + (f"/kv{kv_heads}" if kv_heads else "")
+            + (f"/{aux_kernel}" if aux_kernel else ""))
+
+
+def is_layout_cell(cell: str) -> bool:
+    """Whether ``cell`` is a layout cell (it names the KV heads per rank: a ``kv<N>`` part)."""
+    return any(part[:2] == "kv" and part[2:].isdigit() for part in cell.split("/"))
+
+
+def launch_cells(lw: LaunchWork) -> tuple[str, str]:
+    """(group cell, layout cell) of a launch: its main kernel's family, query heads per KV head and padded head dim,
+    and the same with its KV heads per rank."""
+    k = lw.kernels[0]
+    aux = (lw.aux_kernel or f"x{lw.extra_launches}") if lw.extra_launches else ""
+    return (cell_key(k.family, lw.group_size, k.head_dim, aux),
+            cell_key(k.family, lw.group_size, k.head_dim, aux, getattr(lw, "kv_heads", 0)))
 
 
 def launch_coordinates(lw: LaunchWork, profile: TimeProfile) -> tuple[str, float, float]:
-    """(cell, u, v) of a launch: its main kernel's family, query heads per KV head and padded head dim;
-    log2 of the mean loop iterations of its working programs and of its waves at the profile's occupancy."""
+    """(group cell, u, v) of a launch (:func:`launch_cells`); log2 of the mean loop iterations of its working
+    programs and of its waves at the profile's occupancy."""
     k = lw.kernels[0]
     occ = k.occupancy or profile.family(k.family).occupancy_for(k.head_dim)
     n = k.programs
     mean_iters = sum(i * c for i, c in k.iters) / n if n else 1.0
     u = math.log2(max(mean_iters, 1.0))
     v = math.log2(max(n, 1) / (occ * profile.num_sms))
-    aux = (lw.aux_kernel or f"x{lw.extra_launches}") if lw.extra_launches else ""
-    return cell_key(k.family, lw.group_size, k.head_dim, aux), u, v
+    return launch_cells(lw)[0], u, v
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +135,18 @@ class ResidualMap:
     cells: Mapping[str, tuple[Point, ...]]
     bandwidth_octaves: float = DEFAULT_BANDWIDTH_OCTAVES
     prior_launches: float = DEFAULT_PRIOR_LAUNCHES
+    #: the prior of the layout cells (:func:`is_layout_cell`)
+    layout_prior_launches: float = DEFAULT_LAYOUT_PRIOR_LAUNCHES
     source: str = ""
     _memo: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.bandwidth_octaves, (int, float)) and 0.05 <= self.bandwidth_octaves <= 4):
             raise ConfigError(f"residuals.bandwidth_octaves must be in [0.05, 4], got {self.bandwidth_octaves!r}")
-        if not (isinstance(self.prior_launches, (int, float)) and 0 <= self.prior_launches <= 1e6):
-            raise ConfigError(f"residuals.prior_launches must be in [0, 1e6], got {self.prior_launches!r}")
+        for name in ("prior_launches", "layout_prior_launches"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value <= 1e6):
+                raise ConfigError(f"residuals.{name} must be in [0, 1e6], got {value!r}")
 
     @property
     def launches(self) -> int:
@@ -143,13 +172,19 @@ class ResidualMap:
                 w = math.exp(-d2 / h2) * n
                 num += w * r
                 den += w
-        lf = num / (den + self.prior_launches) if den else 0.0
+        prior = self.layout_prior_launches if is_layout_cell(cell) else self.prior_launches
+        lf = num / (den + prior) if den else 0.0
         out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, lf)), den)
         self._memo[key] = out
         return out
 
+    def cell_for(self, group_cell: str, layout_cell: str) -> str:
+        """The cell a launch reads: its layout cell where this map has one, else its group cell."""
+        return layout_cell if layout_cell in self.cells else group_cell
+
     def correction(self, lw: LaunchWork, profile: TimeProfile) -> Correction:
-        cell, u, v = launch_coordinates(lw, profile)
+        _, u, v = launch_coordinates(lw, profile)
+        cell = self.cell_for(*launch_cells(lw))
         lf, support = self._log_factor(cell, u, v)
         return Correction(factor=math.exp(lf), cell=cell, u=u, v=v, support_launches=support)
 
@@ -157,7 +192,9 @@ class ResidualMap:
         return self.correction(lw, profile).factor
 
     def to_mapping(self) -> dict[str, Any]:
-        return {"bandwidth_octaves": self.bandwidth_octaves, "prior_launches": self.prior_launches,
+        layout = ({"layout_prior_launches": self.layout_prior_launches}
+                  if any(is_layout_cell(c) for c in self.cells) else {})
+        return {"bandwidth_octaves": self.bandwidth_octaves, "prior_launches": self.prior_launches, **layout,
                 "source": self.source, "bin_octaves": BIN_OCTAVES,
                 "cells": {c: [[round(u, 4), round(v, 4), round(r, 5), n] for u, v, r, n in pts]
                           for c, pts in sorted(self.cells.items())}}
@@ -165,15 +202,20 @@ class ResidualMap:
 
 def build_residual_map(samples: Iterable[tuple[LaunchWork, float, float]], profile: TimeProfile, *,
                        bandwidth_octaves: float = DEFAULT_BANDWIDTH_OCTAVES,
-                       prior_launches: float = DEFAULT_PRIOR_LAUNCHES, source: str = "") -> ResidualMap:
+                       prior_launches: float = DEFAULT_PRIOR_LAUNCHES, source: str = "",
+                       layout_cells: bool = False, group_cells: bool = True) -> ResidualMap:
     """A map from measured launches: ``samples`` are (work, measured seconds, modelled seconds) with the
-    model's time *without* a residual correction (:func:`decodecalc.timemodel.predict.model_launch_time_s`)."""
+    model's time *without* a residual correction (:func:`decodecalc.timemodel.predict.model_launch_time_s`).
+    ``group_cells``: pool by (family, group size, head dim); ``layout_cells``: also (or only) by layout."""
     bins: dict[str, dict[tuple[int, int], list[float]]] = defaultdict(lambda: defaultdict(list))
     for lw, measured_s, modelled_s in samples:
         if measured_s <= 0 or modelled_s <= 0:
             continue
-        cell, u, v = launch_coordinates(lw, profile)
-        bins[cell][(round(u / BIN_OCTAVES), round(v / BIN_OCTAVES))].append(math.log(measured_s / modelled_s))
+        _, u, v = launch_coordinates(lw, profile)
+        group, layout = launch_cells(lw)
+        where = (*((group,) if group_cells else ()), *((layout,) if layout_cells and layout != group else ()))
+        for cell in where:
+            bins[cell][(round(u / BIN_OCTAVES), round(v / BIN_OCTAVES))].append(math.log(measured_s / modelled_s))
     # a bin's mean is kept within what a profile may hold (residual_map_from_mapping); corrections stop far below it
     cells = {c: tuple((iu * BIN_OCTAVES, iv * BIN_OCTAVES, max(-MAX_LOG_RESIDUAL, min(MAX_LOG_RESIDUAL, sum(rs) / len(rs))),
                        len(rs))
@@ -209,7 +251,8 @@ def residual_map_from_mapping(data: Any, origin: str) -> ResidualMap:
     try:
         bw = float(data.get("bandwidth_octaves", DEFAULT_BANDWIDTH_OCTAVES))
         prior = float(data.get("prior_launches", DEFAULT_PRIOR_LAUNCHES))
+        layout_prior = float(data.get("layout_prior_launches", DEFAULT_LAYOUT_PRIOR_LAUNCHES))
     except (TypeError, ValueError):
-        raise ConfigError("residuals.bandwidth_octaves and residuals.prior_launches must be numbers") from None
-    return ResidualMap(cells=cells, bandwidth_octaves=bw, prior_launches=prior,
+        raise ConfigError("residuals.bandwidth_octaves, prior_launches and layout_prior_launches must be numbers") from None
+    return ResidualMap(cells=cells, bandwidth_octaves=bw, prior_launches=prior, layout_prior_launches=layout_prior,
                        source=str(data.get("source", "")) or origin)

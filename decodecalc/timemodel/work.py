@@ -191,6 +191,8 @@ class LaunchWork:
     #: what the ``extra_launches`` are (SPLIT_COUNT_KERNEL or COPY_KERNEL; "" for none): they cost a launch gap
     #: each in the physics and differ in the measured residuals
     aux_kernel: str = ""
+    #: KV heads per rank (0: not told; the residual map's layout cells are keyed by it)
+    kv_heads: int = 0
 
 
 def _hist_weighted(pairs: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -261,7 +263,7 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
                           idle_programs=idle_q * h_kv, head_dim=next_power_of_2(d), order=order,
                           runs_per_iter=kv_runs_per_iter(h_kv, tile, KV_PAGE_TOKENS))
         return LaunchWork(kernel=kernel, splits=1, kernels=(main,), label="2D",
-                          group_size=h // h_kv)
+                          group_size=h // h_kv, kv_heads=h_kv)
     tile = tile or vu.get_tile_size(d, 0, element_size, is_prefill=False)
     s = splits
     per: list[tuple[int, int]] = []  # (trip count, programs)
@@ -282,7 +284,7 @@ def vllm_work(shape: WorkShape, *, splits: int, use_3d: bool | None = None, tile
     reduce = KernelWork(family=family, iters=((1, sum(q_lens) * h),), bytes_per_iter=bytes_per_iter,
                         head_dim=d_pad, order=((((1, sum(q_lens) * h),), 1),), occupancy=occ)
     return LaunchWork(kernel=kernel, splits=s, kernels=(main, reduce), label=f"3D S={s}",
-                      group_size=h // h_kv)
+                      group_size=h // h_kv, kv_heads=h_kv)
 
 
 #: fp32 tile elements of ``reduce_segments`` its 128 threads hold in registers before the compiled kernel spills
@@ -389,4 +391,4 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     label = f"adaptive (max {max_s})" if adaptive else f"static S={max_s}"
     return LaunchWork(kernel="sglang" if prefix == "sglang" else "reference-sglang", splits=max(n_i),
                       kernels=(stage1, stage2), extra_launches=1 if adaptive else 0, label=label,
-                      group_size=h // h_kv, aux_kernel=aux_kernel if adaptive else "")
+                      group_size=h // h_kv, aux_kernel=aux_kernel if adaptive else "", kv_heads=h_kv)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from decodecalc.derived import next_power_of_2
@@ -102,10 +102,14 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                     sglang_src: str | os.PathLike[str] | None = None,
                     progress: Callable[[int, int, str], None] | None = None,
                     start_note: str = "the starting profile's", thorough: bool = False,
-                    measured: Callable[[dict[str, Any]], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    measured: Callable[[dict[str, Any]], None] | None = None,
+                    layouts: Sequence[tuple[int, int, int]] = (),
+                    keep_physics: bool = False) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
-    with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does."""
+    with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does.
+    ``layouts``: the user's own head layouts per rank, timed too; ``keep_physics``: those alone, and no fit
+    (:func:`decodecalc.timemodel.calibration_fit.fit_calibration_rows`)."""
     torch = cuda_or_error()
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
@@ -118,7 +122,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
     sk = load_sglang(sglang_src, interpret=False)
-    plan = calibration_plan(quick, thorough)
+    plan = calibration_plan(quick, thorough, layouts, layouts_only=keep_physics)
     total = sum(len(variants) for _, variants in plan)
     rows: list[dict[str, Any]] = []
     done = 0
@@ -149,5 +153,5 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                                 device_name=str(props.name),
                                 versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
-                                start_note=start_note)
+                                start_note=start_note, keep_physics=keep_physics)
     return prof, rows

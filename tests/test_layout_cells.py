@@ -1,0 +1,213 @@
+"""Layout cells of the residual map (decodecalc/timemodel/residuals.py) and `calibrate --model` / `--keep-physics`,
+which times a user's own head layout and adds its cells (decodecalc/timemodel/calibration_fit.py).
+
+A group cell (family, query heads per KV head, head dim) pools every layout of a group size: 8:1 and 64:8 read the
+same corrections, although SGLang's stage 1 differs by up to 18% between such layouts on the H200 (BENCHMARKS.md,
+"SGLang's stage 1 by head layout"). A layout cell adds the KV heads per rank; a launch reads it where the map has it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from decodecalc.batch.evaluate import ExactTimer, residual_factor
+from decodecalc.batch.launches import SglangRecipe, VllmRecipe
+from decodecalc.batch.steps import from_trace
+from decodecalc.cli import app
+from decodecalc.launchers.sglang_triton import SglangSettings
+from decodecalc.launchers.vllm_unified import VllmSettings
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.timemodel import packaged_profile, profile_from_mapping, sglang_work, vllm_work
+from decodecalc.timemodel.calibration_fit import CALIBRATION_VARIANTS, LAYOUT_BATCHES, calibration_plan
+from decodecalc.timemodel.fit import Shape
+from decodecalc.timemodel.predict import model_launch_time_s
+from decodecalc.timemodel.residuals import (
+    DEFAULT_LAYOUT_PRIOR_LAUNCHES,
+    DEFAULT_PRIOR_LAUNCHES,
+    build_residual_map,
+    is_layout_cell,
+    launch_cells,
+)
+from decodecalc.traffic import DecodeStep, StepTrace
+from decodecalc.workload import make_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+UNSEEN = ROOT / "benchmarks" / "results" / "layouts-h200-unseen.json"
+runner = CliRunner()
+H200 = resolve_gpu("h200")
+
+
+@pytest.fixture(scope="module")
+def bare():
+    prof = packaged_profile("h200")
+    assert prof is not None
+    return dataclasses.replace(prof, residuals=None)
+
+
+def shape(h: int, h_kv: int, batch: int = 64, seq_len: int = 2048) -> Shape:
+    return Shape(num_heads=h, num_kv_heads=h_kv, seq_lens=(seq_len,) * batch, head_size=128, head_size_v=128)
+
+
+def biased(lws, profile, bias: float):
+    return [(lw, bias * model_launch_time_s(lw, profile), model_launch_time_s(lw, profile)) for lw in lws]
+
+
+def test_cells_of_a_launch_name_its_group_and_its_layout():
+    lw = sglang_work(shape(64, 8), splits=8, max_kv_splits=8)
+    assert launch_cells(lw) == ("sglang_stage1/g8/d128", "sglang_stage1/g8/d128/kv8")
+    ad = sglang_work(shape(64, 8), splits=(8,) * 64, max_kv_splits=8, adaptive=True)
+    group, layout = launch_cells(ad)
+    assert layout == group.replace("/d128/", "/d128/kv8/") and is_layout_cell(layout) and not is_layout_cell(group)
+    assert launch_cells(vllm_work(shape(8, 1), splits=16, use_3d=True))[1] == "vllm_3d/g8/d128/kv1"
+    # the split-count kernel's name holds "kv" but is not a layout
+    assert not is_layout_cell("sglang_stage1/g8/d128/get_num_kv_splits_triton")
+
+
+def test_a_layout_cell_is_read_by_its_layout_only(bare):
+    wide = [sglang_work(shape(64, 8, b), splits=8, max_kv_splits=8) for b in (16, 64)]
+    narrow = sglang_work(shape(8, 1, 64), splits=8, max_kv_splits=8)  # the same group size and head dim
+    rmap = build_residual_map(biased(wide * 5, bare, 1.2), bare, layout_cells=True, group_cells=False)
+    assert set(rmap.cells) == {"sglang_stage1/g8/d128/kv8"}
+    assert 1.1 < rmap.factor(wide[1], bare) < 1.2
+    assert rmap.correction(wide[1], bare).cell == "sglang_stage1/g8/d128/kv8"
+    assert rmap.factor(narrow, bare) == 1.0
+    # with the group cells too, the other layout reads the group cell; its own layout still reads its layout cell
+    both = build_residual_map(biased(wide * 5, bare, 1.2) + biased([narrow] * 5, bare, 0.8), bare, layout_cells=True)
+    assert set(both.cells) == {"sglang_stage1/g8/d128", "sglang_stage1/g8/d128/kv8", "sglang_stage1/g8/d128/kv1"}
+    assert both.correction(wide[1], bare).cell == "sglang_stage1/g8/d128/kv8"
+    assert both.factor(wide[1], bare) > 1.1 and both.factor(narrow, bare) < 0.9
+    only_group = build_residual_map(biased(wide * 5, bare, 1.2) + biased([narrow] * 5, bare, 0.8), bare)
+    assert set(only_group.cells) == {"sglang_stage1/g8/d128"}  # the default pools both layouts
+
+
+def test_a_layout_cell_shrinks_by_its_own_prior(bare):
+    lw = sglang_work(shape(64, 8), splits=8, max_kv_splits=8)
+    layout = build_residual_map(biased([lw], bare, 1.2), bare, layout_cells=True, group_cells=False)
+    group = build_residual_map(biased([lw], bare, 1.2), bare)
+    w = layout.correction(lw, bare).support_launches  # the Gaussian weight of the one timing at this launch
+    assert w == group.correction(lw, bare).support_launches
+    assert math.log(layout.factor(lw, bare)) == pytest.approx(w * math.log(1.2) / (w + DEFAULT_LAYOUT_PRIOR_LAUNCHES))
+    assert math.log(group.factor(lw, bare)) == pytest.approx(w * math.log(1.2) / (w + DEFAULT_PRIOR_LAUNCHES))
+    assert layout.factor(lw, bare) > group.factor(lw, bare)
+
+
+def test_layout_prior_round_trips_and_is_checked(bare):
+    lw = sglang_work(shape(64, 8), splits=8, max_kv_splits=8)
+    rmap = build_residual_map(biased([lw], bare, 1.2), bare, layout_cells=True)
+    rmap = dataclasses.replace(rmap, layout_prior_launches=2.5, _memo={})
+    prof = dataclasses.replace(bare, residuals=rmap)
+    back = profile_from_mapping(yaml.safe_load(yaml.safe_dump(prof.to_mapping())), origin="t")
+    assert back.residuals.layout_prior_launches == 2.5
+    assert back.residuals.factor(lw, back) == pytest.approx(rmap.factor(lw, prof), rel=1e-5)  # stored to 5 digits
+    bad = prof.to_mapping()
+    bad["residuals"]["layout_prior_launches"] = -1
+    with pytest.raises(Exception, match="layout_prior_launches"):
+        profile_from_mapping(bad, origin="t")
+
+
+@pytest.mark.parametrize("model, tp", [("qwen3-32b", 1), ("llama3.1-8b", 1)])
+def test_the_array_model_reads_the_cell_the_scalar_model_reads(bare, model, tp):
+    """tune's array model (batch/evaluate.residual_factor) and the scalar correction pick the same cell: a map whose
+    layout cell covers this layout for one family and whose group cell covers another layout of the same group."""
+    base = make_workload(resolve_model(model), tp=tp)
+    h, h_kv = base.num_heads, base.num_kv_heads
+    other = h_kv * 2 if h_kv * 2 <= h else 1
+    samples = []
+    for b in (1, 8, 64):
+        for s in (1, 8, 32):
+            samples += biased([sglang_work(shape(h, h_kv, b, 4096), splits=s, max_kv_splits=s)], bare, 1.25)
+            samples += biased([vllm_work(shape(h * other // h_kv, other, b, 4096), splits=s, use_3d=s > 1)], bare, 0.8)
+    rmap = build_residual_map(samples, bare, layout_cells=True)
+    prof = dataclasses.replace(bare, residuals=rmap)
+    rng = random.Random(5)
+    steps = [DecodeStep(seq_lens=tuple(rng.randint(1, 20000) for _ in range(b)), query_lens=(1,) * b, weight=1,
+                        origin=f"r{i}") for i, b in enumerate(rng.choice((1, 4, 32, 96)) for _ in range(12))]
+    sa = from_trace(StepTrace(steps=tuple(steps), source="t"))
+    timer = ExactTimer(base, sa, prof)
+    compared = moved = 0
+    for recipe in (VllmRecipe(base, H200, VllmSettings(num_par_softmax_segments=32)),
+                   SglangRecipe(base, H200, SglangSettings(max_kv_splits=16, static_kv_splits=True))):
+        for block in sa.blocks():
+            for la in recipe.block_launches(block):
+                got = residual_factor(la, prof)
+                for j, row in enumerate(block.rows[la.rows].tolist()):
+                    want = rmap.factor(recipe.launch_work(timer.work(row), row), prof)
+                    assert (got[j] if not isinstance(got, float) else got) == pytest.approx(want, rel=1e-12)
+                    compared += 1
+                    moved += want != 1.0
+    assert compared >= 24 and moved > 0
+
+
+def test_calibration_plan_times_each_layout_at_the_layout_batches():
+    base = calibration_plan()
+    plan = calibration_plan(layouts=[(64, 8, 128), (64, 8, 128), (16, 1, 128)])
+    extra = plan[len(base):]
+    assert plan[:len(base)] == base
+    assert len(extra) == 2 * len(LAYOUT_BATCHES) and all(v == CALIBRATION_VARIANTS for _, v in extra)
+    assert {s[:3] for s, _ in extra} == {(64, 8, 128), (16, 1, 128)}
+    assert calibration_plan(layouts=[(64, 8, 128)], layouts_only=True) == extra[:len(LAYOUT_BATCHES)]
+    assert sum(len(v) for _, v in calibration_plan(layouts=[(64, 8, 128)], layouts_only=True)) == 40
+
+
+def _layout_rows(tmp_path: Path, layout: str = "64:8-d128") -> Path:
+    """The 40 timings `calibrate -m qwen3-32b` takes (64:8 d128 at the layout batches and calibrate's split counts),
+    from the H200 run of benchmarks/measure_layouts_h200.py (results/layouts-h200-unseen.json)."""
+    data = json.loads(UNSEEN.read_text())
+    data["cases"] = [r for r in data["cases"] if r["model"] == layout and r["variant"] in CALIBRATION_VARIANTS
+                     and "slots" not in r]
+    assert len(data["cases"]) == 40
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_keep_physics_adds_the_layout_cells_to_the_packaged_profile(tmp_path):
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--from-measurements", str(_layout_rows(tmp_path)), "--keep-physics",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "40 timings" in res.output
+    got = yaml.safe_load(out.read_text())
+    shipped = packaged_profile("h200").to_mapping()
+    assert got["families"] == shipped["families"]  # nothing refitted
+    for key in ("launch_overhead_s", "idle_program_s", "hbm_bandwidth_bytes_per_s"):
+        assert got[key] == shipped[key]
+    cells, old = got["residuals"]["cells"], shipped["residuals"]["cells"]
+    added = set(cells) - set(old)
+    assert added and all(is_layout_cell(c) and "/g8/d128/kv8" in c for c in added)
+    assert {c: cells[c] for c in old} == old  # the packaged cells stay as they are
+    assert got["fit"]["rows"] == 40 and got["fit"].get("domain") == shipped["fit"].get("domain")
+    assert got["fit"]["backend_families"] == shipped["fit"]["backend_families"]
+    assert "64:8 d128" in got["source"]
+    # in sample, the layout cells bring the timings closer than the packaged profile does
+    assert got["fit"]["median_abs_err"] < got["fit"]["physics_median_abs_err"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--keep-physics"], "--keep-physics needs --model"),
+    (["--keep-physics", "-m", "qwen3-32b", "--from-scratch"], "fits nothing"),
+    (["--keep-physics", "-m", "qwen3-32b", "--thorough"], "fits nothing"),
+    (["-m", "deepseek-v2-lite"], "MLA"),
+    (["-m", "llama3-8b", "--tp", "3"], "not divisible by --tp 3"),
+    (["-m", "no-such-model"], "no-such-model"),
+])
+def test_bad_model_options_are_one_line_errors(args, needle):
+    res = runner.invoke(app, ["calibrate", *args])
+    assert res.exit_code == 1, res.output
+    assert needle in res.output and res.output.startswith("Error:") and "Traceback" not in res.output
+
+
+def test_model_with_saved_measurements_is_an_error(tmp_path):
+    res = runner.invoke(app, ["calibrate", "--from-measurements", str(_layout_rows(tmp_path)), "-m", "qwen3-32b",
+                              "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1 and "the saved timings say which layouts" in res.output
+    assert not (tmp_path / "p.yaml").exists()
