@@ -77,8 +77,12 @@ def test_a_layout_cell_is_read_by_its_layout_only(bare):
     narrow = sglang_work(shape(8, 1, 64), splits=8, max_kv_splits=8)  # the same group size and head dim
     rmap = build_residual_map(biased(wide * 5, bare, 1.2), bare, layout_cells=True, group_cells=False)
     assert set(rmap.cells) == {"sglang_stage1/g8/d128/kv8"}
-    assert 1.1 < rmap.factor(wide[1], bare) < 1.2
-    assert rmap.correction(wide[1], bare).cell == "sglang_stage1/g8/d128/kv8"
+    # no group cell: the layout's offset alone, 10 timings of log 1.2 shrunk by one pseudo-launch, wherever it is read
+    offset = 10 * math.log(1.2) / (10 + DEFAULT_LAYOUT_PRIOR_LAUNCHES)
+    far = sglang_work(shape(64, 8, 1, 64), splits=1, max_kv_splits=1)
+    for lw in (*wide, far):
+        c = rmap.correction(lw, bare)
+        assert c.cell == "sglang_stage1/g8/d128/kv8" and math.log(c.factor) == pytest.approx(offset, rel=1e-12)
     assert rmap.factor(narrow, bare) == 1.0
     # with the group cells too, the other layout reads the group cell; its own layout still reads its layout cell
     both = build_residual_map(biased(wide * 5, bare, 1.2) + biased([narrow] * 5, bare, 0.8), bare, layout_cells=True)
@@ -89,13 +93,30 @@ def test_a_layout_cell_is_read_by_its_layout_only(bare):
     assert set(only_group.cells) == {"sglang_stage1/g8/d128"}  # the default pools both layouts
 
 
+def test_a_layout_cell_is_its_group_cell_moved_by_the_layout_offset(bare):
+    """log factor = the group cell's log factor at the launch + sum_i n_i (r_i - group(u_i, v_i)) / (N + prior)."""
+    wide = [sglang_work(shape(64, 8, b, L), splits=s, max_kv_splits=s) for b, L, s in ((16, 4096, 8), (64, 2048, 4))]
+    narrow = [sglang_work(shape(8, 1, b, 8192), splits=8, max_kv_splits=8) for b in (8, 32, 128)]
+    both = build_residual_map(biased(wide * 3, bare, 1.15) + biased(narrow * 4, bare, 0.9), bare, layout_cells=True)
+    group = dataclasses.replace(both, cells={"sglang_stage1/g8/d128": both.cells["sglang_stage1/g8/d128"]}, _memo={})
+    pts = both.cells["sglang_stage1/g8/d128/kv8"]
+
+    def group_lf(u, v):
+        return group.log_factor_at("sglang_stage1/g8/d128", round(u * 16), round(v * 16))[0]
+
+    offset = sum(n * (r - group_lf(u, v)) for u, v, r, n in pts) / (sum(p[3] for p in pts) + DEFAULT_LAYOUT_PRIOR_LAUNCHES)
+    assert offset > 0.02  # the wide layout runs slower than its group cell (which the narrow one pulls down) says
+    for lw in (*wide, sglang_work(shape(64, 8, 2, 100000), splits=32, max_kv_splits=32)):
+        c = both.correction(lw, bare)
+        assert math.log(c.factor) == pytest.approx(math.log(group.correction(lw, bare).factor) + offset, rel=1e-9)
+
+
 def test_a_layout_cell_shrinks_by_its_own_prior(bare):
     lw = sglang_work(shape(64, 8), splits=8, max_kv_splits=8)
     layout = build_residual_map(biased([lw], bare, 1.2), bare, layout_cells=True, group_cells=False)
     group = build_residual_map(biased([lw], bare, 1.2), bare)
-    w = layout.correction(lw, bare).support_launches  # the Gaussian weight of the one timing at this launch
-    assert w == group.correction(lw, bare).support_launches
-    assert math.log(layout.factor(lw, bare)) == pytest.approx(w * math.log(1.2) / (w + DEFAULT_LAYOUT_PRIOR_LAUNCHES))
+    w = group.correction(lw, bare).support_launches  # the Gaussian weight of the one timing at this launch
+    assert math.log(layout.factor(lw, bare)) == pytest.approx(math.log(1.2) / (1 + DEFAULT_LAYOUT_PRIOR_LAUNCHES))
     assert math.log(group.factor(lw, bare)) == pytest.approx(w * math.log(1.2) / (w + DEFAULT_PRIOR_LAUNCHES))
     assert layout.factor(lw, bare) > group.factor(lw, bare)
 

@@ -20,7 +20,9 @@ smoothed local mean of the residuals of nearby measured launches, shrunk toward 
 measured (``prior_launches``), and exactly 1 far from every measurement or in a cell nobody measured. A launch
 reads its layout cell where the map has one, else its (family, group, head dim) cell: the group-size cell pools
 every layout of that group (8:1 and 64:8 alike), which on the H200 differ by up to 18% in SGLang's stage 1
-(BENCHMARKS.md, "SGLang's stage 1 by head layout"). The fit writes the map
+(BENCHMARKS.md, "SGLang's stage 1 by head layout"). A layout cell's correction is its group cell's, moved by one
+offset for the layout: the mean log residual of the layout's timings over what the group cell predicts at each,
+shrunk by ``layout_prior_launches``. The fit writes the map
 (:func:`decodecalc.timemodel.recipe.with_residuals`); ``--explain`` shows the factor and its support.
 
 Pure Python, no numpy: ``tune`` evaluates tens of thousands of launches, so lookups are memoized on a
@@ -74,6 +76,8 @@ _CUTOFF_BANDWIDTHS = 3.0
 #: memo grid of lookups (octaves)
 _QUERY_STEP = 1 / 16
 QUERY_STEP = _QUERY_STEP
+#: the memo key's grid index of a layout cell's offset (no lookup reaches it: |u|, |v| stay below 2^20 steps)
+_OFFSET = 1 << 40
 #: a correction never leaves this range of factors (a map is data read from a file)
 MAX_LOG_FACTOR = math.log(1.5)
 #: the largest |log residual| a stored point may have (a bin measured 148x off the physics is a broken fit)
@@ -93,6 +97,11 @@ def cell_key(family: str, group_size: int, head_dim: int, aux_kernel: str = "", 
 def is_layout_cell(cell: str) -> bool:
     """Whether ``cell`` is a layout cell (it names the KV heads per rank: a ``kv<N>`` part)."""
     return any(part[:2] == "kv" and part[2:].isdigit() for part in cell.split("/"))
+
+
+def group_cell_of(cell: str) -> str:
+    """The group cell a layout cell refines (``cell`` without its ``kv<N>`` part)."""
+    return "/".join(part for part in cell.split("/") if not (part[:2] == "kv" and part[2:].isdigit()))
 
 
 def launch_cells(lw: LaunchWork) -> tuple[str, str]:
@@ -162,6 +171,12 @@ class ResidualMap:
         hit = self._memo.get(key)
         if hit is not None:
             return hit
+        if is_layout_cell(cell):  # the group cell's correction here, moved by the layout's own offset
+            group, support = self.log_factor_at(group_cell_of(cell), iu, iv)
+            offset, launches = self._layout_offset(cell)
+            out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, group + offset)), support + launches)
+            self._memo[key] = out
+            return out
         qu, qv = iu * _QUERY_STEP, iv * _QUERY_STEP
         h2 = 2 * self.bandwidth_octaves ** 2
         cut = (_CUTOFF_BANDWIDTHS * self.bandwidth_octaves) ** 2
@@ -172,11 +187,27 @@ class ResidualMap:
                 w = math.exp(-d2 / h2) * n
                 num += w * r
                 den += w
-        prior = self.layout_prior_launches if is_layout_cell(cell) else self.prior_launches
-        lf = num / (den + prior) if den else 0.0
+        lf = num / (den + self.prior_launches) if den else 0.0
         out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, lf)), den)
         self._memo[key] = out
         return out
+
+    def _layout_offset(self, cell: str) -> tuple[float, int]:
+        """(offset, launches) of a layout cell: the mean log residual of its timings over what its group cell
+        predicts at each of them, shrunk by ``layout_prior_launches``. One number for the whole layout, because its
+        timings are a few dozen launches spread over the (u, v) plane, each far from the next: a local mean of them
+        moved no prediction of another batch of the same layout (BENCHMARKS.md, "calibrate --model")."""
+        key = (cell, _OFFSET, 0)
+        hit = self._memo.get(key)
+        if hit is None:
+            group = group_cell_of(cell)
+            pts = self.cells.get(cell, ())
+            num = sum(n * (r - self.log_factor_at(group, round(pu / _QUERY_STEP), round(pv / _QUERY_STEP))[0])
+                      for pu, pv, r, n in pts)
+            launches = sum(n for *_, n in pts)
+            hit = (num / (launches + self.layout_prior_launches) if launches else 0.0, float(launches))
+            self._memo[key] = hit
+        return hit[0], int(hit[1])
 
     def cell_for(self, group_cell: str, layout_cell: str) -> str:
         """The cell a launch reads: its layout cell where this map has one, else its group cell."""
