@@ -232,3 +232,34 @@ def test_model_with_saved_measurements_is_an_error(tmp_path):
                               "-o", str(tmp_path / "p.yaml")])
     assert res.exit_code == 1 and "the saved timings say which layouts" in res.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_a_full_calibration_gives_layout_cells_to_the_model_layouts_only(tmp_path):
+    """`calibrate -m qwen3-32b` (no --keep-physics): the ten shapes and the model's 40 timings are fitted together; the
+    map has group cells from all of them and layout cells from the model's layout alone (it saves ``layouts``)."""
+    std = json.loads((ROOT / "benchmarks" / "results" / "calibrate-h200-measurements.json").read_text())
+    own = json.loads(_layout_rows(tmp_path).read_text())["cases"]
+    data = {**std, "layouts": [[64, 8, 128]], "cases": std["cases"] + own}
+    (tmp_path / "both.json").write_text(json.dumps(data))
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--from-measurements", str(tmp_path / "both.json"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cells = yaml.safe_load(out.read_text())["residuals"]["cells"]
+    layout = {c for c in cells if is_layout_cell(c)}
+    assert layout and all("/g8/d128/kv8" in c for c in layout)
+    assert "sglang_stage1/g8/d128" in cells and "sglang_stage1/g4/d128" in cells  # 64:8 and 8:1 pool; 32:8
+    # without the saved layouts: group cells only (the device run of benchmarks/results/calibrate-h200.yaml)
+    res = runner.invoke(app, ["calibrate", "--from-measurements", str(ROOT / "benchmarks" / "results" /
+                                                                       "calibrate-h200-measurements.json"),
+                              "-o", str(out)])
+    assert res.exit_code == 0 and not any(is_layout_cell(c) for c in yaml.safe_load(out.read_text())["residuals"]["cells"])
+
+
+@pytest.mark.parametrize("layouts", ["64:8", [[64, 8]], [[64, 8, 0]], [[64, True, 128]]])
+def test_bad_saved_layouts_are_refused(tmp_path, layouts):
+    data = json.loads(_layout_rows(tmp_path).read_text())
+    data["layouts"] = layouts
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    res = runner.invoke(app, ["calibrate", "--from-measurements", str(tmp_path / "bad.json"), "-o",
+                              str(tmp_path / "p.yaml")])
+    assert res.exit_code == 1 and "field 'layouts'" in res.output and not (tmp_path / "p.yaml").exists()

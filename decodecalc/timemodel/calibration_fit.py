@@ -97,12 +97,13 @@ _KEPT_FIT = ("domain", "backend_families")
 def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
                          launch_overhead_s: float | None, device_name: str = "", versions: str = "",
                          search_occupancy: bool = True, start_note: str = "the starting profile's",
-                         keep_physics: bool = False) -> TimeProfile:
+                         keep_physics: bool = False, layouts: Sequence[Sequence[int]] = ()) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
     cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
-    ``keep_physics``: no fit; ``base``'s physics and map are kept, and the map gains the layout cells of these
-    timings (a layout's own corrections, where ``base`` pools it with every layout of its group size)."""
+    ``layouts``: the (query heads, KV heads, head dim) per rank of ``--model``, whose timings also give layout
+    cells. ``keep_physics``: no fit; ``base``'s physics and map are kept, and the map gains the layout cells of
+    these timings (every one of them: a layout's own offset, where ``base`` pools it with its group size)."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     if len(ms) < max(1, len(rows) // 2):
         errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
@@ -122,7 +123,13 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
         # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
         # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
-        fitted = with_residuals(physics, ms, source=where, layout_cells=True)
+        fitted = with_residuals(physics, ms, source=where)
+        wanted = {tuple(int(x) for x in lay) for lay in layouts}
+        own = [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
+        if own:  # --model's layouts: their offsets over the group cells just built
+            cells = with_residuals(physics, own, group_cells=False, layout_cells=True).residuals.cells  # type: ignore[union-attr]
+            fitted = dataclasses.replace(fitted, residuals=dataclasses.replace(
+                fitted.residuals, cells={**fitted.residuals.cells, **cells}, _memo={}))  # type: ignore[union-attr]
     stats, bare = error_summary(fitted, ms), error_summary(physics, ms)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
     uncal = sorted(set(fitted.families) - fams_seen)
@@ -176,7 +183,8 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
                                   start_note: str = "the starting profile's", keep_physics: bool = False) -> TimeProfile:
     """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
     (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
-    needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead."""
+    needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead. The
+    ``layouts`` --model named are saved with the timings, so their layout cells come back too."""
     if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not data["cases"]:
         raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
                           "list, as calibrate --save-measurements writes)")
@@ -193,4 +201,15 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
         raise ConfigError(f"{source}: field 'num_sms': {sms!r}, but --gpu {gpu.name} has {gpu.num_sms} SMs")
     return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
-                                start_note=start_note, keep_physics=keep_physics)
+                                start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source))
+
+
+def _saved_layouts(data: Mapping[str, Any], source: str) -> list[tuple[int, int, int]]:
+    raw = data.get("layouts", [])
+    ok = isinstance(raw, list) and all(
+        isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024
+                                                    for v in x) for x in raw)
+    if not ok:
+        raise ConfigError(f"{source}: field 'layouts': expected [query heads, KV heads, head dim] triples of integers "
+                          "in [1, 1024], as calibrate --model saves them")
+    return [tuple(x) for x in raw]

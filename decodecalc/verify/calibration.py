@@ -148,10 +148,10 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
     if measured is not None:
         measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
-                  "cases": rows})
+                  **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
-                                start_note=start_note, keep_physics=keep_physics)
+                                start_note=start_note, keep_physics=keep_physics, layouts=layouts)
     return prof, rows
