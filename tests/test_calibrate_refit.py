@@ -122,3 +122,16 @@ def test_the_thorough_plan_spans_the_layouts_and_every_row_has_a_time_model():
 def test_quick_and_thorough_together_is_an_error():
     res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--quick", "--thorough"])
     assert res.exit_code == 1 and res.output.startswith("Error:") and "--thorough" in res.output
+
+
+def test_calibrate_refuses_to_write_another_gpus_profile():
+    # an H200 and an H100 SXM both have 132 SMs: before this check an H200 wrote a profile for --gpu h100-sxm
+    from decodecalc.errors import DecodecalcError
+    from decodecalc.specs.gpus import resolve_gpu
+    from decodecalc.verify.calibration import check_device_is
+
+    with pytest.raises(DecodecalcError, match=r"the local GPU is NVIDIA H200 \(h200\), not --gpu h100-sxm"):
+        check_device_is("NVIDIA H200", resolve_gpu("h100-sxm"))
+    check_device_is("NVIDIA H200", resolve_gpu("h200"))
+    check_device_is("NVIDIA H100 80GB HBM3", resolve_gpu("h100"))  # the names nvidia-smi and torch print
+    check_device_is("NVIDIA H200 NVL", resolve_gpu("h200"))  # a name the table does not know: the user's word

@@ -263,3 +263,17 @@ def test_bad_saved_layouts_are_refused(tmp_path, layouts):
     res = runner.invoke(app, ["calibrate", "--from-measurements", str(tmp_path / "bad.json"), "-o",
                               str(tmp_path / "p.yaml")])
     assert res.exit_code == 1 and "field 'layouts'" in res.output and not (tmp_path / "p.yaml").exists()
+
+
+def test_the_device_run_of_calibrate_model_keep_physics_is_reproduced_from_its_timings(tmp_path):
+    """`calibrate --gpu h200 -m qwen3-32b --keep-physics --save-measurements ...` ran on the H200 (2026-12-02, 18 s);
+    its saved timings give the same map, physics and statistics here."""
+    res_dir = ROOT / "benchmarks" / "results"
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--from-measurements",
+                              str(res_dir / "calibrate-h200-qwen3-32b-measurements.json"), "--keep-physics",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    got, ref = yaml.safe_load(out.read_text()), yaml.safe_load((res_dir / "calibrate-h200-qwen3-32b.yaml").read_text())
+    assert got["residuals"] == ref["residuals"] and got["families"] == ref["families"] and got["fit"] == ref["fit"]
+    assert any(c.endswith("/g8/d128/kv8") for c in ref["residuals"]["cells"])

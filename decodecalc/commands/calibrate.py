@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             if layouts:
                 raise ConfigError("--model with --from-measurements: the saved timings say which layouts were timed")
             prof = calibration_from_measurements(data, gpu=spec, base=base, source=str(from_measurements),
-                                                 start_note=note, keep_physics=keep_physics)
+                                                 start_note=note, keep_physics=keep_physics, cold=from_scratch)
             _written(dest, prof)
             return
         cuda_or_error()  # a clear error before any progress bar
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
                                       progress=progress, start_note=note, thorough=thorough, measured=measured,
-                                      layouts=layouts, keep_physics=keep_physics)
+                                      layouts=layouts, keep_physics=keep_physics, cold=from_scratch)
         _written(dest, prof)
 
 

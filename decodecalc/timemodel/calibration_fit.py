@@ -12,7 +12,7 @@ from typing import Any
 from decodecalc.errors import ConfigError, DecodecalcError
 from decodecalc.timemodel.fit import DEFAULT_FAMILY, error_summary, measurements_from_rows
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
-from decodecalc.timemodel.recipe import CALIBRATE, RESIDUAL_KERNELS, fit_physics, with_residuals
+from decodecalc.timemodel.recipe import CALIBRATE, CALIBRATE_COLD, RESIDUAL_KERNELS, fit_physics, with_residuals
 
 #: the calibration microbenchmark: (h, h_kv, d, seq_lens) covering the latency-bound corner (one
 #: sequence, long context), the occupancy / tail regime (a few sequences) and the bandwidth-bound
@@ -97,10 +97,13 @@ _KEPT_FIT = ("domain", "backend_families")
 def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
                          launch_overhead_s: float | None, device_name: str = "", versions: str = "",
                          search_occupancy: bool = True, start_note: str = "the starting profile's",
-                         keep_physics: bool = False, layouts: Sequence[Sequence[int]] = ()) -> TimeProfile:
+                         keep_physics: bool = False, layouts: Sequence[Sequence[int]] = (),
+                         cold: bool = False) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
     cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
+    ``cold``: ``base`` is a neutral start (``--from-scratch``): fitted with :data:`~decodecalc.timemodel.recipe.
+    CALIBRATE_COLD`, else :data:`~decodecalc.timemodel.recipe.CALIBRATE`.
     ``layouts``: the (query heads, KV heads, head dim) per rank of ``--model``, whose timings also give layout
     cells. ``keep_physics``: no fit; ``base``'s physics and map are kept, and the map gains the layout cells of
     these timings (every one of them: a layout's own offset, where ``base`` pools it with its group size)."""
@@ -119,7 +122,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             fitted = dataclasses.replace(fitted, residuals=dataclasses.replace(
                 start.residuals, cells=merged, source=f"{start.residuals.source}; layout cells: {where}", _memo={}))
     else:
-        recipe = dataclasses.replace(CALIBRATE, search_occupancy=search_occupancy)
+        recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
         # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
         # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
@@ -141,7 +144,8 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     return dataclasses.replace(
         fitted, calibrated=True,
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {what}; "
-                + (f"physics and map of {base.source}, with layout cells of these timings" if keep_physics else
+                + (f"layout cells of these timings added to the physics and map of the starting profile ({base.source})"
+                   if keep_physics else
                    f"families not measured keep {start_note} values")),
         fit={**({k: start.fit[k] for k in _KEPT_FIT if k in start.fit} if keep_physics else {}),
              "rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
@@ -180,7 +184,8 @@ def _check_measured_row(r: Any, where: str) -> None:
 
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
-                                  start_note: str = "the starting profile's", keep_physics: bool = False) -> TimeProfile:
+                                  start_note: str = "the starting profile's", keep_physics: bool = False,
+                                  cold: bool = False) -> TimeProfile:
     """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
     (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
     needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead. The
@@ -201,7 +206,8 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
         raise ConfigError(f"{source}: field 'num_sms': {sms!r}, but --gpu {gpu.name} has {gpu.num_sms} SMs")
     return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
-                                start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source))
+                                start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source),
+                                cold=cold)
 
 
 def _saved_layouts(data: Mapping[str, Any], source: str) -> list[tuple[int, int, int]]:

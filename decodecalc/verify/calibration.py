@@ -98,13 +98,29 @@ class ShapeBench:
         return sstep
 
 
+def check_device_is(device_name: str, gpu: Any) -> None:
+    """Refuse to write ``gpu``'s profile from another GPU: an H200 and an H100 SXM both have 132 SMs, so the SM
+    count alone let an H200 calibrate as ``--gpu h100-sxm``. A device name the GPU table does not know is taken at
+    the user's word (a new part, a renamed SKU)."""
+    from decodecalc.errors import UnknownNameError
+    from decodecalc.specs.gpus import resolve_gpu
+
+    try:
+        local = resolve_gpu(device_name)
+    except UnknownNameError:
+        return
+    if local.name != gpu.name and gpu.name not in getattr(local, "aliases", ()):
+        raise DecodecalcError(f"the local GPU is {device_name} ({local.name}), not --gpu {gpu.name}; valid: "
+                              f"--gpu {local.name}")
+
+
 def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | os.PathLike[str] | None = None,
                     sglang_src: str | os.PathLike[str] | None = None,
                     progress: Callable[[int, int, str], None] | None = None,
                     start_note: str = "the starting profile's", thorough: bool = False,
                     measured: Callable[[dict[str, Any]], None] | None = None,
                     layouts: Sequence[tuple[int, int, int]] = (),
-                    keep_physics: bool = False) -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    keep_physics: bool = False, cold: bool = False) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
     with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does.
@@ -114,6 +130,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
     props = torch.cuda.get_device_properties(0)
+    check_device_is(str(props.name), gpu)
     sms = int(props.multi_processor_count)
     if sms != gpu.num_sms:
         raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
@@ -153,5 +170,5 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                                 device_name=str(props.name),
                                 versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
-                                start_note=start_note, keep_physics=keep_physics, layouts=layouts)
+                                start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold)
     return prof, rows
