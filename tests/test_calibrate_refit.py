@@ -135,3 +135,20 @@ def test_calibrate_refuses_to_write_another_gpus_profile():
     check_device_is("NVIDIA H200", resolve_gpu("h200"))
     check_device_is("NVIDIA H100 80GB HBM3", resolve_gpu("h100"))  # the names nvidia-smi and torch print
     check_device_is("NVIDIA H200 NVL", resolve_gpu("h200"))  # a name the table does not know: the user's word
+
+
+def test_the_calibrate_recipes_are_the_ones_the_validations_chose():
+    """recipe.CALIBRATE (warm: the families' idle costs and saturation gaps kept) and CALIBRATE_COLD (the shipped
+    options) are what six workload validations chose on the same 80 H200 timings (results/calibrate-recipe-choice.json)."""
+    from decodecalc.timemodel.recipe import CALIBRATE, CALIBRATE_COLD, SHIPPED
+
+    data = json.loads((RESULTS / "calibrate-recipe-choice.json").read_text())["arms"]
+    for arm in data.values():  # the totals are the sums of the validations
+        parts = [v for k, v in arm.items() if k not in ("all", "description")]
+        assert arm["all"]["within_5pct"] == sum(p["within_5pct"] for p in parts) and len(parts) == 6
+    within = {key: arm["all"]["within_5pct"] for key, arm in data.items()}
+    assert within["warm_kept"] > within["warm_free"]  # from the packaged profile: keep them
+    assert CALIBRATE.own_idle_kernels == () and CALIBRATE.saturating_kernels == ()
+    assert within["cold_free"] > within["cold_kept"]  # from scratch: fit them, as the shipped fit does
+    assert (CALIBRATE_COLD.own_idle_kernels, CALIBRATE_COLD.saturating_kernels) == \
+        (SHIPPED.own_idle_kernels, SHIPPED.saturating_kernels) != ((), ())
