@@ -1,0 +1,95 @@
+"""BENCHMARKS.md's calibrate tables recomputed from the committed H200 data (issue 18: "a test that recomputes them"):
+the per-layout errors of the 550 thorough timings under three profiles, and `calibrate --model`'s layout cells on
+single launches of eight unseen layouts with each batch left out."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import launch_time_s, load_profile_file, packaged_profile
+from decodecalc.timemodel.calibration_fit import CALIBRATION_VARIANTS, fit_calibration_rows
+from decodecalc.timemodel.fit import measurements_from_rows, percentile
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BENCH = (ROOT / "BENCHMARKS.md").read_text()
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def _section(title: str) -> str:
+    start = BENCH.index(title)
+    return BENCH[start:BENCH.index("\n### ", start + 1)]
+
+
+def _errors(profile, ms) -> list[float]:
+    return [abs(launch_time_s(m.work, profile) / m.time_s - 1) for m in ms]
+
+
+def test_the_per_layout_table_of_the_thorough_timings():
+    section = _section("### `calibrate` on the H200 against the shipped profile")
+    ms = measurements_from_rows(json.loads((RESULTS / "calibrate-h200-thorough-measurements.json").read_text())["cases"],
+                                num_sms=132)
+    profiles = (packaged_profile("h200"), load_profile_file(RESULTS / "calibrate-h200-thorough.yaml"),
+                load_profile_file(RESULTS / "calibrate-h200-from-scratch.yaml"))
+    rows = re.findall(r"^\| (\d+:\d+ d\d+) \| (sglang|vllm) \| (\d+) \| (.+) \|$", section, re.M)
+    assert len(rows) == 20
+    for layout, kernel, n, cells in rows:
+        h, kv, d = map(int, re.match(r"(\d+):(\d+) d(\d+)", layout).groups())
+        sub = [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size, m.kernel) ==
+               (h, kv, d, kernel)]
+        assert len(sub) == int(n)
+        want = [f"{_pct(statistics.median(e))} / {_pct(percentile(e, 0.9))}"
+                for e in (_errors(p, sub) for p in profiles)]
+        assert [c.strip() for c in cells.split("|")] == want, (layout, kernel)
+
+
+def test_the_layout_cells_table_of_single_launches_with_each_batch_left_out():
+    section = _section("### `calibrate --model`: a user's own head layout")
+    header = re.search(r"^\| \| (14:2 .+) \|$", section, re.M).group(1).split(" | ")
+    shipped = re.search(r"^\| shipped profile: median \| (.+) \|$", section, re.M).group(1).split(" | ")
+    cells = re.search(r"^\| with the layout's cells \| (.+) \|$", section, re.M).group(1).split(" | ")
+    data = json.loads((RESULTS / "layouts-h200-unseen.json").read_text())
+    gpu, base = resolve_gpu("h200"), packaged_profile("h200")
+    every = {"shipped": [], "layout": []}
+    names = [h for h in header if not h.startswith("all")]
+    for col, name in enumerate(names):
+        parts = name.split()
+        layout = f"{parts[0]}-d{parts[1][1:] if len(parts) > 1 else 128}"
+        rows = [r for r in data["cases"] if r["model"] == layout and "slots" not in r and r.get("status") == "ok"]
+        es, el = [], []
+        for batch in sorted({(r["batch"], r["seq_len"]) for r in rows}):
+            train = [r for r in rows if (r["batch"], r["seq_len"]) != batch and r["variant"] in CALIBRATION_VARIANTS]
+            test = measurements_from_rows([r for r in rows if (r["batch"], r["seq_len"]) == batch], num_sms=132)
+            prof = fit_calibration_rows(train, gpu=gpu, base=base, num_sms=132, launch_overhead_s=None,
+                                        keep_physics=True)
+            es += _errors(base, test)
+            el += _errors(prof, test)
+        assert len(es) == 55, layout
+        assert (shipped[col], cells[col]) == (_pct(statistics.median(es)), _pct(statistics.median(el))), layout
+        every["shipped"] += es
+        every["layout"] += el
+    for key, text in (("shipped", shipped[-1]), ("layout", cells[-1])):
+        e = every[key]
+        assert text == f"{_pct(statistics.median(e))} (p90 {_pct(percentile(e, 0.9))})"
+    assert statistics.median(every["layout"]) < statistics.median(every["shipped"])
+
+
+@pytest.mark.parametrize("name", ["calibrate-h200", "calibrate-h200-from-scratch", "calibrate-h200-thorough"])
+def test_the_validation_cells_are_the_committed_re_predictions(name):
+    section = _section("### `calibrate` on the H200 against the shipped profile")
+    col = {"calibrate-h200": 3, "calibrate-h200-from-scratch": 4, "calibrate-h200-thorough": 5}[name]
+    for v in ("heldout", "range", "fresh5", "layouts", "layouts2", "layouts3"):
+        line = next(ln for ln in section.splitlines() if ln.startswith(f"| `{v}`:"))
+        d = json.loads((RESULTS / f"{name}-repredict-{v}.json").read_text())
+        want = (f"{d['within_5pct']} / {_pct(d['median_abs_error'])} / {_pct(d['max_abs_error'])}; "
+                f"{d['picks_within_3pct']}/{d['engines']}")
+        assert line.split(" | ")[col].strip(" |") == want, (name, v)
