@@ -112,7 +112,7 @@ def run_verify(
 
     from decodecalc.render import verify as render
     from decodecalc.reports.grid import grid_report
-    from decodecalc.verify.calls import sglang_call, vllm_call
+    from decodecalc.verify.calls import engine_call
     from decodecalc.verify.environment import check_workload, detect_environment
     from decodecalc.verify.locate import EXPECTED_VERSIONS
     from decodecalc.verify.results import workload_json
@@ -167,7 +167,7 @@ def run_verify(
         if sr.error or sr.model is None:
             skipped[sr.name] = sr.error or "no model"
             continue
-        calls.append(vllm_call(sr.model) if sr.name == "vllm" else sglang_call(sr.model, gpu))
+        calls.append(engine_call(sr.name, sr.model, gpu))
     if not calls:
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "nothing to run")
     for name, why in skipped.items():

@@ -9,7 +9,7 @@ from typing import Any
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.workload import Workload
 
-__all__ = ["EngineCall", "reference_use_3d", "sglang_call", "vllm_call"]
+__all__ = ["ENGINE_CALLS", "EngineCall", "engine_call", "reference_use_3d", "sglang_call", "vllm_call"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,18 @@ def sglang_call(splan: Any, gpu: Any) -> EngineCall:
     return EngineCall(system="sglang", plan=plan, max_kv_splits=splan.max_kv_splits, sm_count=gpu.num_sms,
                       pad_reqs=plan.kernels[0].grid[0] if splan.padded_rows else 0, split_mode=splan.mode,
                       split_tile_size=tile)
+
+
+#: grid report system name -> its EngineCall from the system's plan (and the GPU)
+ENGINE_CALLS: dict[str, Any] = {
+    "vllm": lambda plan, gpu: vllm_call(plan),
+    "sglang": sglang_call,
+}
+
+
+def engine_call(system: str, plan: Any, gpu: Any) -> EngineCall:
+    """The EngineCall of ``system``'s plan (a grid report row's model)."""
+    return ENGINE_CALLS[system](plan, gpu)
 
 
 def reference_use_3d(work: Workload, call: EngineCall, b_run: int, t_run: int, max_q: int) -> bool:
