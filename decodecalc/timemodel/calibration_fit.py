@@ -116,11 +116,8 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     where = f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings on {device_name or gpu.name}"
     if keep_physics:
         physics = dataclasses.replace(start, residuals=None)
-        fitted = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)
-        if start.residuals is not None:  # the starting map's cells stay; these timings' layout cells are added
-            merged = {**start.residuals.cells, **fitted.residuals.cells}  # type: ignore[union-attr]
-            fitted = dataclasses.replace(fitted, residuals=dataclasses.replace(
-                start.residuals, cells=merged, source=f"{start.residuals.source}; layout cells: {where}", _memo={}))
+        # the starting map's cells stay (its group cells were measured against this very physics)
+        fitted = _with_layout_cells(start, physics, ms, where)
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
@@ -130,17 +127,15 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         wanted = {tuple(int(x) for x in lay) for lay in layouts}
         own = [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
         if own:  # --model's layouts: their offsets over the group cells just built
-            cells = with_residuals(physics, own, group_cells=False, layout_cells=True).residuals.cells  # type: ignore[union-attr]
-            fitted = dataclasses.replace(fitted, residuals=dataclasses.replace(
-                fitted.residuals, cells={**fitted.residuals.cells, **cells}, _memo={}))  # type: ignore[union-attr]
+            fitted = _with_layout_cells(fitted, physics, own, "")
     stats, bare = error_summary(fitted, ms), error_summary(physics, ms)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
     uncal = sorted(set(fitted.families) - fams_seen)
     if keep_physics:  # nothing was refitted: the start's record of what it calibrated (and its domain) stays
         uncal = sorted(start.fit.get("uncalibrated_families") or ())
-    layouts = sorted({(m.work.group_size * m.work.kv_heads, m.work.kv_heads, m.work.kernels[0].head_dim) for m in ms})
+    timed = sorted({(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) for m in ms})
     what = (f"{len(ms)} timings of {versions or 'the upstream'} kernels"
-            + (f" ({', '.join(f'{h}:{kv} d{d}' for h, kv, d in layouts)})" if len(layouts) <= 12 else ""))
+            + (f" ({', '.join(f'{h}:{kv} d{d}' for h, kv, d in timed)})" if len(timed) <= 12 else ""))
     return dataclasses.replace(
         fitted, calibrated=True,
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {what}; "
@@ -181,6 +176,19 @@ def _check_measured_row(r: Any, where: str) -> None:
     if r["num_q_heads"] % r["num_kv_heads"]:
         raise ConfigError(f"{where}: num_q_heads {r['num_q_heads']} is not a multiple of num_kv_heads "
                           f"{r['num_kv_heads']}")
+
+
+def _with_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[Any], where: str) -> TimeProfile:
+    """``profile`` whose map (kept, or a new one) gains the layout cells of ``ms`` against ``physics``;
+    ``where``: added to the map's source ("" keeps it)."""
+    own = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)
+    rmap = profile.residuals
+    if rmap is None:
+        return own
+    cells = own.residuals.cells  # type: ignore[union-attr]
+    source = f"{rmap.source}; layout cells: {where}" if where else rmap.source
+    return dataclasses.replace(profile, residuals=dataclasses.replace(rmap, cells={**rmap.cells, **cells},
+                                                                      source=source, _memo={}))
 
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
