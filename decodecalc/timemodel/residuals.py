@@ -67,9 +67,9 @@ BIN_OCTAVES = 0.25
 DEFAULT_BANDWIDTH_OCTAVES = 0.35
 #: pseudo-launches of zero residual every correction is pooled with (shrinkage toward the physics)
 DEFAULT_PRIOR_LAUNCHES = 4.0
-#: ... in a layout cell (calibrate --model): its points are single timings of one layout (a median of CUDA-graph
-#: replays, 1-3% apart between runs) set against a layout bias of 5-18% (BENCHMARKS.md, "SGLang's stage 1 by head
-#: layout"), so one timing weighs as much as the physics; chosen before the validation below it was scored on
+#: ... of a layout cell's offset (calibrate --model): its points are single timings of one layout (a median of
+#: CUDA-graph replays, 1-3% apart between runs) set against a layout bias of 5-18% (BENCHMARKS.md, "SGLang's stage 1
+#: by head layout"), so the offset is shrunk by one pseudo-timing of none; chosen before it was scored
 DEFAULT_LAYOUT_PRIOR_LAUNCHES = 1.0
 #: bins further than this many bandwidths away do not count (their weight is below 1e-2)
 _CUTOFF_BANDWIDTHS = 3.0
@@ -113,16 +113,18 @@ def launch_cells(lw: LaunchWork) -> tuple[str, str]:
             cell_key(k.family, lw.group_size, k.head_dim, aux, getattr(lw, "kv_heads", 0)))
 
 
-def launch_coordinates(lw: LaunchWork, profile: TimeProfile) -> tuple[str, float, float]:
-    """(group cell, u, v) of a launch (:func:`launch_cells`); log2 of the mean loop iterations of its working
-    programs and of its waves at the profile's occupancy."""
+def _uv(lw: LaunchWork, profile: TimeProfile) -> tuple[float, float]:
     k = lw.kernels[0]
     occ = k.occupancy or profile.family(k.family).occupancy_for(k.head_dim)
     n = k.programs
     mean_iters = sum(i * c for i, c in k.iters) / n if n else 1.0
-    u = math.log2(max(mean_iters, 1.0))
-    v = math.log2(max(n, 1) / (occ * profile.num_sms))
-    return launch_cells(lw)[0], u, v
+    return math.log2(max(mean_iters, 1.0)), math.log2(max(n, 1) / (occ * profile.num_sms))
+
+
+def launch_coordinates(lw: LaunchWork, profile: TimeProfile) -> tuple[str, float, float]:
+    """(group cell, u, v) of a launch (:func:`launch_cells`); log2 of the mean loop iterations of its working
+    programs and of its waves at the profile's occupancy."""
+    return (launch_cells(lw)[0], *_uv(lw, profile))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,7 @@ class ResidualMap:
         return layout_cell if layout_cell in self.cells else group_cell
 
     def correction(self, lw: LaunchWork, profile: TimeProfile) -> Correction:
-        _, u, v = launch_coordinates(lw, profile)
+        u, v = _uv(lw, profile)
         cell = self.cell_for(*launch_cells(lw))
         lf, support = self._log_factor(cell, u, v)
         return Correction(factor=math.exp(lf), cell=cell, u=u, v=v, support_launches=support)
@@ -242,7 +244,7 @@ def build_residual_map(samples: Iterable[tuple[LaunchWork, float, float]], profi
     for lw, measured_s, modelled_s in samples:
         if measured_s <= 0 or modelled_s <= 0:
             continue
-        _, u, v = launch_coordinates(lw, profile)
+        u, v = _uv(lw, profile)
         group, layout = launch_cells(lw)
         where = (*((group,) if group_cells else ()), *((layout,) if layout_cells and layout != group else ()))
         for cell in where:
