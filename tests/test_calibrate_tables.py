@@ -93,3 +93,34 @@ def test_the_validation_cells_are_the_committed_re_predictions(name):
         want = (f"{d['within_5pct']} / {_pct(d['median_abs_error'])} / {_pct(d['max_abs_error'])}; "
                 f"{d['picks_within_3pct']}/{d['engines']}")
         assert line.split(" | ")[col].strip(" |") == want, (name, v)
+
+
+def test_the_steps_alone_and_in_sequence_table():
+    """BENCHMARKS.md "Steps alone and in sequence": every row recomputed from the committed per-step and workload
+    timings (benchmarks/steps_in_sequence.py), and the transfer table as the script recorded it."""
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.steps_in_sequence import PER_STEP, SEQUENCE, compare
+
+    section = _section("### Steps alone and in sequence")
+    table = section[section.index("<!-- steps-in-sequence -->"):section.index("<!-- /steps-in-sequence -->")]
+    shown = [ln.split(" | ") for ln in table.splitlines() if ln.startswith("| gemma") or ln.startswith("| llama")]
+    sequence = json.loads((RESULTS / SEQUENCE).read_text())
+    rows = [r for name in PER_STEP for r in compare(json.loads((RESULTS / name).read_text()), sequence)]
+    assert len(shown) == len(rows) == 8
+    for cells, r in zip(shown, rows):
+        assert cells[0] == f"| {r['model']}" and cells[2] == r["engine"] and cells[3] == str(r["settings"])
+        assert cells[4] == (f"{r['alone_vs_sequence_median']:+.1%} ({r['alone_vs_sequence_min']:+.1%} to "
+                            f"{r['alone_vs_sequence_max']:+.1%})")
+        assert (cells[5], cells[6].rstrip(" |")) == (f"{r['predicted_vs_alone_median']:+.1%}",
+                                                       f"{r['predicted_vs_sequence_median']:+.1%}")
+    # the regime's effect is small beside the model's error on the steps
+    assert all(abs(r["alone_vs_sequence_median"]) < 0.02 for r in rows)
+    recorded = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())
+    assert recorded["rows"] == rows
+    for t in recorded["transfer"]:
+        line = next(ln for ln in section.splitlines() if ln.startswith(f"| {t['model']} |")
+                    and f"({t['step_timings']:,} step timings)" in ln)
+        assert line.endswith(f"| {t['shipped']['within_5pct']} / {t['shipped']['median_abs_error']:.1%} | "
+                             f"{t['with_cells']['within_5pct']} / {t['with_cells']['median_abs_error']:.1%} |")

@@ -117,7 +117,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     if keep_physics:
         physics = dataclasses.replace(start, residuals=None)
         # the starting map's cells stay (its group cells were measured against this very physics)
-        fitted = _with_layout_cells(start, physics, ms, where)
+        fitted = add_layout_cells(start, physics, ms, where)
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
@@ -127,7 +127,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         wanted = {tuple(int(x) for x in lay) for lay in layouts}
         own = [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
         if own:  # --model's layouts: their offsets over the group cells just built
-            fitted = _with_layout_cells(fitted, physics, own, "")
+            fitted = add_layout_cells(fitted, physics, own, "")
     stats, bare = error_summary(fitted, ms), error_summary(physics, ms)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
     uncal = sorted(set(fitted.families) - fams_seen)
@@ -178,7 +178,7 @@ def _check_measured_row(r: Any, where: str) -> None:
                           f"{r['num_kv_heads']}")
 
 
-def _with_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[Any], where: str) -> TimeProfile:
+def add_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[Any], where: str) -> TimeProfile:
     """``profile`` whose map (kept, or a new one) gains the layout cells of ``ms`` against ``physics``;
     ``where``: added to the map's source ("" keeps it)."""
     own = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)

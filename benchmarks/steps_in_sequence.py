@@ -1,0 +1,135 @@
+"""Is a workload's decode attention the sum of its steps run alone? The in-sequence regime, measured.
+
+``benchmarks/validate_tune_h200.py`` measures a workload as one CUDA graph holding every step in order (step k on
+KV copy k % copies): consecutive launches of different shapes, as an engine's decode graphs run them layer after
+layer. With ``--per-step N`` it times each step alone instead (a graph of that one step repeated over the KV
+copies). Both runs of the same model, workloads and settings (the steps are generated the same way) give, per
+setting:
+
+* isolated / in-sequence: the sum of the steps run alone over the workload run in order (the regime's effect);
+* predicted / isolated: the time model's error on the steps themselves;
+* predicted / in-sequence: the error the validation reports.
+
+    python benchmarks/steps_in_sequence.py            # prints the table, writes results/steps-in-sequence-h200.json
+    python benchmarks/steps_in_sequence.py --transfer # also: layout cells from one workload's steps, the other
+                                                      # workload re-predicted (two minutes on one core)
+
+``--transfer``: the per-step timings of one workload become layout cells over the packaged profile
+(decodecalc.timemodel.calibration_fit.add_layout_cells: one offset per layout and kernel family), and the other
+workload of the same model is re-predicted from ``validate_tune_h200_layouts3.json``
+(validate_tune_h200.repredict): does a layout's measured bias on one traffic carry to another?
+
+Inputs (H200, 2026-12-02): ``results/per-step-layouts3-<model>-h200.json`` (``--models gemma-2-9b:1`` and
+``llama3-405b:8``, ``--workloads "chat;mix:prompt=6000,output=400,sigma=1" --steps 150 --top 6 --per-step 150``;
+115 s and 166 s on the device) against ``results/validate_tune_h200_layouts3.json`` (the same command without
+``--per-step``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PER_STEP = ("per-step-layouts3-gemma-2-9b-h200.json", "per-step-layouts3-llama3-405b-h200.json")
+SEQUENCE = "validate_tune_h200_layouts3.json"
+
+
+def compare(per_step: dict, sequence: dict) -> list[dict]:
+    """One row per (model, workload, engine): the settings both runs measured on every step, and the three ratios
+    (median, min, max over the settings)."""
+    out = []
+    for case in per_step["cases"]:
+        ref = next(c for c in sequence["cases"] if (c["model"], c["workload"]) == (case["model"], case["workload"]))
+        alone: dict[str, float] = defaultdict(float)
+        predicted: dict[str, float] = defaultdict(float)
+        steps: dict[str, int] = defaultdict(int)
+        engine: dict[str, str] = {}
+        for r in case["per_step"]:
+            for name in r["entries"]:
+                alone[name] += r["t_us"] * 1e-6
+                predicted[name] += r["predicted_us"] * 1e-6
+                steps[name] += 1
+                engine[name] = r["engine"]
+        for eng in ("vllm", "sglang"):
+            rows = [(alone[e["name"]] / e["measured_total_s"] - 1, predicted[e["name"]] / alone[e["name"]] - 1,
+                     predicted[e["name"]] / e["measured_total_s"] - 1)
+                    for e in ref["entries"] if steps.get(e["name"]) == case["steps"] and engine[e["name"]] == eng]
+            if not rows:
+                continue
+            cols = list(zip(*rows))
+            out.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": eng,
+                        "settings": len(rows),
+                        **{f"{k}_{stat}": round(f(c), 4) for k, c in zip(("alone_vs_sequence", "predicted_vs_alone",
+                                                                             "predicted_vs_sequence"), cols)
+                           for stat, f in (("median", statistics.median), ("min", min), ("max", max))}})
+    return out
+
+
+def _within(rows: list[dict]) -> dict:
+    e = [abs(float(r["error"])) for r in rows]
+    return {"totals": len(e), "within_5pct": sum(x <= 0.05 for x in e), "median_abs_error": round(statistics.median(e), 4),
+            "max_abs_error": round(max(e), 4)}
+
+
+def transfer() -> list[dict]:
+    """For each model and workload W: layout cells from W's per-step timings; the other workload's totals
+    re-predicted with and without them."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fit_timemodel import load_steps
+    from benchmarks.validate_tune_h200 import repredict
+    from decodecalc.timemodel import dump_profile, packaged_profile
+    from decodecalc.timemodel.calibration_fit import add_layout_cells
+
+    shipped = packaged_profile("h200")
+    assert shipped is not None
+    physics = dataclasses.replace(shipped, residuals=None)
+    base = repredict(RESULTS / SEQUENCE)["rows"]
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in PER_STEP:
+            data = json.loads((RESULTS / name).read_text())
+            for case in data["cases"]:
+                one = Path(tmp) / "steps.json"
+                one.write_text(json.dumps({**data, "cases": [case]}))
+                ms, _ = load_steps([one])
+                prof = Path(tmp) / "profile.yaml"
+                prof.write_text(dump_profile(add_layout_cells(shipped, physics, ms, f"steps of {case['workload']}")))
+                rows = repredict(RESULTS / SEQUENCE, prof)["rows"]
+                for other in {c["workload"] for c in data["cases"]} - {case["workload"]}:
+                    mine = [r for r in rows if (r["model"], r["workload"]) == (case["model"], other)]
+                    before = [r for r in base if (r["model"], r["workload"]) == (case["model"], other)]
+                    out.append({"model": case["model"], "cells_from": case["workload"], "predicted": other,
+                                "step_timings": len(ms), "shipped": _within(before), "with_cells": _within(mine)})
+    return out
+
+
+def main() -> int:
+    sequence = json.loads((RESULTS / SEQUENCE).read_text())
+    rows = [r for name in PER_STEP for r in compare(json.loads((RESULTS / name).read_text()), sequence)]
+    for r in rows:
+        print(f"{r['model']:12s} {r['workload'][:10]:10s} {r['engine']:6s} {r['settings']:2d} settings  alone/sequence "
+              f"{r['alone_vs_sequence_median']:+.1%} [{r['alone_vs_sequence_min']:+.1%}, {r['alone_vs_sequence_max']:+.1%}]"
+              f"  predicted/alone {r['predicted_vs_alone_median']:+.1%}  predicted/sequence "
+              f"{r['predicted_vs_sequence_median']:+.1%}")
+    doc = {"per_step": list(PER_STEP), "sequence": SEQUENCE, "rows": rows}
+    if "--transfer" in sys.argv[1:]:
+        doc["transfer"] = transfer()
+        for t in doc["transfer"]:
+            a, b = t["shipped"], t["with_cells"]
+            print(f"{t['model']:12s} cells from {t['cells_from'][:10]:10s} -> {t['predicted'][:10]:10s}: "
+                  f"{a['within_5pct']}/{a['totals']} within 5% (median {a['median_abs_error']:.1%}) -> "
+                  f"{b['within_5pct']}/{b['totals']} ({b['median_abs_error']:.1%})")
+    (RESULTS / "steps-in-sequence-h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
