@@ -134,7 +134,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     sms = int(props.multi_processor_count)
     if sms != gpu.num_sms:
         raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
-                              "pass the --gpu that is installed (or --sms for a MIG slice)")
+                              "pass the --gpu that is installed (calibrate has no --sms: a MIG slice cannot be calibrated)")
     x = torch.zeros(1, device="cuda")  # per-kernel overhead of a graph replay: tiny kernels back to back
     launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
