@@ -13,6 +13,11 @@ setting:
     python benchmarks/steps_in_sequence.py            # prints the table, writes results/steps-in-sequence-h200.json
     python benchmarks/steps_in_sequence.py --transfer # also: layout cells from one workload's steps, the other
                                                       # workload re-predicted (two minutes on one core)
+    python benchmarks/steps_in_sequence.py --next     # also: the same workload's next 150 steps re-predicted
+
+``--next``: the layout cells from a workload's steps 0-149 and that workload's steps 150-299, measured as totals
+(``validate_tune_h200_layouts3_next150.json``: the layouts3 command for the two models with ``--skip-steps 150``,
+93 s on the device): does a sample of a user's own traffic correct the rest of it?
 
 ``--transfer``: the per-step timings of one workload become layout cells over the packaged profile
 (decodecalc.timemodel.calibration_fit.add_layout_cells: one offset per layout and kernel family), and the other
@@ -83,31 +88,67 @@ def transfer() -> list[dict]:
     import tempfile
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.fit_timemodel import load_steps
     from benchmarks.validate_tune_h200 import repredict
+
+    base = repredict(RESULTS / SEQUENCE)["rows"]
+    steps = {(c["model"], c["workload"]): len(c["per_step"]) for name in PER_STEP
+             for c in json.loads((RESULTS / name).read_text())["cases"]}
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        profiles = _cells_profiles(Path(tmp))
+        for (model, workload), prof in profiles.items():
+            rows = repredict(RESULTS / SEQUENCE, prof)["rows"]
+            for other in sorted({w for m, w in profiles if m == model} - {workload}):
+                mine = [r for r in rows if (r["model"], r["workload"]) == (model, other)]
+                before = [r for r in base if (r["model"], r["workload"]) == (model, other)]
+                out.append({"model": model, "cells_from": workload, "predicted": other,
+                            "step_timings": steps[(model, workload)], "shipped": _within(before),
+                            "with_cells": _within(mine)})
+    return out
+
+
+NEXT = "validate_tune_h200_layouts3_next150.json"
+
+
+def _cells_profiles(tmp: Path) -> dict[tuple[str, str], Path]:
+    """(model, workload) -> a profile file: the packaged one with the layout cells of that workload's per-step
+    timings (decodecalc.timemodel.calibration_fit.add_layout_cells)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.fit_timemodel import load_steps
     from decodecalc.timemodel import dump_profile, packaged_profile
     from decodecalc.timemodel.calibration_fit import add_layout_cells
 
     shipped = packaged_profile("h200")
     assert shipped is not None
     physics = dataclasses.replace(shipped, residuals=None)
-    base = repredict(RESULTS / SEQUENCE)["rows"]
+    out = {}
+    for name in PER_STEP:
+        data = json.loads((RESULTS / name).read_text())
+        for k, case in enumerate(data["cases"]):
+            one = tmp / f"steps-{name}-{k}.json"
+            one.write_text(json.dumps({**data, "cases": [case]}))
+            ms, _ = load_steps([one])
+            prof = tmp / f"profile-{name}-{k}.yaml"
+            prof.write_text(dump_profile(add_layout_cells(shipped, physics, ms, f"steps of {case['workload']}")))
+            out[(case["model"], case["workload"])] = prof
+    return out
+
+
+def next_steps() -> list[dict]:
+    """For each model and workload: its next 150 steps' totals re-predicted with the layout cells of its first 150."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.validate_tune_h200 import repredict
+
+    base = repredict(RESULTS / NEXT)["rows"]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in PER_STEP:
-            data = json.loads((RESULTS / name).read_text())
-            for case in data["cases"]:
-                one = Path(tmp) / "steps.json"
-                one.write_text(json.dumps({**data, "cases": [case]}))
-                ms, _ = load_steps([one])
-                prof = Path(tmp) / "profile.yaml"
-                prof.write_text(dump_profile(add_layout_cells(shipped, physics, ms, f"steps of {case['workload']}")))
-                rows = repredict(RESULTS / SEQUENCE, prof)["rows"]
-                for other in {c["workload"] for c in data["cases"]} - {case["workload"]}:
-                    mine = [r for r in rows if (r["model"], r["workload"]) == (case["model"], other)]
-                    before = [r for r in base if (r["model"], r["workload"]) == (case["model"], other)]
-                    out.append({"model": case["model"], "cells_from": case["workload"], "predicted": other,
-                                "step_timings": len(ms), "shipped": _within(before), "with_cells": _within(mine)})
+        for (model, workload), prof in _cells_profiles(Path(tmp)).items():
+            rows = repredict(RESULTS / NEXT, prof)["rows"]
+            mine = [r for r in rows if (r["model"], r["workload"]) == (model, workload)]
+            before = [r for r in base if (r["model"], r["workload"]) == (model, workload)]
+            out.append({"model": model, "workload": workload, "shipped": _within(before), "with_cells": _within(mine)})
     return out
 
 
@@ -127,6 +168,16 @@ def main() -> int:
             print(f"{t['model']:12s} cells from {t['cells_from'][:10]:10s} -> {t['predicted'][:10]:10s}: "
                   f"{a['within_5pct']}/{a['totals']} within 5% (median {a['median_abs_error']:.1%}) -> "
                   f"{b['within_5pct']}/{b['totals']} ({b['median_abs_error']:.1%})")
+    if "--next" in sys.argv[1:]:
+        doc["next"] = next_steps()
+        for t in doc["next"]:
+            a, b = t["shipped"], t["with_cells"]
+            print(f"{t['model']:12s} {t['workload'][:10]:10s} next 150 steps: {a['within_5pct']}/{a['totals']} within 5% "
+                  f"(median {a['median_abs_error']:.1%}) -> {b['within_5pct']}/{b['totals']} ({b['median_abs_error']:.1%})")
+    elif (RESULTS / "steps-in-sequence-h200.json").is_file():  # keep what an earlier --next recorded
+        doc["next"] = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("next", [])
+    if "--transfer" not in sys.argv[1:] and (RESULTS / "steps-in-sequence-h200.json").is_file():
+        doc.setdefault("transfer", json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("transfer", []))
     (RESULTS / "steps-in-sequence-h200.json").write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

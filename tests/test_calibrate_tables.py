@@ -124,3 +124,21 @@ def test_the_steps_alone_and_in_sequence_table():
                     and f"({t['step_timings']:,} step timings)" in ln)
         assert line.endswith(f"| {t['shipped']['within_5pct']} / {t['shipped']['median_abs_error']:.1%} | "
                              f"{t['with_cells']['within_5pct']} / {t['with_cells']['median_abs_error']:.1%} |")
+
+
+def test_the_next_steps_table_is_what_the_script_recorded():
+    """The "sample of a user's own traffic" table: as steps_in_sequence.py --next recorded it (the re-predictions
+    take minutes), and its total sentence adds up."""
+    section = _section("### Steps alone and in sequence")
+    recorded = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())["next"]
+    assert len(recorded) == 4
+    for t in recorded:
+        wl = "chat" if t["workload"] == "chat" else "mix (prompt 6,000, output 400)"
+        a, b = t["shipped"], t["with_cells"]
+        assert (f"| {t['model']} | {wl} | {a['within_5pct']}/{a['totals']} / {a['median_abs_error']:.1%} | "
+                f"{b['within_5pct']}/{b['totals']} / {b['median_abs_error']:.1%} |") in section
+    before = sum(t["shipped"]["within_5pct"] for t in recorded)
+    after = sum(t["with_cells"]["within_5pct"] for t in recorded)
+    total = sum(t["shipped"]["totals"] for t in recorded)
+    assert f"{before} of {total} totals within 5% before, **{after} after**" in section
+    assert after > before
