@@ -21,9 +21,10 @@ ScratchOpt = Annotated[bool, typer.Option("--from-scratch", help="Start the fit 
                                           "packaged profile's (nothing fitted to another timing).")]
 FromOpt = Annotated[Optional[Path], typer.Option("--from-measurements", help="No GPU: fit the timings a calibration "
                                                  "saved with --save-measurements.")]
-ModelsOpt = Annotated[Optional[list[str]], typer.Option("--model", "-m", metavar="<str>", help="Also time this model's head layout per "
-                                                        "rank (40 timings; repeat for several models): the map gets "
-                                                        "cells of its own.")]
+ModelsOpt = Annotated[Optional[list[str]], typer.Option(
+    "--model", "-m", metavar="<str>",
+    help="Also time this model's head layout per rank (40 timings; repeat for several models): the map gets cells of "
+         "its own.")]
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of --model (its heads per rank).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-physics", help="Time --model's layouts only and fit nothing: keep the "
                                        "starting profile and add their map cells (about 20 s).")]
@@ -80,9 +81,9 @@ def register(app: typer.Typer) -> None:
         if from_measurements is not None:
             if save_measurements is not None:
                 raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")
-            data = load_json_file(from_measurements, "calibration measurements")
             if layouts:
                 raise ConfigError("--model with --from-measurements: the saved timings say which layouts were timed")
+            data = load_json_file(from_measurements, "calibration measurements")
             prof = calibration_from_measurements(data, gpu=spec, base=base, source=str(from_measurements),
                                                  start_note=note, keep_physics=keep_physics, cold=from_scratch)
             _written(dest, prof)
