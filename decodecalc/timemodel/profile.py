@@ -366,7 +366,7 @@ def parsed_copy(yaml_text: str, data: Any) -> str:
 
 def _int_keys(pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
     # JSON has string keys only; a profile's integer keys (occupancy by head dim) are written as digits
-    return {int(k) if k.isdigit() else k: v for k, v in pairs}
+    return {int(k) if k.isascii() and k.isdigit() else k: v for k, v in pairs}
 
 
 def _read_copy(text: str) -> Any:
