@@ -14,10 +14,15 @@ setting:
     python benchmarks/steps_in_sequence.py --transfer # also: layout cells from one workload's steps, the other
                                                       # workload re-predicted (two minutes on one core)
     python benchmarks/steps_in_sequence.py --next     # also: the same workload's next 150 steps re-predicted
+    python benchmarks/steps_in_sequence.py --sampled  # also: as --next, the cells from what calibrate could time
 
 ``--next``: the layout cells from a workload's steps 0-149 and that workload's steps 150-299, measured as totals
 (``validate_tune_h200_layouts3_next150.json``: the layouts3 command for the two models with ``--skip-steps 150``,
 93 s on the device): does a sample of a user's own traffic correct the rest of it?
+
+``--sampled``: as ``--next``, but the cells come only from what a calibrate of the user's traffic could time with
+today's variants: 12 (and 24) evenly spaced steps, under static launches alone (vLLM 2D or 3D at 4, 16 or 64
+segments; SGLang static 1, 4, 16 or 64 splits).
 
 ``--transfer``: the per-step timings of one workload become layout cells over the packaged profile
 (decodecalc.timemodel.calibration_fit.add_layout_cells: one offset per layout and kernel family), and the other
@@ -110,9 +115,23 @@ def transfer() -> list[dict]:
 NEXT = "validate_tune_h200_layouts3_next150.json"
 
 
-def _cells_profiles(tmp: Path) -> dict[tuple[str, str], Path]:
+def _static_sample(case: dict, k: int) -> dict:
+    """``case`` with only the per-step rows a calibrate could time: ``k`` evenly spaced steps, static launches."""
+    def static(r: dict) -> bool:
+        launch = r["launch"]
+        if r["engine"] == "vllm":
+            return not launch["use_3d"] or int(launch["segments"]) in (4, 16, 64)
+        return (not launch["adaptive"] and int(launch["max_kv_splits"]) in (1, 4, 16, 64)
+                and len(set(launch["splits"])) == 1)
+
+    steps = sorted({r["shape_index"] for r in case["per_step"]})
+    pick = {steps[round(j * (len(steps) - 1) / (k - 1))] for j in range(k)}
+    return {**case, "per_step": [r for r in case["per_step"] if r["shape_index"] in pick and static(r)]}
+
+
+def _cells_profiles(tmp: Path, sample: int = 0) -> dict[tuple[str, str], Path]:
     """(model, workload) -> a profile file: the packaged one with the layout cells of that workload's per-step
-    timings (decodecalc.timemodel.calibration_fit.add_layout_cells)."""
+    timings (decodecalc.timemodel.calibration_fit.add_layout_cells); ``sample``: of :func:`_static_sample`'s rows."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.fit_timemodel import load_steps
     from decodecalc.timemodel import dump_profile, packaged_profile
@@ -125,6 +144,7 @@ def _cells_profiles(tmp: Path) -> dict[tuple[str, str], Path]:
     for name in PER_STEP:
         data = json.loads((RESULTS / name).read_text())
         for k, case in enumerate(data["cases"]):
+            case = _static_sample(case, sample) if sample else case
             one = tmp / f"steps-{name}-{k}.json"
             one.write_text(json.dumps({**data, "cases": [case]}))
             ms, _ = load_steps([one])
@@ -134,8 +154,9 @@ def _cells_profiles(tmp: Path) -> dict[tuple[str, str], Path]:
     return out
 
 
-def next_steps() -> list[dict]:
-    """For each model and workload: its next 150 steps' totals re-predicted with the layout cells of its first 150."""
+def next_steps(sample: int = 0) -> list[dict]:
+    """For each model and workload: its next 150 steps' totals re-predicted with the layout cells of its first 150
+    (``sample``: of that many of them, static launches only)."""
     import tempfile
 
     sys.path.insert(0, str(ROOT))
@@ -144,7 +165,7 @@ def next_steps() -> list[dict]:
     base = repredict(RESULTS / NEXT)["rows"]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for (model, workload), prof in _cells_profiles(Path(tmp)).items():
+        for (model, workload), prof in _cells_profiles(Path(tmp), sample).items():
             rows = repredict(RESULTS / NEXT, prof)["rows"]
             mine = [r for r in rows if (r["model"], r["workload"]) == (model, workload)]
             before = [r for r in base if (r["model"], r["workload"]) == (model, workload)]
@@ -176,6 +197,13 @@ def main() -> int:
                   f"(median {a['median_abs_error']:.1%}) -> {b['within_5pct']}/{b['totals']} ({b['median_abs_error']:.1%})")
     elif (RESULTS / "steps-in-sequence-h200.json").is_file():  # keep what an earlier --next recorded
         doc["next"] = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("next", [])
+    if "--sampled" in sys.argv[1:]:
+        doc["sampled"] = {str(k): next_steps(k) for k in (12, 24)}
+        for k, rows in doc["sampled"].items():
+            print(f"{k} sampled steps, static launches: {sum(t['shipped']['within_5pct'] for t in rows)} -> "
+                  f"{sum(t['with_cells']['within_5pct'] for t in rows)} of {sum(t['shipped']['totals'] for t in rows)}")
+    elif (RESULTS / "steps-in-sequence-h200.json").is_file():
+        doc["sampled"] = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("sampled", {})
     if "--transfer" not in sys.argv[1:] and (RESULTS / "steps-in-sequence-h200.json").is_file():
         doc.setdefault("transfer", json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("transfer", []))
     (RESULTS / "steps-in-sequence-h200.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -142,3 +142,14 @@ def test_the_next_steps_table_is_what_the_script_recorded():
     total = sum(t["shipped"]["totals"] for t in recorded)
     assert f"{before} of {total} totals within 5% before, **{after} after**" in section
     assert after > before
+
+
+def test_the_sampled_calibrate_sentence_is_what_the_script_recorded():
+    section = _section("### Steps alone and in sequence")
+    sampled = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())["sampled"]
+    before = {k: sum(t["shipped"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
+    after = {k: sum(t["with_cells"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
+    total = sum(t["shipped"]["totals"] for t in sampled["12"])
+    assert f"**{before['12']} -> {after['12']} of\n{total}**" in section or \
+        f"**{before['12']} -> {after['12']} of {total}**" in section
+    assert f"24 steps the same {after['24']}" in section and after["24"] == after["12"]
