@@ -22,7 +22,7 @@ setting:
 
 ``--sampled``: as ``--next``, but the cells come only from what a calibrate of the user's traffic could time with
 today's variants: 12 (and 24) evenly spaced steps, under static launches alone (vLLM 2D or 3D at 4, 16 or 64
-segments; SGLang static 1, 4, 16 or 64 splits).
+segments; SGLang static 1, 4, 16 or 64 splits); and from 6 (and 12) steps under every launch the engines made.
 
 ``--transfer``: the per-step timings of one workload become layout cells over the packaged profile
 (decodecalc.timemodel.calibration_fit.add_layout_cells: one offset per layout and kernel family), and the other
@@ -115,9 +115,12 @@ def transfer() -> list[dict]:
 NEXT = "validate_tune_h200_layouts3_next150.json"
 
 
-def _static_sample(case: dict, k: int) -> dict:
-    """``case`` with only the per-step rows a calibrate could time: ``k`` evenly spaced steps, static launches."""
+def _sample(case: dict, k: int, static_only: bool = True) -> dict:
+    """``case`` with only the per-step rows of ``k`` evenly spaced steps; ``static_only``: only the launches today's
+    calibrate variants make (else every launch the engines made for the settings tune compares)."""
     def static(r: dict) -> bool:
+        if not static_only:
+            return True
         launch = r["launch"]
         if r["engine"] == "vllm":
             return not launch["use_3d"] or int(launch["segments"]) in (4, 16, 64)
@@ -129,9 +132,9 @@ def _static_sample(case: dict, k: int) -> dict:
     return {**case, "per_step": [r for r in case["per_step"] if r["shape_index"] in pick and static(r)]}
 
 
-def _cells_profiles(tmp: Path, sample: int = 0) -> dict[tuple[str, str], Path]:
+def _cells_profiles(tmp: Path, sample: int = 0, static_only: bool = True) -> dict[tuple[str, str], Path]:
     """(model, workload) -> a profile file: the packaged one with the layout cells of that workload's per-step
-    timings (decodecalc.timemodel.calibration_fit.add_layout_cells); ``sample``: of :func:`_static_sample`'s rows."""
+    timings (decodecalc.timemodel.calibration_fit.add_layout_cells); ``sample``: of :func:`_sample`'s rows."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.fit_timemodel import load_steps
     from decodecalc.timemodel import dump_profile, packaged_profile
@@ -144,7 +147,7 @@ def _cells_profiles(tmp: Path, sample: int = 0) -> dict[tuple[str, str], Path]:
     for name in PER_STEP:
         data = json.loads((RESULTS / name).read_text())
         for k, case in enumerate(data["cases"]):
-            case = _static_sample(case, sample) if sample else case
+            case = _sample(case, sample, static_only) if sample else case
             one = tmp / f"steps-{name}-{k}.json"
             one.write_text(json.dumps({**data, "cases": [case]}))
             ms, _ = load_steps([one])
@@ -154,9 +157,9 @@ def _cells_profiles(tmp: Path, sample: int = 0) -> dict[tuple[str, str], Path]:
     return out
 
 
-def next_steps(sample: int = 0) -> list[dict]:
+def next_steps(sample: int = 0, static_only: bool = True) -> list[dict]:
     """For each model and workload: its next 150 steps' totals re-predicted with the layout cells of its first 150
-    (``sample``: of that many of them, static launches only)."""
+    (``sample``: of that many of them, :func:`_sample`)."""
     import tempfile
 
     sys.path.insert(0, str(ROOT))
@@ -165,7 +168,7 @@ def next_steps(sample: int = 0) -> list[dict]:
     base = repredict(RESULTS / NEXT)["rows"]
     out = []
     with tempfile.TemporaryDirectory() as tmp:
-        for (model, workload), prof in _cells_profiles(Path(tmp), sample).items():
+        for (model, workload), prof in _cells_profiles(Path(tmp), sample, static_only).items():
             rows = repredict(RESULTS / NEXT, prof)["rows"]
             mine = [r for r in rows if (r["model"], r["workload"]) == (model, workload)]
             before = [r for r in base if (r["model"], r["workload"]) == (model, workload)]
@@ -199,11 +202,15 @@ def main() -> int:
         doc["next"] = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("next", [])
     if "--sampled" in sys.argv[1:]:
         doc["sampled"] = {str(k): next_steps(k) for k in (12, 24)}
-        for k, rows in doc["sampled"].items():
-            print(f"{k} sampled steps, static launches: {sum(t['shipped']['within_5pct'] for t in rows)} -> "
-                  f"{sum(t['with_cells']['within_5pct'] for t in rows)} of {sum(t['shipped']['totals'] for t in rows)}")
+        doc["sampled_engine_launches"] = {str(k): next_steps(k, static_only=False) for k in (6, 12)}
+        for key in ("sampled", "sampled_engine_launches"):
+            for k, rows in doc[key].items():
+                print(f"{key} {k} steps: {sum(t['shipped']['within_5pct'] for t in rows)} -> "
+                      f"{sum(t['with_cells']['within_5pct'] for t in rows)} of {sum(t['shipped']['totals'] for t in rows)}")
     elif (RESULTS / "steps-in-sequence-h200.json").is_file():
-        doc["sampled"] = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("sampled", {})
+        old = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())
+        doc["sampled"] = old.get("sampled", {})
+        doc["sampled_engine_launches"] = old.get("sampled_engine_launches", {})
     if "--transfer" not in sys.argv[1:] and (RESULTS / "steps-in-sequence-h200.json").is_file():
         doc.setdefault("transfer", json.loads((RESULTS / "steps-in-sequence-h200.json").read_text()).get("transfer", []))
     (RESULTS / "steps-in-sequence-h200.json").write_text(json.dumps(doc, indent=1) + "\n")

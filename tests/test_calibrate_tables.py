@@ -153,3 +153,12 @@ def test_the_sampled_calibrate_sentence_is_what_the_script_recorded():
     assert f"**{before['12']} -> {after['12']} of\n{total}**" in section or \
         f"**{before['12']} -> {after['12']} of {total}**" in section
     assert f"24 steps the same {after['24']}" in section and after["24"] == after["12"]
+
+
+def test_the_sampled_engine_launches_sentence_is_what_the_script_recorded():
+    section = " ".join(_section("### Steps alone and in sequence").split())
+    sampled = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())["sampled_engine_launches"]
+    after = {k: sum(t["with_cells"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
+    before = sum(t["shipped"]["within_5pct"] for t in sampled["6"])
+    total = sum(t["shipped"]["totals"] for t in sampled["6"])
+    assert f"give **{before} -> {after['6']} of {total}**, and on 12 steps {after['12']}" in section
