@@ -40,7 +40,7 @@ def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | floa
     b = np.round(v / QUERY_STEP).astype(np.int64)
     # one int64 per (a, b) memo point (|a|, |b| < 2^20: 2^65,536 iterations or programs), unique in one dimension
     uniq, inverse = np.unique((a << 21) + (b + (1 << 20)), return_inverse=True)
-    cell = rmap.cell_for(la.cell, la.layout_cell or la.cell)
+    cell = rmap.cell_for(la.cell, la.layout_cell)
     lf = np.array([rmap.log_factor_at(cell, k >> 21, (k & ((1 << 21) - 1)) - (1 << 20))[0]
                    for k in uniq.tolist()])
     return np.exp(lf)[inverse.reshape(-1)]

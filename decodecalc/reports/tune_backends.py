@@ -40,8 +40,9 @@ class BackendNote:
         return d
 
 #: FA3's num_splits as each engine passes it: vLLM flash_attn_max_num_splits_for_cuda_graph (default 32) under full
-#: CUDA graphs (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0); SGLang none (0: the kernel's
-#: own heuristic)
+#: CUDA graphs (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0); SGLang 0, the FA runtime's own
+#: split sizing, outside deterministic inference (sglang/srt/layers/attention/flashattention_backend.py L338-341,
+#: 0.5.23)
 _FA3_SPLITS = {"vllm": 32, "sglang": 0}
 
 

@@ -94,14 +94,18 @@ def cell_key(family: str, group_size: int, head_dim: int, aux_kernel: str = "", 
             + (f"/{aux_kernel}" if aux_kernel else ""))
 
 
+def _kv_part(part: str) -> bool:
+    return part[:2] == "kv" and part[2:].isdigit()
+
+
 def is_layout_cell(cell: str) -> bool:
     """Whether ``cell`` is a layout cell (it names the KV heads per rank: a ``kv<N>`` part)."""
-    return any(part[:2] == "kv" and part[2:].isdigit() for part in cell.split("/"))
+    return any(_kv_part(part) for part in cell.split("/"))
 
 
 def group_cell_of(cell: str) -> str:
     """The group cell a layout cell refines (``cell`` without its ``kv<N>`` part)."""
-    return "/".join(part for part in cell.split("/") if not (part[:2] == "kv" and part[2:].isdigit()))
+    return "/".join(part for part in cell.split("/") if not _kv_part(part))
 
 
 def launch_cells(lw: LaunchWork) -> tuple[str, str]:
@@ -110,7 +114,7 @@ def launch_cells(lw: LaunchWork) -> tuple[str, str]:
     k = lw.kernels[0]
     aux = (lw.aux_kernel or f"x{lw.extra_launches}") if lw.extra_launches else ""
     return (cell_key(k.family, lw.group_size, k.head_dim, aux),
-            cell_key(k.family, lw.group_size, k.head_dim, aux, getattr(lw, "kv_heads", 0)))
+            cell_key(k.family, lw.group_size, k.head_dim, aux, lw.kv_heads))
 
 
 def _uv(lw: LaunchWork, profile: TimeProfile) -> tuple[float, float]:
