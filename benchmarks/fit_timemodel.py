@@ -85,8 +85,7 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     launch, its work rebuilt from the stored launch (vLLM: 2D/3D and segments; SGLang: per-sequence splits,
     the grid's max_kv_splits and whether a split-count kernel ran) by today's work functions."""
     from decodecalc.specs.models import resolve_model
-    from decodecalc.timemodel.fit import Shape
-    from decodecalc.timemodel.work import COPY_KERNEL, SPLIT_COUNT_KERNEL, sglang_work, vllm_work
+    from decodecalc.timemodel.step_rows import step_measurement
     from decodecalc.workload import make_workload
 
     ms: list[Measurement] = []
@@ -95,26 +94,10 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
         for case in json.loads(p.read_text())["cases"]:
             w = make_workload(resolve_model(case["model"]), tp=int(case["tp"]))
             for r in case.get("per_step", ()):
-                shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=tuple(r["seq_lens"]),
-                              head_size=w.head_size, head_size_v=w.head_size_v)
-                launch = r["launch"]
-                if r["engine"] == "vllm":
-                    s = int(launch["segments"]) if launch["use_3d"] else 1
-                    work = vllm_work(shape, splits=s, use_3d=bool(launch["use_3d"]))
-                    variant = f"vllm-3d-S{s}" if launch["use_3d"] else "vllm-2d"
-                else:
-                    splits = tuple(int(x) for x in launch["splits"])
-                    # the counts came from the engine's split-count kernel or (proposed rules) a copy
-                    work = sglang_work(shape, splits=splits, max_kv_splits=int(launch["max_kv_splits"]),
-                                       adaptive=bool(launch["adaptive"]),
-                                       aux_kernel=SPLIT_COUNT_KERNEL if r.get("engine_split_kernel", True)
-                                       else COPY_KERNEL)
-                    s = max(splits)
-                    variant = f"sglang-step-M{launch['max_kv_splits']}{'-a' if launch['adaptive'] else ''}"
-                ms.append(Measurement(shape=shape, kernel=r["engine"], variant=variant, splits=s,
-                                      time_s=float(r["t_us"]) * 1e-6, work=work,
-                                      model=f"{case['model']} {case['workload']}"))
-                origin.setdefault(shape.key, p.name)
+                m = step_measurement(r, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, head_size=w.head_size,
+                                     head_size_v=w.head_size_v, model=f"{case['model']} {case['workload']}")
+                ms.append(m)
+                origin.setdefault(m.shape.key, p.name)
     return ms, origin
 
 

@@ -34,7 +34,6 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from decodecalc.derived import cdiv, next_power_of_2
-from decodecalc.launchers.base import KernelKind
 from decodecalc.launchers.sglang_triton import plan_sglang
 from decodecalc.launchers.vllm_unified import plan_vllm
 from decodecalc.batch.launches import VllmForcedRecipe
@@ -49,6 +48,7 @@ from decodecalc.reports.heuristics import (
     score_heuristics,
     select_heuristics,
 )
+from decodecalc.reports.step_launches import vllm_launch
 from decodecalc.reports.tune import make_context, tune
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
@@ -80,17 +80,11 @@ class VllmSpec(NamedTuple):
 
 
 def vllm_spec(plan_result: Any) -> VllmSpec:
-    """The launch of one step as the engine runs it (3D: what the launcher's gate decided for the batch that
-    runs)."""
-    be = plan_result.backend
-    running = plan_result.replay.plan if plan_result.replay is not None else plan_result.plan
-    use_3d = any(k.kind is KernelKind.VLLM_UNIFIED_3D for k in running.kernels)
-    if plan_result.replay is not None:
-        rp = plan_result.replay
-        return VllmSpec("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, rp.num_reqs_padded,
-                        rp.num_tokens_padded, use_3d)
-    w_b = len(plan_result.plan.splits)
-    return VllmSpec("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, w_b, w_b, use_3d)
+    """The launch of one step as the engine runs it (decodecalc.reports.step_launches.vllm_launch: the padded batch
+    and the kernel the gate picks for it) with the gate's inputs."""
+    be, launch = plan_result.backend, vllm_launch(plan_result)
+    return VllmSpec("vllm", be.seq_threshold_3D, be.num_par_softmax_segments, launch["batch_run"],
+                    launch["tokens_run"], launch["use_3d"])
 
 
 def launch_recipe(spec: tuple) -> dict[str, Any]:

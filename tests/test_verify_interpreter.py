@@ -390,3 +390,38 @@ def test_calibration_steps_compute_attention(variant):
                               bench.scale)
     err = compare(bench.out, ref, [1, 1])
     assert err["nan_count"] == 0 and err["max_err_vs_max"] < 5e-3, err
+
+
+@pytest.mark.parametrize("launch, engine_kernel", [
+    ({"engine": "vllm", "use_3d": True, "segments": 4, "batch_run": 4, "tokens_run": 4}, False),  # graph-padded
+    ({"engine": "vllm", "use_3d": False, "segments": 1, "batch_run": 2, "tokens_run": 2}, False),
+    ({"engine": "sglang", "splits": [1, 3], "max_kv_splits": 4, "adaptive": True}, True),  # counts on the device
+    ({"engine": "sglang", "splits": [2, 2], "max_kv_splits": 2, "adaptive": False}, False),
+])
+def test_workload_step_launches_compute_attention(launch, engine_kernel):
+    """calibrate --workload's timed launches (ShapeBench.launch: vLLM on the padded replay batch, SGLang with
+    per-sequence split counts, written by the engine's own split-count kernel when adaptive) are attention."""
+    from decodecalc.verify.calibration import ShapeBench
+    from decodecalc.verify.locate import UpstreamVersionWarning
+    from decodecalc.verify.torch_ref import compare, reference_attention
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    system = launch["engine"]
+    _sources_or_skip(system)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UpstreamVersionWarning)
+        kernels = load_vllm(interpret=True) if system == "vllm" else load_sglang(interpret=True)
+    lens = [40, 70]
+    bench = ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16)
+    step = bench.launch(launch, engine_kernel)
+    step.out.fill_(float("nan"))
+    step(1)
+    ref = reference_attention(bench.q, bench.kv.k_cache, bench.kv.v_cache, bench.kv.block_tables[1], lens, [1, 1],
+                              bench.scale)
+    err = compare(step.out[:2], ref, [1, 1])
+    assert err["nan_count"] == 0 and err["max_err_vs_max"] < 5e-3, err
+    if engine_kernel:  # the engine's split-count kernel wrote the counts decodecalc's launcher module predicts
+        from decodecalc.launchers.sglang_triton import get_num_kv_splits
+
+        want = get_num_kv_splits(tuple(lens), num_head=8, num_kv_head=2, max_kv_splits=4, device_core_count=132)
+        assert step.num_kv_splits.tolist() == list(want) != launch["splits"]

@@ -8,6 +8,18 @@ from typing import Annotated, Any, Optional
 import typer
 
 from decodecalc.commands.options import SglangSrcOpt, VllmSrcOpt, handle_errors
+from decodecalc.commands.tune import (
+    ColumnsOpt,
+    ConcurrencyOpt,
+    FormatOpt,
+    MaxRequestsOpt,
+    MetricsModelOpt,
+    MetricsOpt,
+    RequestsOpt,
+    StepsOpt,
+    TokenizerOpt,
+    WorkloadOpt,
+)
 from decodecalc.errors import ConfigError
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
@@ -28,6 +40,9 @@ ModelsOpt = Annotated[Optional[list[str]], typer.Option(
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of --model (its heads per rank).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-physics", help="Time --model's layouts only and fit nothing: keep the "
                                        "starting profile and add their map cells (about 20 s).")]
+SampleOpt = Annotated[int, typer.Option("--sample-steps", help="With a workload: how many evenly spaced steps of it to "
+                                        "time, each under every launch of tune's search (6: about 110 timings, "
+                                        "well under a minute).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -46,9 +61,22 @@ def register(app: typer.Typer) -> None:
         model: ModelsOpt = None,
         tp: TpOpt = 1,
         keep_physics: KeepOpt = False,
+        workload: WorkloadOpt = None,
+        steps: StepsOpt = None,
+        requests: RequestsOpt = None,
+        metrics: MetricsOpt = None,
+        metrics_model: MetricsModelOpt = None,
+        trace_format: FormatOpt = None,
+        columns: ColumnsOpt = None,
+        tokenizer: TokenizerOpt = None,
+        max_requests: MaxRequestsOpt = None,
+        concurrency: ConcurrencyOpt = None,
+        sample_steps: SampleOpt = 6,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
-        the profile that `recommend`, `grid` and `compare` then use."""
+        the profile that `recommend`, `grid`, `compare` and `tune` then use. With --model and a workload (--workload,
+        --requests or --steps): also time a few sampled steps of that traffic under every launch tune's search makes,
+        and give the model's head layout map cells of its own from them."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -65,6 +93,15 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--keep-physics with --from-scratch, --quick or --thorough: --keep-physics fits nothing")
         if keep_physics and not model and from_measurements is None:
             raise ConfigError("--keep-physics needs --model: it times only the models' own head layouts")
+        given = [n for n, v in (("--workload", workload), ("--requests", requests), ("--steps", steps),
+                                              ("--metrics", metrics)) if v is not None]
+        if given and from_measurements is not None:
+            raise ConfigError(f"{given[0]} with --from-measurements: the saved timings say which workload was sampled")
+        if given and len(model or ()) != 1:
+            raise ConfigError(f"{given[0]} needs exactly one --model (the model serving that traffic), got "
+                              f"{len(model or ())}")
+        if not 1 <= sample_steps <= 64:
+            raise ConfigError(f"--sample-steps {sample_steps}: expected an integer in [1, 64]")
         layouts = [_layout(m, tp) for m in model or ()]
         spec = resolve_gpu(gpu)
         dest = output or (user_profile_dir() / f"{spec.name}.yaml")
@@ -88,6 +125,13 @@ def register(app: typer.Typer) -> None:
                                                  start_note=note, keep_physics=keep_physics, cold=from_scratch)
             _written(dest, prof)
             return
+        sample = None
+        if given:  # the traffic first: a bad file fails before the GPU is looked at
+            sample = _workload_sample(model[0], tp, spec.name, sample_steps, workload=workload, steps=steps,
+                                      requests=requests, metrics=metrics, metrics_model=metrics_model,
+                                      trace_format=trace_format, columns=columns, tokenizer=tokenizer,
+                                      max_requests=max_requests, concurrency=concurrency)
+            layouts = []  # the workload's steps replace the layout's calibrate shapes
         cuda_or_error()  # a clear error before any progress bar
         console = Console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -105,7 +149,7 @@ def register(app: typer.Typer) -> None:
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
                                       progress=progress, start_note=note, thorough=thorough, measured=measured,
-                                      layouts=layouts, keep_physics=keep_physics, cold=from_scratch)
+                                      layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample)
         _written(dest, prof)
 
 
@@ -122,6 +166,27 @@ def _layout(model_id: str, tp: int) -> tuple[int, int, int]:
     return h, h_kv, m.head_dim
 
 
+def _workload_sample(model_id: str, tp: int, gpu: str, k: int, *, workload: str | None, steps: Path | None,
+                     requests: Path | None, metrics: str | None, metrics_model: str | None, trace_format: str | None,
+                     columns: str | None, tokenizer: Path | None, max_requests: int | None,
+                     concurrency: int | None) -> Any:
+    """``k`` sampled steps of the user's traffic under every launch of tune's search (the engine defaults)."""
+    from decodecalc.api import load_workload, tune_for, tune_inputs
+    from decodecalc.reports.step_launches import workload_sample
+
+    _layout(model_id, tp)  # MLA is refused here too
+    inputs = tune_inputs(model_id, tp=tp, gpu=gpu)
+    trace = load_workload(steps=steps, requests=requests, workload=workload, metrics=metrics,
+                          metrics_model=metrics_model, concurrency=concurrency,
+                          trace_format=trace_format, columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
+                          model_hint=inputs.work.model.hf_id, max_requests=max_requests)
+    result = tune_for(inputs, trace, heuristics="none")
+    if not result.engines:
+        raise ConfigError(f"this workload runs on neither engine's Triton decode kernel ({'; '.join(result.skipped.values())})")
+    source = workload or str(requests or steps or metrics)
+    return workload_sample(result, k, model=model_id, tp=tp, source=source)
+
+
 def _written(dest: Path, prof: Any) -> None:
     from decodecalc.commands.output import write_atomic
     from decodecalc.timemodel import dump_profile
@@ -133,3 +198,8 @@ def _written(dest: Path, prof: Any) -> None:
                f"90th percentile {fit.get('p90_abs_err', 0):.1%} (the physics alone: "
                f"{fit.get('physics_median_abs_err', 0):.1%}, {fit.get('physics_p90_abs_err', 0):.1%}; the rest is the "
                f"residual map of these timings, in sample)")
+    wl = fit.get("workload")
+    if wl:
+        typer.echo(f"  {wl['source']} ({wl['model']} TP{wl['tp']}): {wl['timings']} timings of {len(wl['sampled_steps'])} "
+                   f"sampled steps of {wl['steps']:,}; median error on them {wl['median_abs_err_before']:.1%} before "
+                   f"the layout cells, {wl['median_abs_err_after']:.1%} after (in sample)")

@@ -98,7 +98,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                          launch_overhead_s: float | None, device_name: str = "", versions: str = "",
                          search_occupancy: bool = True, start_note: str = "the starting profile's",
                          keep_physics: bool = False, layouts: Sequence[Sequence[int]] = (),
-                         cold: bool = False) -> TimeProfile:
+                         cold: bool = False, workload: Mapping[str, Any] | None = None) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
     cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
@@ -106,36 +106,46 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     CALIBRATE_COLD`, else :data:`~decodecalc.timemodel.recipe.CALIBRATE`.
     ``layouts``: the (query heads, KV heads, head dim) per rank of ``--model``, whose timings also give layout
     cells. ``keep_physics``: no fit; ``base``'s physics and map are kept, and the map gains the layout cells of
-    these timings (every one of them: a layout's own offset, where ``base`` pools it with its group size)."""
+    these timings (every one of them: a layout's own offset, where ``base`` pools it with its group size).
+    ``workload``: the ``workload`` record of ``calibrate --workload`` (:meth:`decodecalc.reports.step_launches.
+    WorkloadSample.saved`): its sampled steps under the engines' own launches give the layout cells instead of the
+    layouts' calibrate shapes (the measured better source: decodecalc.reports.step_launches)."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
-    if len(ms) < max(1, len(rows) // 2):
-        errs = [r.get("error", "") for r in rows if r.get("status") != "ok"]
-        raise DecodecalcError(f"calibration failed: only {len(ms)} of {len(rows)} measurements succeeded "
-                              f"(first error: {errs[0] if errs else '?'})")
+    _enough(rows, len(ms), "measurements")
+    steps = workload_measurements(workload) if workload else []
+    if workload:
+        _enough(workload["rows"], len(steps), "workload step timings")
     start = dataclasses.replace(base, gpu=gpu.name, num_sms=num_sms)
     where = f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings on {device_name or gpu.name}"
+    step_where = (f"{len(steps)} timings of {len(workload['sampled_steps'])} sampled steps of {workload['source']} "
+                  f"({workload['model']} TP{workload['tp']}) on {device_name or gpu.name}" if workload else "")
+    if not ms and not steps:
+        raise DecodecalcError("calibration failed: nothing was timed")
     if keep_physics:
-        physics = dataclasses.replace(start, residuals=None)
+        physics, before_cells = dataclasses.replace(start, residuals=None), start
         # the starting map's cells stay (its group cells were measured against this very physics)
-        fitted = add_layout_cells(start, physics, ms, where)
+        fitted = add_layout_cells(start, physics, steps or ms, step_where or where)
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
         # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
         # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
-        fitted = with_residuals(physics, ms, source=where)
+        fitted = before_cells = with_residuals(physics, ms, source=where)
         wanted = {tuple(int(x) for x in lay) for lay in layouts}
-        own = [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
-        if own:  # --model's layouts: their offsets over the group cells just built
-            fitted = add_layout_cells(fitted, physics, own, "")
-    stats, bare = error_summary(fitted, ms), error_summary(physics, ms)
+        own = steps or [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
+        if own:  # --model's layouts (or --workload's steps): their offsets over the group cells just built
+            fitted = add_layout_cells(fitted, physics, own, step_where)
+    every = [*ms, *steps]
+    stats, bare = error_summary(fitted, every), error_summary(physics, every)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
     uncal = sorted(set(fitted.families) - fams_seen)
     if keep_physics:  # nothing was refitted: the start's record of what it calibrated (and its domain) stays
         uncal = sorted(start.fit.get("uncalibrated_families") or ())
-    timed = sorted({(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) for m in ms})
-    what = (f"{len(ms)} timings of {versions or 'the upstream'} kernels"
-            + (f" ({', '.join(f'{h}:{kv} d{d}' for h, kv, d in timed)})" if len(timed) <= 12 else ""))
+    timed = sorted({(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) for m in every})
+    what = (f"{len(every)} timings of {versions or 'the upstream'} kernels"
+            + (f" ({', '.join(f'{h}:{kv} d{d}' for h, kv, d in timed)})" if len(timed) <= 12 else "")
+            + (f", {len(steps)} of them {len(workload['sampled_steps'])} sampled steps of {workload['source']} under "
+               "the engines' own launches" if workload else ""))
     return dataclasses.replace(
         fitted, calibrated=True,
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {what}; "
@@ -143,11 +153,41 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                    if keep_physics else
                    f"families not measured keep {start_note} values")),
         fit={**({k: start.fit[k] for k in _KEPT_FIT if k in start.fit} if keep_physics else {}),
-             "rows": len(ms), "median_abs_err": round(stats["median_abs_err"], 4),
+             "rows": len(every), "median_abs_err": round(stats["median_abs_err"], 4),
              "p90_abs_err": round(stats["p90_abs_err"], 4),
              "physics_median_abs_err": round(bare["median_abs_err"], 4),
              "physics_p90_abs_err": round(bare["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
-             "uncalibrated_families": uncal})
+             "uncalibrated_families": uncal,
+             **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {})})
+
+
+def _enough(rows: Sequence[Any], ok: int, what: str) -> None:
+    """At least half of the timings (and one) succeeded, else the calibration failed."""
+    if rows and ok < max(1, len(rows) // 2):
+        errs = [r.get("error", "") for r in rows if isinstance(r, Mapping) and r.get("status") != "ok"]
+        raise DecodecalcError(f"calibration failed: only {ok} of {len(rows)} {what} succeeded "
+                              f"(first error: {errs[0] if errs else '?'})")
+
+
+def workload_measurements(workload: Mapping[str, Any]) -> list[Any]:
+    """The sampled steps' timings of a ``workload`` record as measurements of its head layout."""
+    from decodecalc.timemodel.step_rows import step_measurement
+
+    return [step_measurement(r, num_heads=int(workload["num_heads"]), num_kv_heads=int(workload["num_kv_heads"]),
+                             head_size=int(workload["head_size"]), head_size_v=int(workload["head_size_v"]),
+                             model=f"{workload['model']} {workload['source']}")
+            for r in workload["rows"] if r.get("status", "ok") == "ok"]
+
+
+def _workload_fit(workload: Mapping[str, Any], steps: Sequence[Any], before: TimeProfile,
+                  after: TimeProfile) -> dict[str, Any]:
+    """What the profile records of ``--workload``: the traffic sampled, and the error on its step timings before the
+    layout cells and after (in sample: the cells are made from them)."""
+    b, a = error_summary(before, steps), error_summary(after, steps)
+    return {"model": workload["model"], "tp": workload["tp"], "source": workload["source"],
+            "steps": workload["num_steps"], "sampled_steps": list(workload["sampled_steps"]), "timings": len(steps),
+            "median_abs_err_before": round(b["median_abs_err"], 4), "p90_abs_err_before": round(b["p90_abs_err"], 4),
+            "median_abs_err_after": round(a["median_abs_err"], 4), "p90_abs_err_after": round(a["p90_abs_err"], 4)}
 
 
 #: what a saved calibration row may hold (a file is data: nothing in it may cost more than the calibration did)
@@ -198,9 +238,10 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
     (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
     needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead. The
     ``layouts`` --model named are saved with the timings, so their layout cells come back too."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not data["cases"]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not (
+            data["cases"] or data.get("workload")):
         raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
-                          "list, as calibrate --save-measurements writes)")
+                          "list or a 'workload' record, as calibrate --save-measurements writes)")
     if data.get("gpu") not in (None, gpu.name):
         raise ConfigError(f"{source}: field 'gpu': measured on {data['gpu']!r}, not --gpu {gpu.name}")
     for i, r in enumerate(data["cases"]):
@@ -215,7 +256,43 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
     return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
                                 start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source),
-                                cold=cold)
+                                cold=cold, workload=_saved_workload(data, source))
+
+
+#: the head layout fields of a saved ``workload`` record (per rank)
+_WORKLOAD_INTS = ("tp", "num_heads", "num_kv_heads", "head_size", "head_size_v", "num_steps")
+
+
+def _saved_workload(data: Mapping[str, Any], source: str) -> Mapping[str, Any] | None:
+    """The ``workload`` record of ``calibrate --workload``'s saved timings, checked field by field (or None)."""
+    from decodecalc.timemodel.step_rows import check_step_row
+
+    wl = data.get("workload")
+    if wl is None:
+        return None
+    where = f"{source}: workload"
+    if not isinstance(wl, Mapping):
+        raise ConfigError(f"{where}: expected an object, as calibrate --workload --save-measurements writes it")
+    for key in _WORKLOAD_INTS:
+        v = wl.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= (1 << 40 if key == "num_steps" else 1024):
+            raise ConfigError(f"{where}: field {key!r}: {v!r}; expected a positive integer")
+    if wl["num_heads"] % wl["num_kv_heads"]:
+        raise ConfigError(f"{where}: num_heads {wl['num_heads']} is not a multiple of num_kv_heads {wl['num_kv_heads']}")
+    for key in ("model", "source"):
+        if not isinstance(wl.get(key), str) or not wl[key]:
+            raise ConfigError(f"{where}: field {key!r}: expected a non-empty string")
+    steps, rows = wl.get("sampled_steps"), wl.get("rows")
+    if not isinstance(steps, list) or not steps or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                             for x in steps):
+        raise ConfigError(f"{where}: field 'sampled_steps': expected a non-empty list of step indices")
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"{where}: field 'rows': expected a non-empty list of step timings")
+    for i, r in enumerate(rows):
+        if isinstance(r, Mapping) and r.get("status", "ok") != "ok":
+            continue  # a failed timing: skipped, as calibrate skips it
+        check_step_row(r, f"{where}: rows[{i}]")
+    return wl
 
 
 def _saved_layouts(data: Mapping[str, Any], source: str) -> list[tuple[int, int, int]]:

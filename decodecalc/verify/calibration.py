@@ -16,6 +16,7 @@ from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError
 from decodecalc.extras import install_hint
 from decodecalc.timemodel import TimeProfile
+from decodecalc.reports.step_launches import WorkloadSample
 from decodecalc.timemodel.calibration_fit import calibration_plan, fit_calibration_rows
 from decodecalc.verify import engine
 from decodecalc.verify.timing import graph_seconds
@@ -95,6 +96,58 @@ class ShapeBench:
                 self.sk, q=self.q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=self.out, kv_indptr=self.indptr,
                 kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=S,
                 sm_scale=self.scale, use_pdl=dev == "cuda")
+        sstep.out = self.out  # type: ignore[attr-defined]
+        sstep.num_kv_splits = ns  # type: ignore[attr-defined]
+        return sstep
+
+
+    def launch(self, launch: dict[str, Any], engine_split_kernel: bool = False) -> Callable[[int], None]:
+        """The step function of an engine's own launch of this step (:mod:`decodecalc.reports.step_launches`): vLLM's
+        2D or 3D kernel on the batch the FULL CUDA graph replays (padding rows of length 0), SGLang's kernel with
+        per-sequence split counts, written on the device by the engine's split-count kernel when
+        ``engine_split_kernel`` (adaptive), else fixed."""
+        torch, B, h, h_kv, d, kv, dev = self.torch, len(self.lens), self.h, self.h_kv, self.d, self.kv, self.device
+        if launch["engine"] == "vllm":
+            b_run, t_run = max(int(launch["batch_run"]), B), max(int(launch["tokens_run"]), B)
+            S = int(launch["segments"])
+            thr = 1 << 20 if launch["use_3d"] else 0  # the gate's decision, taken as the launch says
+            # the padded rows' queries are never read (their length is 0); the real rows are the bench's own
+            q = torch.cat([self.q, torch.zeros((t_run - B, h, d), device=dev, dtype=self.q.dtype)])
+            out = torch.empty_like(q)
+            seq_lens = torch.tensor(list(self.lens) + [0] * (b_run - B), dtype=torch.int32, device=dev)
+            cu_q = torch.tensor(list(range(B + 1)) + [B] * (b_run - B), dtype=torch.int32, device=dev)
+            tables = torch.zeros((kv.block_tables.shape[0], b_run, kv.block_tables.shape[2]), dtype=torch.int32,
+                                 device=dev)
+            tables[:, :B] = kv.block_tables
+            so = torch.empty((t_run, h, S, self.d_pad), device=dev, dtype=torch.float32)
+            sm_ = torch.empty((t_run, h, S), device=dev, dtype=torch.float32)
+            ss = torch.empty((t_run, h, S), device=dev, dtype=torch.float32)
+
+            def vstep(c: int) -> None:
+                engine.vllm_unified_attention(
+                    self.vk, q=q, k=kv.k_cache, v=kv.v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
+                    seqused_k=seq_lens, max_seqlen_k=max(self.lens), block_table=tables[c], softmax_scale=self.scale,
+                    seq_threshold_3D=thr, num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm_,
+                    softmax_segm_expsum=ss)
+            vstep.out = out  # type: ignore[attr-defined]  # the step's output rows (the first B are the batch's)
+            return vstep
+        maxs = int(launch["max_kv_splits"])
+        po = torch.empty((B, h, maxs, d), device=dev, dtype=torch.float32)
+        pl = torch.empty((B, h, maxs), device=dev, dtype=torch.float32)
+        ns = torch.tensor([int(x) for x in launch["splits"]], dtype=torch.int32, device=dev)
+        adaptive = bool(launch["adaptive"]) and engine_split_kernel
+
+        def sstep(c: int) -> None:
+            if adaptive:  # the engine computes the counts on the device before every step (triton_backend.py)
+                engine.sglang_num_kv_splits(self.sk, num_kv_splits=ns, seq_lens=self.seq_lens, num_seq=B, num_group=1,
+                                            num_head=h, num_kv_head=h_kv, max_kv_splits=maxs,
+                                            device_core_count=self.sms)
+            engine.sglang_decode_attention(
+                self.sk, q=self.q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=self.out, kv_indptr=self.indptr,
+                kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=maxs,
+                sm_scale=self.scale, use_pdl=dev == "cuda")
+        sstep.out = self.out  # type: ignore[attr-defined]
+        sstep.num_kv_splits = ns  # type: ignore[attr-defined]
         return sstep
 
 
@@ -120,12 +173,15 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                     start_note: str = "the starting profile's", thorough: bool = False,
                     measured: Callable[[dict[str, Any]], None] | None = None,
                     layouts: Sequence[tuple[int, int, int]] = (),
-                    keep_physics: bool = False, cold: bool = False) -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    keep_physics: bool = False, cold: bool = False,
+                    workload: WorkloadSample | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
     with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does.
     ``layouts``: the user's own head layouts per rank, timed too; ``keep_physics``: those alone, and no fit
-    (:func:`decodecalc.timemodel.calibration_fit.fit_calibration_rows`)."""
+    (:func:`decodecalc.timemodel.calibration_fit.fit_calibration_rows`). ``workload``: sampled steps of the user's
+    traffic under the engines' own launches (``calibrate --workload``), timed after the plan; their rows are the
+    layout cells' data."""
     torch = cuda_or_error()
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
@@ -140,7 +196,8 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
     sk = load_sglang(sglang_src, interpret=False)
     plan = calibration_plan(quick, thorough, layouts, layouts_only=keep_physics)
-    total = sum(len(variants) for _, variants in plan)
+    launches = workload.launches if workload is not None else ()
+    total = sum(len(variants) for _, variants in plan) + len(launches)
     rows: list[dict[str, Any]] = []
     done = 0
     for si, ((h, h_kv, d, lens), variants) in enumerate(plan):
@@ -162,13 +219,49 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                 progress(done, total, f"{h}:{h_kv} d{d} B{len(lens)} L{max(lens)} {variant}")
         del bench
         torch.cuda.empty_cache()
+    step_rows = time_step_launches(torch, vk, sk, workload, sms, progress, done, total) if workload else []
     versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
+    steps_doc = workload.saved(step_rows) if workload else None
     if measured is not None:
         measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
-                  **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows})
+                  **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
+                  **({"workload": steps_doc} if steps_doc else {})})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
-                                start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold)
+                                start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold,
+                                workload=steps_doc)
     return prof, rows
+
+
+def time_step_launches(torch: Any, vk: Any, sk: Any, workload: WorkloadSample, sms: int,
+                       progress: Callable[[int, int, str], None] | None, done: int, total: int) -> list[dict[str, Any]]:
+    """Each sampled step of ``workload`` under each of its launches: one CUDA graph of the step cycling over KV copies
+    (:func:`decodecalc.verify.timing.graph_seconds`, as calibrate's shapes). Rows as
+    :meth:`decodecalc.reports.step_launches.StepLaunch.row`, with ``t_us`` (or ``status: error``)."""
+    h, h_kv, d = workload.num_heads, workload.num_kv_heads, workload.head_size
+    rows: list[dict[str, Any]] = []
+    by_step: dict[int, list[Any]] = {}
+    for x in workload.launches:
+        by_step.setdefault(x.step, []).append(x)
+    for k, (step, launches) in enumerate(by_step.items()):
+        bench = ShapeBench(torch, vk, sk, h, h_kv, d, launches[0].seq_lens, sms, seed=1000 + k)
+        for x in launches:
+            row = x.row()
+            try:
+                t = graph_seconds(bench.launch(dict(x.launch), x.engine_split_kernel), bench.copies,
+                                  what="calibrate --workload")
+                row.update({"t_us": t * 1e6, "status": "ok"})
+            except Exception as exc:  # noqa: BLE001 - one failing launch must not stop the calibration
+                row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
+            rows.append(row)
+            done += 1
+            if progress:
+                what = (f"step {step + 1}: {x.engine} " + (f"3D S={x.launch['segments']}" if x.launch.get("use_3d")
+                        else "2D" if x.engine == "vllm" else f"max {x.launch['max_kv_splits']}"
+                        + (" adaptive" if x.launch["adaptive"] else " static")))
+                progress(done, total, what)
+        del bench
+        torch.cuda.empty_cache()
+    return rows

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""``calibrate --workload`` on the H200, and what its layout cells do to workload totals no timing of it saw.
+
+Device half (``--run``): for each model and workload, the workload's first 150 steps are written as a step trace and
+``decodecalc calibrate -m MODEL --tp TP --steps FILE --keep-physics`` times 6 sampled steps of them under every
+launch of tune's search, over the packaged profile. The profiles and timings land in ``$OUT``.
+
+    PYTHONPATH=. python3 benchmarks/calibrate_workload_h200.py --run --out $OUT
+
+CPU half (default): each profile re-predicts the totals of the same workload's steps 150-299, measured on the H200
+as whole workloads (``validate_tune_h200.py --skip-steps 150 --steps 150 --top 6``), and the other workload of the
+same model (its steps 0-149, from ``validate_tune_h200_layouts3.json``): traffic the sampled steps did not include,
+and traffic of another kind. Writes ``results/calibrate-workload-h200.json`` and prints the table.
+
+    python benchmarks/calibrate_workload_h200.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CASES = (("gemma-2-9b", 1), ("llama3-405b", 8), ("mistral-large", 8), ("qwen3-32b", 1))
+WORKLOADS = ("chat", "mix:prompt=6000,output=400,sigma=1")
+#: totals of steps 150-299 (next) and of steps 0-149 (first) of each case, measured on the H200
+NEXT = ("validate_tune_h200_layouts3_next150.json", "validate_tune_h200_layouts3_next150b.json")
+FIRST = "validate_tune_h200_layouts3.json"
+FIRST_STEPS = 150
+
+
+def slug(model: str, workload: str) -> str:
+    return f"{model}-{'chat' if workload == 'chat' else 'mix6000'}"
+
+
+def run(out: Path, sample: int) -> int:
+    """The device half: one calibrate --workload per case (each a fresh process, as a user runs it)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.validate_tune_h200 import workload_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = []
+    for model, tp in CASES:
+        for wl in WORKLOADS:
+            name = slug(model, wl)
+            trace = workload_trace(wl, FIRST_STEPS)
+            steps = out / f"{name}-steps0-149.jsonl"
+            steps.write_text("".join(json.dumps({"seq_lens": list(s.seq_lens), "query_lens": list(s.query_lens)})
+                                     + "\n" for s in trace.steps))
+            cmd = [sys.executable, "-m", "decodecalc", "calibrate", "-m", model, "--tp", str(tp), "--steps",
+                   str(steps), "--keep-physics", "--sample-steps", str(sample), "-o", str(out / f"{name}.yaml"),
+                   "--save-measurements", str(out / f"{name}-measurements.json")]
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            wall = time.perf_counter() - t0
+            print(f"{name}: rc {p.returncode}, {wall:.0f} s\n{p.stdout}{p.stderr[-600:] if p.returncode else ''}",
+                  flush=True)
+            log.append({"case": name, "model": model, "tp": tp, "workload": wl, "rc": p.returncode, "wall_s": wall,
+                        "stdout": p.stdout})
+            steps.unlink()
+    (out / "calibrate-workload-runs.json").write_text(json.dumps(log, indent=1) + "\n")
+    return 0
+
+
+def _within(rows: list[dict]) -> dict:
+    e = [abs(float(r["error"])) for r in rows]
+    return {"totals": len(e), "within_5pct": sum(x <= 0.05 for x in e), "within_10pct": sum(x <= 0.10 for x in e),
+            "median_abs_error": round(statistics.median(e), 4), "max_abs_error": round(max(e), 4)}
+
+
+def compare(results: Path = RESULTS) -> dict:
+    """Per case: the shipped profile and the calibrated one on the same workload's next 150 steps, and on the other
+    workload's first 150."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.validate_tune_h200 import repredict
+
+    def cases_of(name: str) -> set:
+        return {(c["model"], c["workload"]) for c in json.loads((results / name).read_text())["cases"]
+                if "entries" in c}
+
+    next_files = [n for n in NEXT if (results / n).is_file()]
+    shipped = {n: repredict(results / n)["rows"] for n in next_files + [FIRST]}
+    out = []
+    for model, _tp in CASES:
+        for wl in WORKLOADS:
+            prof = results / "calibrate-workload" / f"{slug(model, wl)}.yaml"
+            if not prof.is_file():
+                continue
+            row: dict = {"model": model, "cells_from": wl, "profile": str(prof.relative_to(ROOT))}
+            fit = _fit_record(prof)
+            if fit:
+                row["calibrate"] = fit
+            for kind, files, target in (("next_steps", next_files, wl),
+                                        ("other_workload", [FIRST], next(w for w in WORKLOADS if w != wl))):
+                src = next((n for n in files if (model, target) in cases_of(n)), None)
+                if src is None:
+                    continue
+                mine = [r for r in repredict(results / src, prof)["rows"] if (r["model"], r["workload"]) == (model, target)]
+                before = [r for r in shipped[src] if (r["model"], r["workload"]) == (model, target)]
+                row[kind] = {"measured": src, "workload": target, "shipped": _within(before), "calibrated": _within(mine)}
+            out.append(row)
+    return {"cases": out, "totals": {kind: {who: sum(r[kind][who]["within_5pct"] for r in out if kind in r)
+                                            for who in ("shipped", "calibrated")}
+                                     | {"of": sum(r[kind]["shipped"]["totals"] for r in out if kind in r)}
+                                     for kind in ("next_steps", "other_workload")}}
+
+
+def _fit_record(prof: Path) -> dict:
+    from decodecalc.timemodel import load_profile_file
+
+    return dict(load_profile_file(prof).fit.get("workload") or {})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", action="store_true", help="the device half: calibrate --workload per case into --out")
+    ap.add_argument("--out", type=Path, default=RESULTS / "calibrate-workload")
+    ap.add_argument("--sample-steps", type=int, default=6)
+    args = ap.parse_args()
+    if args.run:
+        return run(args.out, args.sample_steps)
+    doc = compare()
+    for r in doc["cases"]:
+        line = f"{r['model']:13s} cells from {r['cells_from'][:10]:10s}"
+        for kind in ("next_steps", "other_workload"):
+            if kind in r:
+                a, b = r[kind]["shipped"], r[kind]["calibrated"]
+                line += (f" | {kind} {r[kind]['workload'][:10]:10s} {a['within_5pct']:2d}->{b['within_5pct']:2d}/{a['totals']}"
+                         f" (median {a['median_abs_error']:.1%}->{b['median_abs_error']:.1%}, max "
+                         f"{a['max_abs_error']:.1%}->{b['max_abs_error']:.1%})")
+        print(line)
+    for kind, t in doc["totals"].items():
+        print(f"{kind}: {t['shipped']} -> {t['calibrated']} of {t['of']} totals within 5%")
+    (RESULTS / "calibrate-workload-h200.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""What ``calibrate --workload`` times: a few sampled steps of the user's traffic, each under every distinct launch
+the engines make for it over tune's whole search (vLLM: the 2D kernel or the 3D kernel with a segment count, on the
+batch the FULL CUDA graph replays; SGLang: the per-sequence split counts, computed on the device by the engine's own
+split-count kernel where the rule is adaptive).
+
+Why these launches and not calibrate's static shapes: on the H200, layout cells built from six sampled steps under
+the engines' own launches put 50 of 87 later workload totals within 5% (19 with the shipped profile), and cells from
+static launches only 35 (benchmarks/steps_in_sequence.py ``--sampled``; BENCHMARKS.md "Steps alone and in
+sequence"). The launches come from the launcher modules (:func:`~decodecalc.launchers.vllm_unified.plan_vllm`,
+:func:`~decodecalc.launchers.sglang_triton.plan_sglang`); this module only reads their plans.
+
+A launch is a JSON-ready mapping (the ``launch`` of a per-step timing row, as
+``benchmarks/validate_tune_h200.py --per-step`` and ``calibrate --save-measurements`` store it):
+
+* vLLM: ``{"engine": "vllm", "use_3d", "segments" (1 on 2D), "batch_run", "tokens_run"}``;
+* SGLang: ``{"engine": "sglang", "splits" (per sequence), "max_kv_splits", "adaptive"}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decodecalc.launchers.base import KernelKind
+from decodecalc.launchers.sglang_triton import plan_sglang
+from decodecalc.launchers.vllm_unified import plan_vllm
+
+#: steps calibrate --workload samples by default: six gave 50 of 87 totals within 5%, twelve 53 (module doc)
+DEFAULT_SAMPLE_STEPS = 6
+
+
+@dataclass(frozen=True)
+class StepLaunch:
+    """One sampled step under one launch, and the settings of tune's search that make it."""
+
+    step: int  # index of the step in the workload
+    seq_lens: tuple[int, ...]
+    engine: str  # vllm | sglang
+    launch: Mapping[str, Any]  # module doc
+    engine_split_kernel: bool  # SGLang adaptive: the engine's split-count kernel runs before stage 1
+    settings: tuple[str, ...]  # labels of the candidates making this launch
+
+    def row(self) -> dict[str, Any]:
+        """The per-step timing row without its time (``t_us`` is added once measured)."""
+        return {"shape_index": self.step, "seq_lens": list(self.seq_lens), "engine": self.engine,
+                "launch": dict(self.launch), "engine_split_kernel": self.engine_split_kernel,
+                "entries": list(self.settings)}
+
+
+def sample_steps(num_steps: int, k: int) -> list[int]:
+    """``k`` step indices evenly spaced over ``num_steps`` steps, first and last included (all when fewer)."""
+    if num_steps <= k:
+        return list(range(num_steps))
+    if k == 1:
+        return [num_steps // 2]
+    return sorted({round(j * (num_steps - 1) / (k - 1)) for j in range(k)})
+
+
+def vllm_launch(plan: Any) -> dict[str, Any]:
+    """The launch of a :class:`~decodecalc.launchers.vllm_unified.VllmPlan` as it runs: under a FULL-graph replay, the
+    padded batch and the kernel the gate picks for it; else the batch as given."""
+    running = plan.replay.plan if plan.replay is not None else plan.plan
+    use_3d = any(k.kind is KernelKind.VLLM_UNIFIED_3D for k in running.kernels)
+    if plan.replay is not None:
+        batch, tokens = plan.replay.num_reqs_padded, plan.replay.num_tokens_padded
+    else:
+        batch = tokens = len(plan.plan.splits)
+    return {"engine": "vllm", "use_3d": use_3d, "segments": plan.backend.num_par_softmax_segments if use_3d else 1,
+            "batch_run": batch, "tokens_run": tokens}
+
+
+def sglang_launch(plan: Any) -> dict[str, Any]:
+    """The launch of a :class:`~decodecalc.launchers.sglang_triton.SglangPlan`: per-sequence split counts."""
+    return {"engine": "sglang", "splits": list(plan.num_kv_splits), "max_kv_splits": plan.max_kv_splits,
+            "adaptive": plan.mode == "adaptive"}
+
+
+def engine_settings(ctx: Any, engine: str, setting: Mapping[str, Any]) -> Any:
+    """The engine settings of one of tune's candidates (its ``setting``, as the JSON shows it) over the context's."""
+    if engine == "vllm":
+        return dataclasses.replace(ctx.vllm, num_par_softmax_segments=int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]),
+                                   min_launch_grid_size_2d=int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
+    return dataclasses.replace(ctx.sglang, max_kv_splits=int(setting["triton_attention_num_kv_splits"]),
+                               static_kv_splits=bool(setting["static_kv_splits"]))
+
+
+def step_launch(ctx: Any, engine: str, settings: Any, work: Any) -> dict[str, Any]:
+    """The launch ``engine`` makes for one step's workload under ``settings``."""
+    if engine == "vllm":
+        return vllm_launch(plan_vllm(work, ctx.gpu, settings))
+    return sglang_launch(plan_sglang(work, ctx.gpu, settings))
+
+
+def step_lens_of(steps: Any, idx: Sequence[int]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(KV lengths, query lengths) of steps ``idx`` of a workload's steps (StepArrays, or a request trace's runs,
+    whose steps are expanded only for these)."""
+    if hasattr(steps, "step_lens"):
+        return [steps.step_lens(i) for i in idx]
+    import numpy as np
+
+    sub = steps.take(np.asarray(idx, dtype=np.int64))
+    return [sub.step_lens(j) for j in range(len(idx))]
+
+
+def candidate_step_launches(result: Any, steps: Sequence[int]) -> list[StepLaunch]:
+    """Every distinct launch tune's candidates (every setting it searched, per engine) make for each of ``steps``
+    of ``result``'s workload (a :class:`~decodecalc.reports.tune.TuneResult`), in step order."""
+    ctx = result.ctx
+    out: list[StepLaunch] = []
+    for i, (seq, q) in zip(steps, step_lens_of(ctx.steps, steps)):
+        work = dataclasses.replace(ctx.work, seq_lens=tuple(seq), query_lens=tuple(q))
+        seen: dict[tuple[str, str], StepLaunch] = {}
+        for engine, e in result.engines.items():
+            for c in e.candidates:
+                launch = step_launch(ctx, engine, engine_settings(ctx, engine, c.setting), work)
+                key = (engine, repr(sorted(launch.items())))
+                got = seen.get(key)
+                if got is None:
+                    seen[key] = StepLaunch(step=i, seq_lens=tuple(int(x) for x in seq), engine=engine, launch=launch,
+                                           engine_split_kernel=bool(launch.get("adaptive", False)),
+                                           settings=(c.label,))
+                else:
+                    seen[key] = dataclasses.replace(got, settings=got.settings + (c.label,))
+        out.extend(seen.values())
+    return out
+
+
+@dataclass(frozen=True)
+class WorkloadSample:
+    """What ``calibrate --workload`` times: sampled steps of one workload of one model, each under every launch of
+    :func:`candidate_step_launches`, with the head layout per rank they run with."""
+
+    model: str
+    tp: int
+    source: str  # the workload, as the user named it
+    num_heads: int  # per rank
+    num_kv_heads: int
+    head_size: int
+    head_size_v: int
+    num_steps: int  # steps of the whole workload
+    launches: tuple[StepLaunch, ...]
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({x.step for x in self.launches})
+
+    def saved(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The ``workload`` record of ``calibrate --save-measurements`` (what ``--from-measurements`` refits from)."""
+        return {"model": self.model, "tp": self.tp, "source": self.source, "num_heads": self.num_heads,
+                "num_kv_heads": self.num_kv_heads, "head_size": self.head_size, "head_size_v": self.head_size_v,
+                "num_steps": self.num_steps, "sampled_steps": self.steps, "rows": [dict(r) for r in rows]}
+
+
+def workload_sample(result: Any, k: int, *, model: str, tp: int, source: str) -> WorkloadSample:
+    """``k`` evenly spaced steps of ``result``'s workload (a TuneResult) under every launch its candidates make."""
+    ctx = result.ctx
+    launches = candidate_step_launches(result, sample_steps(ctx.steps.num_steps, k))
+    w = ctx.work
+    return WorkloadSample(model=model, tp=tp, source=source, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
+                          head_size=w.head_size, head_size_v=w.head_size_v, num_steps=int(ctx.steps.num_steps),
+                          launches=tuple(launches))
