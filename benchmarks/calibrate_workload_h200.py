@@ -40,16 +40,23 @@ def slug(model: str, workload: str) -> str:
     return f"{model}-{'chat' if workload == 'chat' else 'mix6000'}"
 
 
-def run(out: Path, sample: int) -> int:
-    """The device half: one calibrate --workload per case (each a fresh process, as a user runs it)."""
+def run(out: Path, sample: int, order: str, deadline_s: float, case_timeout_s: float) -> int:
+    """The device half: one calibrate --workload per case (each a fresh process, as a user runs it), chat cases
+    first (``order``: "chat-first") until ``deadline_s``; a case running past ``case_timeout_s`` is stopped."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.validate_tune_h200 import workload_trace
 
     out.mkdir(parents=True, exist_ok=True)
     log = []
-    for model, tp in CASES:
-        for wl in WORKLOADS:
+    cases = [(m, tp, wl) for wl in WORKLOADS for m, tp in CASES] if order == "chat-first" else \
+        [(m, tp, wl) for m, tp in CASES for wl in WORKLOADS]
+    start = time.perf_counter()
+    for model, tp, wl in cases:
+        if True:
             name = slug(model, wl)
+            if time.perf_counter() - start > deadline_s:
+                log.append({"case": name, "skipped": "deadline"})
+                continue
             trace = workload_trace(wl, FIRST_STEPS)
             steps = out / f"{name}-steps0-149.jsonl"
             steps.write_text("".join(json.dumps({"seq_lens": list(s.seq_lens), "query_lens": list(s.query_lens)})
@@ -58,7 +65,14 @@ def run(out: Path, sample: int) -> int:
                    str(steps), "--keep-physics", "--sample-steps", str(sample), "-o", str(out / f"{name}.yaml"),
                    "--save-measurements", str(out / f"{name}-measurements.json")]
             t0 = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                   timeout=case_timeout_s)
+            except subprocess.TimeoutExpired as exc:
+                err = (exc.stderr or b"")[-800:]
+                print(f"{name}: stopped after {case_timeout_s:.0f} s: {err!r}", flush=True)
+                log.append({"case": name, "timeout_s": case_timeout_s, "stderr_tail": str(err)})
+                continue
             wall = time.perf_counter() - t0
             print(f"{name}: rc {p.returncode}, {wall:.0f} s\n{p.stdout}{p.stderr[-600:] if p.returncode else ''}",
                   flush=True)
@@ -123,9 +137,12 @@ def main() -> int:
     ap.add_argument("--run", action="store_true", help="the device half: calibrate --workload per case into --out")
     ap.add_argument("--out", type=Path, default=RESULTS / "calibrate-workload")
     ap.add_argument("--sample-steps", type=int, default=6)
+    ap.add_argument("--order", default="chat-first", choices=("chat-first", "by-model"))
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="start no case after this many seconds")
+    ap.add_argument("--case-timeout-s", type=float, default=600.0)
     args = ap.parse_args()
     if args.run:
-        return run(args.out, args.sample_steps)
+        return run(args.out, args.sample_steps, args.order, args.deadline_s, args.case_timeout_s)
     doc = compare()
     for r in doc["cases"]:
         line = f"{r['model']:13s} cells from {r['cells_from'][:10]:10s}"

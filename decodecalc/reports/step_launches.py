@@ -1,7 +1,8 @@
 """What ``calibrate --workload`` times: a few sampled steps of the user's traffic, each under every distinct launch
 the engines make for it over tune's whole search (vLLM: the 2D kernel or the 3D kernel with a segment count, on the
 batch the FULL CUDA graph replays; SGLang: the per-sequence split counts, computed on the device by the engine's own
-split-count kernel where the rule is adaptive).
+split-count kernel where the rule is adaptive), for the settings that decide tune's pick: each engine's default, the
+pick and the next best candidates.
 
 Why these launches and not calibrate's static shapes: on the H200, layout cells built from six sampled steps under
 the engines' own launches put 50 of 87 later workload totals within 5% (19 with the shipped profile), and cells from
@@ -29,6 +30,10 @@ from decodecalc.launchers.vllm_unified import plan_vllm
 
 #: steps calibrate --workload samples by default: six gave 50 of 87 totals within 5%, twelve 53 (module doc)
 DEFAULT_SAMPLE_STEPS = 6
+#: per engine, the leading candidates timed besides the default and the pick: the settings whose times decide the
+#: pick (the simulation's data timed the same: validate_tune_h200.py --top 6). The whole range would add kernels of
+#: thousands of segments and splits, each a Triton compile of its own (minutes on the H200 for one long workload).
+DEFAULT_LEADING = 6
 
 
 @dataclass(frozen=True)
@@ -104,16 +109,32 @@ def step_lens_of(steps: Any, idx: Sequence[int]) -> list[tuple[tuple[int, ...], 
     return [sub.step_lens(j) for j in range(len(idx))]
 
 
-def candidate_step_launches(result: Any, steps: Sequence[int]) -> list[StepLaunch]:
-    """Every distinct launch tune's candidates (every setting it searched, per engine) make for each of ``steps``
-    of ``result``'s workload (a :class:`~decodecalc.reports.tune.TuneResult`), in step order."""
+def timed_candidates(engine_tune: Any, objective: str, leading: int) -> list[Any]:
+    """An engine's default, its pick and its ``leading`` best other candidates (settings with equal statistics
+    once); ``leading`` < 0: every candidate of the search."""
+    from decodecalc.reports.tune_search import leading_candidates
+
+    if leading < 0:
+        return list(engine_tune.candidates)
+    out = [engine_tune.default, engine_tune.best]
+    for c in leading_candidates(engine_tune.candidates, objective, leading + 2):
+        if len(out) >= leading + 2:
+            break
+        if all(c.stats != o.stats for o in out):
+            out.append(c)
+    return list({id(c): c for c in out}.values())
+
+
+def candidate_step_launches(result: Any, steps: Sequence[int], leading: int = DEFAULT_LEADING) -> list[StepLaunch]:
+    """Every distinct launch tune's candidates (:func:`timed_candidates`, per engine) make for each of ``steps`` of
+    ``result``'s workload (a :class:`~decodecalc.reports.tune.TuneResult`), in step order."""
     ctx = result.ctx
     out: list[StepLaunch] = []
     for i, (seq, q) in zip(steps, step_lens_of(ctx.steps, steps)):
         work = dataclasses.replace(ctx.work, seq_lens=tuple(seq), query_lens=tuple(q))
         seen: dict[tuple[str, str], StepLaunch] = {}
         for engine, e in result.engines.items():
-            for c in e.candidates:
+            for c in timed_candidates(e, result.objective, leading):
                 launch = step_launch(ctx, engine, engine_settings(ctx, engine, c.setting), work)
                 key = (engine, repr(sorted(launch.items())))
                 got = seen.get(key)
@@ -153,10 +174,12 @@ class WorkloadSample:
                 "num_steps": self.num_steps, "sampled_steps": self.steps, "rows": [dict(r) for r in rows]}
 
 
-def workload_sample(result: Any, k: int, *, model: str, tp: int, source: str) -> WorkloadSample:
-    """``k`` evenly spaced steps of ``result``'s workload (a TuneResult) under every launch its candidates make."""
+def workload_sample(result: Any, k: int, *, model: str, tp: int, source: str,
+                    leading: int = DEFAULT_LEADING) -> WorkloadSample:
+    """``k`` evenly spaced steps of ``result``'s workload (a TuneResult) under every launch its timed candidates
+    (:func:`timed_candidates`) make."""
     ctx = result.ctx
-    launches = candidate_step_launches(result, sample_steps(ctx.steps.num_steps, k))
+    launches = candidate_step_launches(result, sample_steps(ctx.steps.num_steps, k), leading)
     w = ctx.work
     return WorkloadSample(model=model, tp=tp, source=source, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
                           head_size=w.head_size, head_size_v=w.head_size_v, num_steps=int(ctx.steps.num_steps),
