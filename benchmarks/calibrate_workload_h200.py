@@ -52,34 +52,37 @@ def run(out: Path, sample: int, order: str, deadline_s: float, case_timeout_s: f
         [(m, tp, wl) for m, tp in CASES for wl in WORKLOADS]
     start = time.perf_counter()
     for model, tp, wl in cases:
-        if True:
-            name = slug(model, wl)
-            if time.perf_counter() - start > deadline_s:
-                log.append({"case": name, "skipped": "deadline"})
-                continue
-            trace = workload_trace(wl, FIRST_STEPS)
-            steps = out / f"{name}-steps0-149.jsonl"
-            steps.write_text("".join(json.dumps({"seq_lens": list(s.seq_lens), "query_lens": list(s.query_lens)})
-                                     + "\n" for s in trace.steps))
-            cmd = [sys.executable, "-m", "decodecalc", "calibrate", "-m", model, "--tp", str(tp), "--steps",
-                   str(steps), "--keep-physics", "--sample-steps", str(sample), "-o", str(out / f"{name}.yaml"),
-                   "--save-measurements", str(out / f"{name}-measurements.json")]
-            t0 = time.perf_counter()
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                   timeout=case_timeout_s)
-            except subprocess.TimeoutExpired as exc:
-                err = (exc.stderr or b"")[-800:]
-                print(f"{name}: stopped after {case_timeout_s:.0f} s: {err!r}", flush=True)
-                log.append({"case": name, "timeout_s": case_timeout_s, "stderr_tail": str(err)})
-                continue
-            wall = time.perf_counter() - t0
-            print(f"{name}: rc {p.returncode}, {wall:.0f} s\n{p.stdout}{p.stderr[-600:] if p.returncode else ''}",
-                  flush=True)
-            log.append({"case": name, "model": model, "tp": tp, "workload": wl, "rc": p.returncode, "wall_s": wall,
-                        "stdout": p.stdout})
-            steps.unlink()
-    (out / "calibrate-workload-runs.json").write_text(json.dumps(log, indent=1) + "\n")
+        name = slug(model, wl)
+        if (out / f"{name}.yaml").is_file():  # an earlier call's
+            continue
+        if time.perf_counter() - start > deadline_s:
+            log.append({"case": name, "skipped": "deadline"})
+            continue
+        trace = workload_trace(wl, FIRST_STEPS)
+        steps = out / f"{name}-steps0-149.jsonl"
+        steps.write_text("".join(json.dumps({"seq_lens": list(s.seq_lens), "query_lens": list(s.query_lens)})
+                                 + "\n" for s in trace.steps))
+        cmd = [sys.executable, "-m", "decodecalc", "calibrate", "-m", model, "--tp", str(tp), "--steps",
+               str(steps), "--keep-physics", "--sample-steps", str(sample), "-o", str(out / f"{name}.yaml"),
+               "--save-measurements", str(out / f"{name}-measurements.json")]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               timeout=case_timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            err = (exc.stderr or b"")[-800:]
+            print(f"{name}: stopped after {case_timeout_s:.0f} s: {err!r}", flush=True)
+            log.append({"case": name, "timeout_s": case_timeout_s, "stderr_tail": str(err)})
+            continue
+        wall = time.perf_counter() - t0
+        print(f"{name}: rc {p.returncode}, {wall:.0f} s\n{p.stdout}{p.stderr[-600:] if p.returncode else ''}",
+              flush=True)
+        log.append({"case": name, "model": model, "tp": tp, "workload": wl, "rc": p.returncode, "wall_s": wall,
+                    "stdout": p.stdout})
+        steps.unlink()
+    runs = out / "calibrate-workload-runs.json"
+    old = json.loads(runs.read_text()) if runs.is_file() else []
+    runs.write_text(json.dumps(old + log, indent=1) + "\n")
     return 0
 
 
