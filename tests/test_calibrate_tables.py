@@ -162,3 +162,41 @@ def test_the_sampled_engine_launches_sentence_is_what_the_script_recorded():
     before = sum(t["shipped"]["within_5pct"] for t in sampled["6"])
     total = sum(t["shipped"]["totals"] for t in sampled["6"])
     assert f"give **{before} -> {after['6']} of {total}**, and on 12 steps {after['12']}" in section
+
+
+def test_the_calibrate_workload_table_is_what_the_script_recorded():
+    """BENCHMARKS "calibrate --workload": every row and total from results/calibrate-workload-h200.json (the
+    re-predictions take six minutes), whose in-sample figures are the committed profiles' own fit records."""
+    import yaml
+
+    doc = json.loads((RESULTS / "calibrate-workload-h200.json").read_text())
+    section = _section("### `calibrate --workload`")
+    table = section[section.index("<!-- calibrate-workload -->"):section.index("<!-- /calibrate-workload -->")]
+    assert len(doc["cases"]) == 8 and table.count("\n| ") == 1 + 8
+
+    def wl(w: str) -> str:
+        return "chat" if w == "chat" else "mix (prompt 6,000, output 400)"
+
+    def cell(x: dict) -> str:
+        a, b = x["shipped"], x["calibrated"]
+        return (f"{a['within_5pct']}/{a['totals']} -> {b['within_5pct']}/{b['totals']} (worst {a['max_abs_error']:.1%} -> "
+                f"{b['max_abs_error']:.1%})")
+    for r in doc["cases"]:
+        fit = yaml.safe_load((ROOT / r["profile"]).read_text())["fit"]["workload"]
+        assert fit == r["calibrate"] and fit["model"] == r["model"]
+        assert (f"| {r['model']} | {wl(r['cells_from'])} | {fit['timings']} | {fit['median_abs_err_before']:.1%} -> "
+                f"{fit['median_abs_err_after']:.1%} | {cell(r['next_steps'])} | {cell(r['other_workload'])} |") in table
+    flat = " ".join(section.split())
+    for kind in ("next_steps", "other_workload"):
+        t = doc["totals"][kind]
+        assert t["shipped"] == sum(r[kind]["shipped"]["within_5pct"] for r in doc["cases"])
+        assert t["calibrated"] == sum(r[kind]["calibrated"]["within_5pct"] for r in doc["cases"])
+        assert t["of"] == sum(r[kind]["shipped"]["totals"] for r in doc["cases"]) == 175
+    n = doc["totals"]["next_steps"]
+    assert f"**{n['shipped']} -> {n['calibrated']} of {n['of']} totals within 5%**" in flat
+    within10 = [sum(r["next_steps"][w]["within_10pct"] for r in doc["cases"]) for w in ("shipped", "calibrated")]
+    worst = [max(r["next_steps"][w]["max_abs_error"] for r in doc["cases"]) for w in ("shipped", "calibrated")]
+    assert f"(within 10%: {within10[0]} -> {within10[1]}; worst {worst[0]:.1%} -> {worst[1]:.1%})" in flat
+    o = doc["totals"]["other_workload"]
+    assert f"On the other kind of traffic: {o['shipped']} -> {o['calibrated']} of {o['of']}" in flat
+    assert n["calibrated"] > n["shipped"]
