@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.launchers.base import KernelKind
 from decodecalc.launchers.sglang_triton import plan_sglang
 from decodecalc.launchers.vllm_unified import plan_vllm
+from decodecalc.timemodel.step_rows import StepLaunch, WorkloadSample
 
 #: steps calibrate --workload samples by default: six gave 50 of 87 totals within 5%, twelve 53 (module doc)
 DEFAULT_SAMPLE_STEPS = 6
@@ -34,24 +34,6 @@ DEFAULT_SAMPLE_STEPS = 6
 #: pick (the simulation's data timed the same: validate_tune_h200.py --top 6). The whole range would add kernels of
 #: thousands of segments and splits, each a Triton compile of its own (minutes on the H200 for one long workload).
 DEFAULT_LEADING = 6
-
-
-@dataclass(frozen=True)
-class StepLaunch:
-    """One sampled step under one launch, and the settings of tune's search that make it."""
-
-    step: int  # index of the step in the workload
-    seq_lens: tuple[int, ...]
-    engine: str  # vllm | sglang
-    launch: Mapping[str, Any]  # module doc
-    engine_split_kernel: bool  # SGLang adaptive: the engine's split-count kernel runs before stage 1
-    settings: tuple[str, ...]  # labels of the candidates making this launch
-
-    def row(self) -> dict[str, Any]:
-        """The per-step timing row without its time (``t_us`` is added once measured)."""
-        return {"shape_index": self.step, "seq_lens": list(self.seq_lens), "engine": self.engine,
-                "launch": dict(self.launch), "engine_split_kernel": self.engine_split_kernel,
-                "entries": list(self.settings)}
 
 
 def sample_steps(num_steps: int, k: int) -> list[int]:
@@ -146,32 +128,6 @@ def candidate_step_launches(result: Any, steps: Sequence[int], leading: int = DE
                     seen[key] = dataclasses.replace(got, settings=got.settings + (c.label,))
         out.extend(seen.values())
     return out
-
-
-@dataclass(frozen=True)
-class WorkloadSample:
-    """What ``calibrate --workload`` times: sampled steps of one workload of one model, each under every launch of
-    :func:`candidate_step_launches`, with the head layout per rank they run with."""
-
-    model: str
-    tp: int
-    source: str  # the workload, as the user named it
-    num_heads: int  # per rank
-    num_kv_heads: int
-    head_size: int
-    head_size_v: int
-    num_steps: int  # steps of the whole workload
-    launches: tuple[StepLaunch, ...]
-
-    @property
-    def steps(self) -> list[int]:
-        return sorted({x.step for x in self.launches})
-
-    def saved(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The ``workload`` record of ``calibrate --save-measurements`` (what ``--from-measurements`` refits from)."""
-        return {"model": self.model, "tp": self.tp, "source": self.source, "num_heads": self.num_heads,
-                "num_kv_heads": self.num_kv_heads, "head_size": self.head_size, "head_size_v": self.head_size_v,
-                "num_steps": self.num_steps, "sampled_steps": self.steps, "rows": [dict(r) for r in rows]}
 
 
 def workload_sample(result: Any, k: int, *, model: str, tp: int, source: str,

@@ -107,7 +107,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     ``layouts``: the (query heads, KV heads, head dim) per rank of ``--model``, whose timings also give layout
     cells. ``keep_physics``: no fit; ``base``'s physics and map are kept, and the map gains the layout cells of
     these timings (every one of them: a layout's own offset, where ``base`` pools it with its group size).
-    ``workload``: the ``workload`` record of ``calibrate --workload`` (:meth:`decodecalc.reports.step_launches.
+    ``workload``: the ``workload`` record of ``calibrate --workload`` (:meth:`decodecalc.timemodel.step_rows.
     WorkloadSample.saved`): its sampled steps under the engines' own launches give the layout cells instead of the
     layouts' calibrate shapes (the measured better source: decodecalc.reports.step_launches)."""
     ms = measurements_from_rows(rows, num_sms=num_sms)

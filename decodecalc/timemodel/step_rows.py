@@ -1,4 +1,6 @@
-"""Per-step timing rows (a workload's step under one launch) as time-model measurements.
+"""Per-step timing rows (a workload's step under one launch) as time-model measurements, and what
+``calibrate --workload`` times (:class:`StepLaunch`, :class:`WorkloadSample`: built by
+:mod:`decodecalc.reports.step_launches`, timed by :mod:`decodecalc.verify.calibration`).
 
 The rows are what ``calibrate --workload`` and ``benchmarks/validate_tune_h200.py --per-step`` measure: a ragged
 step's KV lengths, the engine's launch (:mod:`decodecalc.reports.step_launches`) and its time. The launch work is
@@ -8,12 +10,57 @@ with the model of its day.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.timemodel.fit import Measurement, Shape
 from decodecalc.timemodel.work import COPY_KERNEL, SPLIT_COUNT_KERNEL, sglang_work, vllm_work
+
+@dataclass(frozen=True)
+class StepLaunch:
+    """One sampled step under one launch, and the settings of tune's search that make it."""
+
+    step: int  # index of the step in the workload
+    seq_lens: tuple[int, ...]
+    engine: str  # vllm | sglang
+    launch: Mapping[str, Any]  # module doc
+    engine_split_kernel: bool  # SGLang adaptive: the engine's split-count kernel runs before stage 1
+    settings: tuple[str, ...]  # labels of the candidates making this launch
+
+    def row(self) -> dict[str, Any]:
+        """The per-step timing row without its time (``t_us`` is added once measured)."""
+        return {"shape_index": self.step, "seq_lens": list(self.seq_lens), "engine": self.engine,
+                "launch": dict(self.launch), "engine_split_kernel": self.engine_split_kernel,
+                "entries": list(self.settings)}
+
+
+@dataclass(frozen=True)
+class WorkloadSample:
+    """What ``calibrate --workload`` times: sampled steps of one workload of one model, each under every launch of
+    :func:`candidate_step_launches`, with the head layout per rank they run with."""
+
+    model: str
+    tp: int
+    source: str  # the workload, as the user named it
+    num_heads: int  # per rank
+    num_kv_heads: int
+    head_size: int
+    head_size_v: int
+    num_steps: int  # steps of the whole workload
+    launches: tuple[StepLaunch, ...]
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted({x.step for x in self.launches})
+
+    def saved(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The ``workload`` record of ``calibrate --save-measurements`` (what ``--from-measurements`` refits from)."""
+        return {"model": self.model, "tp": self.tp, "source": self.source, "num_heads": self.num_heads,
+                "num_kv_heads": self.num_kv_heads, "head_size": self.head_size, "head_size_v": self.head_size_v,
+                "num_steps": self.num_steps, "sampled_steps": self.steps, "rows": [dict(r) for r in rows]}
+
 
 #: what a saved row may hold (a file is data: nothing in it may cost more than the calibration did)
 MAX_BATCH = 4096

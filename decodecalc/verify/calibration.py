@@ -10,16 +10,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decodecalc.derived import next_power_of_2
 from decodecalc.errors import DecodecalcError
 from decodecalc.extras import install_hint
 from decodecalc.timemodel import TimeProfile
-from decodecalc.reports.step_launches import WorkloadSample
 from decodecalc.timemodel.calibration_fit import calibration_plan, fit_calibration_rows
 from decodecalc.verify import engine
 from decodecalc.verify.timing import graph_seconds
+
+if TYPE_CHECKING:
+    from decodecalc.timemodel.step_rows import WorkloadSample
 
 
 def cuda_or_error() -> Any:
@@ -239,7 +241,7 @@ def time_step_launches(torch: Any, vk: Any, sk: Any, workload: WorkloadSample, s
                        progress: Callable[[int, int, str], None] | None, done: int, total: int) -> list[dict[str, Any]]:
     """Each sampled step of ``workload`` under each of its launches: one CUDA graph of the step cycling over KV copies
     (:func:`decodecalc.verify.timing.graph_seconds`, as calibrate's shapes). Rows as
-    :meth:`decodecalc.reports.step_launches.StepLaunch.row`, with ``t_us`` (or ``status: error``)."""
+    :meth:`decodecalc.timemodel.step_rows.StepLaunch.row`, with ``t_us`` (or ``status: error``)."""
     h, h_kv, d = workload.num_heads, workload.num_kv_heads, workload.head_size
     rows: list[dict[str, Any]] = []
     by_step: dict[int, list[Any]] = {}
