@@ -118,6 +118,9 @@ def test_from_measurements_gives_the_layout_cells_of_the_sampled_steps(tmp_path,
     assert wl["median_abs_err_before"] == pytest.approx(1 - 1 / 1.2, abs=2e-3)
     assert wl["median_abs_err_after"] < 0.02 and wl["sampled_steps"] == [0, 4, 7, 11]
     assert any(c.endswith("/g4/d128/kv8") for c in prof["residuals"]["cells"])
+    # dense samples of one traffic: the layout cells get their local term (calibrate --model's do not)
+    assert prof["residuals"]["layout_local_bandwidth_octaves"] == 0.35
+    assert prof["residuals"]["layout_local_prior_launches"] == 0.1
     assert "4 sampled steps of my-steps.jsonl under the engines' own launches" in prof["source"]
 
 

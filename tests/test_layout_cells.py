@@ -33,6 +33,8 @@ from decodecalc.timemodel.predict import model_launch_time_s
 from decodecalc.timemodel.residuals import (
     DEFAULT_LAYOUT_PRIOR_LAUNCHES,
     DEFAULT_PRIOR_LAUNCHES,
+    WORKLOAD_LOCAL_BANDWIDTH_OCTAVES,
+    WORKLOAD_LOCAL_PRIOR_LAUNCHES,
     build_residual_map,
     is_layout_cell,
     launch_cells,
@@ -135,8 +137,52 @@ def test_layout_prior_round_trips_and_is_checked(bare):
         profile_from_mapping(bad, origin="t")
 
 
+def _two_regimes(bare):
+    """One layout whose 3D launches at few segments run 25% slow and at many segments 20% fast: one offset per family
+    cannot follow both (Llama-3-405B's chat error changes sign between settings)."""
+    few = [vllm_work(shape(16, 1, b, 2048), splits=2, use_3d=True) for b in (4, 8, 16)]
+    many = [vllm_work(shape(16, 1, b, 65536), splits=256, use_3d=True) for b in (4, 8, 16)]
+    rmap = build_residual_map(biased(few * 3, bare, 1.25) + biased(many * 3, bare, 0.8), bare, layout_cells=True,
+                              group_cells=False)
+    return few, many, rmap
+
+
+def test_the_local_term_follows_a_layout_bias_that_changes_with_the_regime(bare):
+    few, many, offset_only = _two_regimes(bare)
+    local = dataclasses.replace(offset_only, layout_local_bandwidth_octaves=WORKLOAD_LOCAL_BANDWIDTH_OCTAVES, _memo={})
+    assert local.layout_local_prior_launches == WORKLOAD_LOCAL_PRIOR_LAUNCHES
+    # the offset averages the two regimes; the local term moves each back to what was measured there
+    for lw in few:
+        assert abs(math.log(offset_only.factor(lw, bare))) < 0.05 and local.factor(lw, bare) == pytest.approx(1.25, rel=0.03)
+    for lw in many:
+        assert local.factor(lw, bare) == pytest.approx(0.8, rel=0.03)
+    # far from every timing the local term is zero: the offset alone
+    far = vllm_work(shape(16, 1, 256, 512), splits=1, use_3d=False)
+    far3 = vllm_work(shape(16, 1, 128, 512), splits=8, use_3d=True)
+    assert local.factor(far3, bare) == pytest.approx(offset_only.factor(far3, bare), rel=1e-12)
+    assert local.factor(far, bare) == offset_only.factor(far, bare) == 1.0  # another family: no cell
+
+
+def test_the_local_term_round_trips_and_is_checked(bare):
+    few, _, rmap = _two_regimes(bare)
+    rmap = dataclasses.replace(rmap, layout_local_bandwidth_octaves=0.5, layout_local_prior_launches=0.3, _memo={})
+    prof = dataclasses.replace(bare, residuals=rmap)
+    back = profile_from_mapping(yaml.safe_load(yaml.safe_dump(prof.to_mapping())), origin="t").residuals
+    assert (back.layout_local_bandwidth_octaves, back.layout_local_prior_launches) == (0.5, 0.3)
+    assert back.factor(few[0], bare) == pytest.approx(rmap.factor(few[0], bare), rel=1e-5)
+    assert "layout_local_bandwidth_octaves" not in dataclasses.replace(bare, residuals=dataclasses.replace(
+        rmap, layout_local_bandwidth_octaves=None)).to_mapping()["residuals"]
+    for field, value in (("layout_local_bandwidth_octaves", 0), ("layout_local_prior_launches", -1),
+                         ("layout_local_bandwidth_octaves", "x")):
+        bad = prof.to_mapping()
+        bad["residuals"][field] = value
+        with pytest.raises(Exception, match="layout_local"):
+            profile_from_mapping(bad, origin="t")
+
+
+@pytest.mark.parametrize("local", [None, WORKLOAD_LOCAL_BANDWIDTH_OCTAVES])
 @pytest.mark.parametrize("model, tp", [("qwen3-32b", 1), ("llama3.1-8b", 1)])
-def test_the_array_model_reads_the_cell_the_scalar_model_reads(bare, model, tp):
+def test_the_array_model_reads_the_cell_the_scalar_model_reads(bare, model, tp, local):
     """tune's array model (batch/evaluate.residual_factor) and the scalar correction pick the same cell: a map whose
     layout cell covers this layout for one family and whose group cell covers another layout of the same group."""
     base = make_workload(resolve_model(model), tp=tp)
@@ -147,7 +193,7 @@ def test_the_array_model_reads_the_cell_the_scalar_model_reads(bare, model, tp):
         for s in (1, 8, 32):
             samples += biased([sglang_work(shape(h, h_kv, b, 4096), splits=s, max_kv_splits=s)], bare, 1.25)
             samples += biased([vllm_work(shape(h * other // h_kv, other, b, 4096), splits=s, use_3d=s > 1)], bare, 0.8)
-    rmap = build_residual_map(samples, bare, layout_cells=True)
+    rmap = dataclasses.replace(build_residual_map(samples, bare, layout_cells=True), layout_local_bandwidth_octaves=local)
     prof = dataclasses.replace(bare, residuals=rmap)
     rng = random.Random(5)
     steps = [DecodeStep(seq_lens=tuple(rng.randint(1, 20000) for _ in range(b)), query_lens=(1,) * b, weight=1,
@@ -277,3 +323,4 @@ def test_the_device_run_of_calibrate_model_keep_physics_is_reproduced_from_its_t
     got, ref = yaml.safe_load(out.read_text()), yaml.safe_load((res_dir / "calibrate-h200-qwen3-32b.yaml").read_text())
     assert got["residuals"] == ref["residuals"] and got["families"] == ref["families"] and got["fit"] == ref["fit"]
     assert any(c.endswith("/g8/d128/kv8") for c in ref["residuals"]["cells"])
+    assert "layout_local_bandwidth_octaves" not in got["residuals"]  # 40 uniform timings: the offset alone

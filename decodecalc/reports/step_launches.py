@@ -85,9 +85,7 @@ def step_lens_of(steps: Any, idx: Sequence[int]) -> list[tuple[tuple[int, ...], 
     whose steps are expanded only for these)."""
     if hasattr(steps, "step_lens"):
         return [steps.step_lens(i) for i in idx]
-    import numpy as np
-
-    sub = steps.take(np.asarray(idx, dtype=np.int64))
+    sub = steps.take(list(idx))  # batch.runs.RunSteps: the arrays stay in batch/
     return [sub.step_lens(j) for j in range(len(idx))]
 
 

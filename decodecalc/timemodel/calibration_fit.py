@@ -124,7 +124,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     if keep_physics:
         physics, before_cells = dataclasses.replace(start, residuals=None), start
         # the starting map's cells stay (its group cells were measured against this very physics)
-        fitted = add_layout_cells(start, physics, steps or ms, step_where or where)
+        fitted = add_layout_cells(start, physics, steps or ms, step_where or where, local=bool(steps))
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
@@ -134,7 +134,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         wanted = {tuple(int(x) for x in lay) for lay in layouts}
         own = steps or [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
         if own:  # --model's layouts (or --workload's steps): their offsets over the group cells just built
-            fitted = add_layout_cells(fitted, physics, own, step_where)
+            fitted = add_layout_cells(fitted, physics, own, step_where, local=bool(steps))
     every = [*ms, *steps]
     stats, bare = error_summary(fitted, every), error_summary(physics, every)
     fams_seen = {k.family for m in ms for k in m.work.kernels}
@@ -218,17 +218,26 @@ def _check_measured_row(r: Any, where: str) -> None:
                           f"{r['num_kv_heads']}")
 
 
-def add_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[Any], where: str) -> TimeProfile:
+def add_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[Any], where: str, *,
+                     local: bool = False) -> TimeProfile:
     """``profile`` whose map (kept, or a new one) gains the layout cells of ``ms`` against ``physics``;
-    ``where``: added to the map's source ("" keeps it)."""
+    ``where``: added to the map's source ("" keeps it). ``local``: ``ms`` are sampled steps of one traffic
+    (``calibrate --workload``), dense enough for the layout cells' local term
+    (:data:`~decodecalc.timemodel.residuals.WORKLOAD_LOCAL_BANDWIDTH_OCTAVES`)."""
+    from decodecalc.timemodel.residuals import WORKLOAD_LOCAL_BANDWIDTH_OCTAVES, WORKLOAD_LOCAL_PRIOR_LAUNCHES
+
     own = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)
     rmap = profile.residuals
     if rmap is None:
-        return own
-    cells = own.residuals.cells  # type: ignore[union-attr]
-    source = f"{rmap.source}; layout cells: {where}" if where else rmap.source
-    return dataclasses.replace(profile, residuals=dataclasses.replace(rmap, cells={**rmap.cells, **cells},
-                                                                      source=source, _memo={}))
+        rmap, cells, source = own.residuals, {}, own.residuals.source  # type: ignore[union-attr]
+    else:
+        cells = own.residuals.cells  # type: ignore[union-attr]
+        source = f"{rmap.source}; layout cells: {where}" if where else rmap.source
+    extra = {"layout_local_bandwidth_octaves": WORKLOAD_LOCAL_BANDWIDTH_OCTAVES,
+             "layout_local_prior_launches": WORKLOAD_LOCAL_PRIOR_LAUNCHES} if local else {}
+    return dataclasses.replace(profile if profile.residuals is not None else own,
+                               residuals=dataclasses.replace(rmap, cells={**rmap.cells, **cells}, source=source,
+                                                             _memo={}, **extra))
 
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,

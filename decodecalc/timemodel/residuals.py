@@ -22,7 +22,9 @@ reads its layout cell where the map has one, else its (family, group, head dim) 
 every layout of that group (8:1 and 64:8 alike), which on the H200 differ by up to 18% in SGLang's stage 1
 (BENCHMARKS.md, "SGLang's stage 1 by head layout"). A layout cell's correction is its group cell's, moved by one
 offset for the layout: the mean log residual of the layout's timings over what the group cell predicts at each,
-shrunk by ``layout_prior_launches``. The fit writes the map
+shrunk by ``layout_prior_launches``. Layout cells made from sampled steps of a user's traffic (``calibrate
+--workload``) add a local term: the same smoothing as a group cell's, of what group cell and offset leave
+(``layout_local_bandwidth_octaves``, ``layout_local_prior_launches``). The fit writes the map
 (:func:`decodecalc.timemodel.recipe.with_residuals`); ``--explain`` shows the factor and its support.
 
 Pure Python, no numpy: ``tune`` evaluates tens of thousands of launches, so lookups are memoized on a
@@ -71,6 +73,15 @@ DEFAULT_PRIOR_LAUNCHES = 4.0
 #: CUDA-graph replays, 1-3% apart between runs) set against a layout bias of 5-18% (BENCHMARKS.md, "SGLang's stage 1
 #: by head layout"), so the offset is shrunk by one pseudo-timing of none; chosen before it was scored
 DEFAULT_LAYOUT_PRIOR_LAUNCHES = 1.0
+#: a layout cell made from sampled steps of the user's own traffic (calibrate --workload) also gets a local term: the
+#: Gaussian-smoothed mean, in (u, v), of its timings' residuals over group cell and offset, so that the correction can
+#: differ between the traffic's regimes (vLLM 2D and 3D, SGLang's small and large splits), which one offset cannot
+#: follow (Llama-3-405B's chat error changes sign between settings). The bandwidth is the group cells'; the prior was
+#: chosen on two of four H200 models' later steps (Gemma-2-9B, Llama-3-405B: 0.1 of 2, 1, 0.5, 0.25, 0.1 launches)
+#: and reported on the other two (BENCHMARKS.md, "calibrate --workload"). Dense samples of one traffic support it;
+#: calibrate --model's 40 uniform timings do not (a local mean of them moved no prediction), so they keep the offset
+WORKLOAD_LOCAL_BANDWIDTH_OCTAVES = DEFAULT_BANDWIDTH_OCTAVES
+WORKLOAD_LOCAL_PRIOR_LAUNCHES = 0.1
 #: bins further than this many bandwidths away do not count (their weight is below 1e-2)
 _CUTOFF_BANDWIDTHS = 3.0
 #: memo grid of lookups (octaves)
@@ -152,13 +163,19 @@ class ResidualMap:
     prior_launches: float = DEFAULT_PRIOR_LAUNCHES
     #: the prior of the layout cells (:func:`is_layout_cell`)
     layout_prior_launches: float = DEFAULT_LAYOUT_PRIOR_LAUNCHES
+    #: the layout cells' local term (None: none, the offset alone): its bandwidth and prior (calibrate --workload)
+    layout_local_bandwidth_octaves: float | None = None
+    layout_local_prior_launches: float = WORKLOAD_LOCAL_PRIOR_LAUNCHES
     source: str = ""
     _memo: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.bandwidth_octaves, (int, float)) and 0.05 <= self.bandwidth_octaves <= 4):
             raise ConfigError(f"residuals.bandwidth_octaves must be in [0.05, 4], got {self.bandwidth_octaves!r}")
-        for name in ("prior_launches", "layout_prior_launches"):
+        local = self.layout_local_bandwidth_octaves
+        if local is not None and not (isinstance(local, (int, float)) and 0.05 <= local <= 4):
+            raise ConfigError(f"residuals.layout_local_bandwidth_octaves must be in [0.05, 4], got {local!r}")
+        for name in ("prior_launches", "layout_prior_launches", "layout_local_prior_launches"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 <= value <= 1e6):
                 raise ConfigError(f"residuals.{name} must be in [0, 1e6], got {value!r}")
@@ -178,25 +195,41 @@ class ResidualMap:
         if hit is not None:
             return hit
         if is_layout_cell(cell):  # the group cell's correction here, moved by the layout's own offset
-            group, support = self.log_factor_at(group_cell_of(cell), iu, iv)
+            group_cell = group_cell_of(cell)
+            group, support = self.log_factor_at(group_cell, iu, iv)
             offset, launches = self._layout_offset(cell)
-            out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, group + offset)), support + launches)
+            local = 0.0
+            if self.layout_local_bandwidth_octaves is not None:  # what the offset leaves, near (u, v)
+                local = self._smoothed(self.cells.get(cell, ()), iu, iv, self.layout_local_bandwidth_octaves,
+                                       self.layout_local_prior_launches,
+                                       lambda pu, pv: self._grid_log_factor(group_cell, pu, pv) + offset)[0]
+            out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, group + offset + local)), support + launches)
             self._memo[key] = out
             return out
-        qu, qv = iu * _QUERY_STEP, iv * _QUERY_STEP
-        h2 = 2 * self.bandwidth_octaves ** 2
-        cut = (_CUTOFF_BANDWIDTHS * self.bandwidth_octaves) ** 2
-        num = den = 0.0
-        for pu, pv, r, n in self.cells.get(cell, ()):
-            d2 = (pu - qu) ** 2 + (pv - qv) ** 2
-            if d2 <= cut:
-                w = math.exp(-d2 / h2) * n
-                num += w * r
-                den += w
-        lf = num / (den + self.prior_launches) if den else 0.0
+        lf, den = self._smoothed(self.cells.get(cell, ()), iu, iv, self.bandwidth_octaves, self.prior_launches)
         out = (max(-MAX_LOG_FACTOR, min(MAX_LOG_FACTOR, lf)), den)
         self._memo[key] = out
         return out
+
+    def _grid_log_factor(self, cell: str, u: float, v: float) -> float:
+        return self.log_factor_at(cell, round(u / _QUERY_STEP), round(v / _QUERY_STEP))[0]
+
+    @staticmethod
+    def _smoothed(points: Iterable[Point], iu: int, iv: int, bandwidth: float, prior: float,
+                  baseline: Any = None) -> tuple[float, float]:
+        """(Gaussian-weighted mean of the points' residuals over ``baseline(u, v)`` (none: 0) near the grid point,
+        shrunk by ``prior`` pseudo-launches of zero; the weight behind it)."""
+        qu, qv = iu * _QUERY_STEP, iv * _QUERY_STEP
+        h2 = 2 * bandwidth ** 2
+        cut = (_CUTOFF_BANDWIDTHS * bandwidth) ** 2
+        num = den = 0.0
+        for pu, pv, r, n in points:
+            d2 = (pu - qu) ** 2 + (pv - qv) ** 2
+            if d2 <= cut:
+                w = math.exp(-d2 / h2) * n
+                num += w * (r - (baseline(pu, pv) if baseline is not None else 0.0))
+                den += w
+        return (num / (den + prior) if den else 0.0), den
 
     def _layout_offset(self, cell: str) -> tuple[float, int]:
         """(offset, launches) of a layout cell: the mean log residual of its timings over what its group cell
@@ -208,8 +241,7 @@ class ResidualMap:
         if hit is None:
             group = group_cell_of(cell)
             pts = self.cells.get(cell, ())
-            num = sum(n * (r - self.log_factor_at(group, round(pu / _QUERY_STEP), round(pv / _QUERY_STEP))[0])
-                      for pu, pv, r, n in pts)
+            num = sum(n * (r - self._grid_log_factor(group, pu, pv)) for pu, pv, r, n in pts)
             launches = sum(n for *_, n in pts)
             hit = (num / (launches + self.layout_prior_launches) if launches else 0.0, float(launches))
             self._memo[key] = hit
@@ -231,6 +263,9 @@ class ResidualMap:
     def to_mapping(self) -> dict[str, Any]:
         layout = ({"layout_prior_launches": self.layout_prior_launches}
                   if any(is_layout_cell(c) for c in self.cells) else {})
+        if self.layout_local_bandwidth_octaves is not None:
+            layout.update(layout_local_bandwidth_octaves=self.layout_local_bandwidth_octaves,
+                          layout_local_prior_launches=self.layout_local_prior_launches)
         return {"bandwidth_octaves": self.bandwidth_octaves, "prior_launches": self.prior_launches, **layout,
                 "source": self.source, "bin_octaves": BIN_OCTAVES,
                 "cells": {c: [[round(u, 4), round(v, 4), round(r, 5), n] for u, v, r, n in pts]
@@ -289,7 +324,12 @@ def residual_map_from_mapping(data: Any, origin: str) -> ResidualMap:
         bw = float(data.get("bandwidth_octaves", DEFAULT_BANDWIDTH_OCTAVES))
         prior = float(data.get("prior_launches", DEFAULT_PRIOR_LAUNCHES))
         layout_prior = float(data.get("layout_prior_launches", DEFAULT_LAYOUT_PRIOR_LAUNCHES))
+        local_bw = data.get("layout_local_bandwidth_octaves")
+        local_bw = None if local_bw is None else float(local_bw)
+        local_prior = float(data.get("layout_local_prior_launches", WORKLOAD_LOCAL_PRIOR_LAUNCHES))
     except (TypeError, ValueError):
-        raise ConfigError("residuals.bandwidth_octaves, prior_launches and layout_prior_launches must be numbers") from None
+        raise ConfigError("residuals.bandwidth_octaves, prior_launches, layout_prior_launches, "
+                          "layout_local_bandwidth_octaves and layout_local_prior_launches must be numbers") from None
     return ResidualMap(cells=cells, bandwidth_octaves=bw, prior_launches=prior, layout_prior_launches=layout_prior,
+                       layout_local_bandwidth_octaves=local_bw, layout_local_prior_launches=local_prior,
                        source=str(data.get("source", "")) or origin)
