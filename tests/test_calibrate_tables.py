@@ -211,3 +211,10 @@ def test_the_calibrate_workload_table_is_what_the_script_recorded():
     assert f"**{held[0]} -> {held[1]} -> {held[2]} of {held_of}** ({held[2] / held_of:.0%})" in flat
     assert f"On the other kind of traffic: {o['shipped']} -> {o['offset_only']} -> {o['calibrated']} of {o['of']}" in flat
     assert n["calibrated"] > n["offset_only"] > n["shipped"]
+    st = doc["settings_totals"]["next_steps"]
+    assert st["of"] == sum(r["next_steps"]["shipped"]["settings"]["totals"] for r in doc["cases"]) == 159
+    assert f"go {st['shipped']} -> {st['offset_only']} -> {st['calibrated']} of {st['of']}**" in flat
+    s10 = [sum(r["next_steps"][w]["settings"]["within_10pct"] for r in doc["cases"]) for w in whos]
+    s_worst = [max(r["next_steps"][w]["settings"]["max_abs_error"] for r in doc["cases"]) for w in whos]
+    assert (f"({st['calibrated'] / st['of']:.0%}; within 10%: {s10[0]} -> {s10[1]} -> {s10[2]}; worst {s_worst[0]:.1%} "
+            f"-> {s_worst[1]:.1%} -> {s_worst[2]:.1%})") in flat and f"({st['of'] - s10[2]} of the {st['of']} settings)" in flat

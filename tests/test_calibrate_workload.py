@@ -190,3 +190,27 @@ def test_the_device_runs_are_reproduced_from_their_timings(tmp_path, case):
     got, ref = yaml.safe_load(out.read_text()), yaml.safe_load((RUNS / f"{case}.yaml").read_text())
     assert got["residuals"]["cells"] == ref["residuals"]["cells"] and got["fit"] == ref["fit"]
     assert ref["fit"]["workload"]["timings"] >= 60
+
+
+def test_a_full_fit_with_a_workload_fits_the_physics_and_adds_the_workloads_cells(tmp_path):
+    """Without --keep-physics: the physics is fitted on calibrate's shapes, and the layout cells come from the
+    workload's steps, over the new physics (the saved timings of two H200 runs joined)."""
+    res_dir = ROOT / "benchmarks" / "results"
+    shapes = json.loads((res_dir / "calibrate-h200-measurements.json").read_text())
+    steps = json.loads((RUNS / "qwen3-32b-chat-measurements.json").read_text())
+    path = tmp_path / "both.json"
+    path.write_text(json.dumps({**shapes, "workload": steps["workload"]}))
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--from-measurements", str(path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    prof = yaml.safe_load(out.read_text())
+    assert prof["fit"]["rows"] == len(shapes["cases"]) + prof["fit"]["workload"]["timings"]
+    cells = prof["residuals"]["cells"]
+    assert any(c.endswith("/g8/d128/kv8") for c in cells) and any(c.endswith("/g8/d128") for c in cells)
+    assert prof["residuals"]["layout_local_bandwidth_octaves"] == 0.35
+    # the same shapes alone: no layout cell, and other physics than the starting profile's
+    alone = tmp_path / "alone.yaml"
+    assert runner.invoke(app, ["calibrate", "--from-measurements", str(res_dir / "calibrate-h200-measurements.json"),
+                               "-o", str(alone)]).exit_code == 0
+    bare = yaml.safe_load(alone.read_text())
+    assert not any("/kv" in c for c in bare["residuals"]["cells"]) and bare["families"] == prof["families"]

@@ -41,8 +41,9 @@ TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of --mo
 KeepOpt = Annotated[bool, typer.Option("--keep-physics", help="Time --model's layouts only and fit nothing: keep the "
                                        "starting profile and add their map cells (about 20 s).")]
 SampleOpt = Annotated[int, typer.Option("--sample-steps", help="With a workload: how many evenly spaced steps of it to "
-                                        "time, each under every launch of tune's search (6: about 110 timings, "
-                                        "well under a minute).")]
+                                        "time, each under every launch the engines make for it with their default, "
+                                        "tune's pick and the six next best settings (6: 66-96 timings, under a "
+                                        "minute on the H200).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -74,9 +75,9 @@ def register(app: typer.Typer) -> None:
         sample_steps: SampleOpt = 6,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
-        the profile that `recommend`, `grid`, `compare` and `tune` then use. With --model and a workload (--workload,
-        --requests or --steps): also time a few sampled steps of that traffic under every launch tune's search makes,
-        and give the model's head layout map cells of its own from them."""
+        the profile that `recommend`, `grid`, `compare` and `tune` then use. With one --model and its traffic
+        (--requests, --steps, --workload or --metrics): time a few sampled steps of it under the launches of the
+        settings tune compares, and give the model's head layout map cells of its own from them."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
         if keep_physics and not model and from_measurements is None:
             raise ConfigError("--keep-physics needs --model: it times only the models' own head layouts")
         given = [n for n, v in (("--workload", workload), ("--requests", requests), ("--steps", steps),
-                                              ("--metrics", metrics)) if v is not None]
+                                ("--metrics", metrics)) if v is not None]
         if given and from_measurements is not None:
             raise ConfigError(f"{given[0]} with --from-measurements: the saved timings say which workload was sampled")
         if given and len(model or ()) != 1:
@@ -170,7 +171,8 @@ def _workload_sample(model_id: str, tp: int, gpu: str, k: int, *, workload: str 
                      requests: Path | None, metrics: str | None, metrics_model: str | None, trace_format: str | None,
                      columns: str | None, tokenizer: Path | None, max_requests: int | None,
                      concurrency: int | None) -> Any:
-    """``k`` sampled steps of the user's traffic under every launch of tune's search (the engine defaults)."""
+    """``k`` sampled steps of the user's traffic under the launches of the settings tune compares (from the engine
+    defaults: :func:`decodecalc.reports.step_launches.workload_sample`)."""
     from decodecalc.api import load_workload, tune_for, tune_inputs
     from decodecalc.reports.step_launches import workload_sample
 
