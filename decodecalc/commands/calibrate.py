@@ -128,10 +128,13 @@ def register(app: typer.Typer) -> None:
             return
         sample = None
         if given:  # the traffic first: a bad file fails before the GPU is looked at
-            sample = _workload_sample(model[0], tp, spec.name, sample_steps, workload=workload, steps=steps,
-                                      requests=requests, metrics=metrics, metrics_model=metrics_model,
-                                      trace_format=trace_format, columns=columns, tokenizer=tokenizer,
-                                      max_requests=max_requests, concurrency=concurrency)
+            from decodecalc.commands.options import progress_on_stderr
+
+            with progress_on_stderr() as report:
+                sample = _workload_sample(model[0], tp, spec.name, sample_steps, workload=workload, steps=steps,
+                                          requests=requests, metrics=metrics, metrics_model=metrics_model,
+                                          trace_format=trace_format, columns=columns, tokenizer=tokenizer,
+                                          max_requests=max_requests, concurrency=concurrency, progress=report)
             layouts = []  # the workload's steps replace the layout's calibrate shapes
         cuda_or_error()  # a clear error before any progress bar
         console = Console(stderr=True)
@@ -170,19 +173,21 @@ def _layout(model_id: str, tp: int) -> tuple[int, int, int]:
 def _workload_sample(model_id: str, tp: int, gpu: str, k: int, *, workload: str | None, steps: Path | None,
                      requests: Path | None, metrics: str | None, metrics_model: str | None, trace_format: str | None,
                      columns: str | None, tokenizer: Path | None, max_requests: int | None,
-                     concurrency: int | None) -> Any:
+                     concurrency: int | None, progress: Any = None) -> Any:
     """``k`` sampled steps of the user's traffic under the launches of the settings tune compares (from the engine
     defaults: :func:`decodecalc.reports.step_launches.workload_sample`)."""
     from decodecalc.api import load_workload, tune_for, tune_inputs
     from decodecalc.reports.step_launches import workload_sample
 
     _layout(model_id, tp)  # MLA is refused here too
+    if progress:
+        progress("reading the workload")
     inputs = tune_inputs(model_id, tp=tp, gpu=gpu)
     trace = load_workload(steps=steps, requests=requests, workload=workload, metrics=metrics,
                           metrics_model=metrics_model, concurrency=concurrency,
                           trace_format=trace_format, columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
                           model_hint=inputs.work.model.hf_id, max_requests=max_requests)
-    result = tune_for(inputs, trace, heuristics="none")
+    result = tune_for(inputs, trace, heuristics="none", progress=progress)
     if not result.engines:
         raise ConfigError(f"this workload runs on neither engine's Triton decode kernel ({'; '.join(result.skipped.values())})")
     source = workload or str(requests or steps or metrics)
