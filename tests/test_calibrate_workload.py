@@ -214,3 +214,17 @@ def test_a_full_fit_with_a_workload_fits_the_physics_and_adds_the_workloads_cell
                                "-o", str(alone)]).exit_code == 0
     bare = yaml.safe_load(alone.read_text())
     assert not any("/kv" in c for c in bare["residuals"]["cells"]) and bare["families"] == prof["families"]
+
+
+def test_tune_says_whose_traffic_the_profiles_layout_cells_come_from():
+    prof = RUNS / "qwen3-32b-chat.yaml"
+    args = ["tune", "-m", "qwen3-32b", "-w", "chat", "--engine", "vllm", "--heuristics", "none", "--profile", str(prof)]
+    res = runner.invoke(app, args + ["--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)["profile"]["workload"]
+    assert got == {"source": yaml.safe_load(prof.read_text())["fit"]["workload"]["source"], "model": "qwen3-32b",
+                   "tp": 1, "sampled_steps": 6}
+    text = runner.invoke(app, args)
+    assert "its layout cells come from 6 sampled steps of" in " ".join(text.output.split())
+    plain = runner.invoke(app, args[:-2] + ["--json"])  # the packaged profile: no such record
+    assert "workload" not in json.loads(plain.output)["profile"]

@@ -172,6 +172,13 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
     state = "calibrated" if prof.calibrated else "UNCALIBRATED"
     _say(console, f"time model: {state} profile {prof.path or 'built-in'}; step time = decode attention of one layer "
          "on one rank", style="dim")
+    from decodecalc.reports.tune import profile_workload
+
+    sampled = profile_workload(prof)
+    if sampled:
+        _say(console, f"its layout cells come from {sampled['sampled_steps']} sampled steps of {sampled['source']} "
+             f"({sampled['model']} TP{sampled['tp']}, calibrate --workload): traffic of another kind may be predicted "
+             "worse", style="dim")
 
 
 def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:

@@ -61,6 +61,17 @@ __all__ = ["ENGINES", "OBJECTIVES", "Candidate", "EngineTune", "Stats", "TuneCon
            "tune_engine", "vllm_setting"]
 
 
+def profile_workload(profile: TimeProfile) -> dict[str, Any] | None:
+    """The traffic a profile's layout cells were sampled from (``calibrate --workload``): source, model, TP degree and
+    steps sampled; None for other profiles. Those cells predict that traffic best and another of the same layout can
+    be worse (BENCHMARKS.md, "calibrate --workload"), so tune says whose they are."""
+    wl = profile.fit.get("workload") if isinstance(profile.fit, Mapping) else None
+    if not isinstance(wl, Mapping):
+        return None
+    return {"source": str(wl.get("source", "")), "model": str(wl.get("model", "")), "tp": wl.get("tp"),
+            "sampled_steps": len(wl.get("sampled_steps") or ())}
+
+
 def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: TimeProfile, *,
                  vllm: VllmSettings | None = None, sglang: SglangSettings | None = None,
                  max_anchors: int | None = None, target_rel_se: float | None = None,
@@ -229,7 +240,8 @@ class TuneResult:
             "num_heads": ctx.work.num_heads, "num_kv_heads": ctx.work.num_kv_heads, "head_size": ctx.work.head_size,
             "layers": ctx.num_layers, "step_time": "decode attention of one layer on one rank, seconds",
             "objective": self.objective, "max_regression": self.max_regression,
-            "profile": {"gpu": prof.gpu, "path": prof.path or "built-in", "calibrated": prof.calibrated},
+            "profile": {"gpu": prof.gpu, "path": prof.path or "built-in", "calibrated": prof.calibrated,
+                        **({"workload": sampled} if (sampled := profile_workload(prof)) else {})},
             "estimate": ctx.timer.report(),
             "engines": {k: v.to_dict() for k, v in self.engines.items()},
             "skipped": dict(self.skipped),
