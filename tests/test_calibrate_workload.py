@@ -162,6 +162,7 @@ def test_a_bad_saved_step_row_is_refused_with_its_index(tmp_path, chat_result, r
     (["-w", "chat"], "--workload needs exactly one --model"),
     (["-w", "chat", "-m", "llama3-8b", "-m", "qwen3-32b"], "got 2"),
     (["-m", "llama3-8b", "-w", "chat", "--sample-steps", "0"], "--sample-steps 0"),
+    (["-m", "llama3-8b", "--sample-steps", "4"], "--sample-steps applies to a workload"),
     (["-m", "llama3-8b", "-w", "chat", "--from-measurements", "x.json"], "--workload with --from-measurements"),
     (["-m", "deepseek-v3", "-w", "chat"], "uses MLA"),
     (["-m", "llama3-8b", "-w", "nonsense"], "nonsense"),

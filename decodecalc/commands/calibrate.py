@@ -40,9 +40,9 @@ ModelsOpt = Annotated[Optional[list[str]], typer.Option(
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of --model (its heads per rank).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-physics", help="Time --model's layouts only and fit nothing: keep the "
                                        "starting profile and add their map cells (about 20 s).")]
-SampleOpt = Annotated[int, typer.Option("--sample-steps", help="With a workload: how many evenly spaced steps of it to "
+SampleOpt = Annotated[Optional[int], typer.Option("--sample-steps", help="With a workload: how many evenly spaced steps of it to "
                                         "time, each under every launch the engines make for it with their default, "
-                                        "tune's pick and the six next best settings (6: 66-96 timings, under a "
+                                        "tune's pick and the six next best settings (default 6: 66-96 timings, under a "
                                         "minute on the H200).")]
 
 
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         tokenizer: TokenizerOpt = None,
         max_requests: MaxRequestsOpt = None,
         concurrency: ConcurrencyOpt = None,
-        sample_steps: SampleOpt = 6,
+        sample_steps: SampleOpt = None,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
         the profile that `recommend`, `grid`, `compare` and `tune` then use. With one --model and its traffic
@@ -101,7 +101,9 @@ def register(app: typer.Typer) -> None:
         if given and len(model or ()) != 1:
             raise ConfigError(f"{given[0]} needs exactly one --model (the model serving that traffic), got "
                               f"{len(model or ())}")
-        if not 1 <= sample_steps <= 64:
+        if sample_steps is not None and not given:
+            raise ConfigError("--sample-steps applies to a workload (--requests, --steps, --workload or --metrics)")
+        if sample_steps is not None and not 1 <= sample_steps <= 64:
             raise ConfigError(f"--sample-steps {sample_steps}: expected an integer in [1, 64]")
         layouts = [_layout(m, tp) for m in model or ()]
         spec = resolve_gpu(gpu)
@@ -129,9 +131,11 @@ def register(app: typer.Typer) -> None:
         sample = None
         if given:  # the traffic first: a bad file fails before the GPU is looked at
             from decodecalc.commands.options import progress_on_stderr
+            from decodecalc.reports.step_launches import DEFAULT_SAMPLE_STEPS
 
             with progress_on_stderr() as report:
-                sample = _workload_sample(model[0], tp, spec.name, sample_steps, workload=workload, steps=steps,
+                sample = _workload_sample(model[0], tp, spec.name, sample_steps or DEFAULT_SAMPLE_STEPS,
+                                          workload=workload, steps=steps,
                                           requests=requests, metrics=metrics, metrics_model=metrics_model,
                                           trace_format=trace_format, columns=columns, tokenizer=tokenizer,
                                           max_requests=max_requests, concurrency=concurrency, progress=report)
