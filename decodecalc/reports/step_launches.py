@@ -1,13 +1,13 @@
 """What ``calibrate --workload`` times: a few sampled steps of the user's traffic, each under every distinct launch
-the engines make for it over tune's whole search (vLLM: the 2D kernel or the 3D kernel with a segment count, on the
-batch the FULL CUDA graph replays; SGLang: the per-sequence split counts, computed on the device by the engine's own
-split-count kernel where the rule is adaptive), for the settings that decide tune's pick: each engine's default, the
-pick and the next best candidates.
+the engines make for it (vLLM: the 2D kernel or the 3D kernel with a segment count, on the batch the FULL CUDA graph
+replays; SGLang: the per-sequence split counts, computed on the device by the engine's own split-count kernel where
+the rule is adaptive) with the settings that decide tune's pick: each engine's default, the pick and the next best
+candidates (global layers; a sliding-window model's window layers are not sampled).
 
-Why these launches and not calibrate's static shapes: on the H200, layout cells built from six sampled steps under
-the engines' own launches put 50 of 87 later workload totals within 5% (19 with the shipped profile), and cells from
-static launches only 35 (benchmarks/steps_in_sequence.py ``--sampled``; BENCHMARKS.md "Steps alone and in
-sequence"). The launches come from the launcher modules (:func:`~decodecalc.launchers.vllm_unified.plan_vllm`,
+Why these launches and not calibrate's static shapes: simulated from H200 per-step timings, layout cells from six
+sampled steps under the engines' own launches put 50 of 87 later workload totals within 5% (19 with the shipped
+profile), cells from static launches only 35 (benchmarks/steps_in_sequence.py ``--sampled``); built and run on the
+H200, 78 -> 177 of 219 over six models (BENCHMARKS.md, "calibrate --workload"). The launches come from the launcher modules (:func:`~decodecalc.launchers.vllm_unified.plan_vllm`,
 :func:`~decodecalc.launchers.sglang_triton.plan_sglang`); this module only reads their plans.
 
 A launch is a JSON-ready mapping (the ``launch`` of a per-step timing row, as
