@@ -50,6 +50,7 @@ from decodecalc.reports.heuristics import (
 )
 from decodecalc.reports.step_launches import vllm_launch
 from decodecalc.reports.tune import make_context, tune
+from decodecalc.reports.tune_space import engine_settings
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import resolve_profile
@@ -166,13 +167,10 @@ def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> lis
                     picked.append(c)
         for c in picked:
             kind = "default" if c is e.default else "tuned" if c is e.best else "candidate"
+            st = engine_settings(ctx, engine, c.setting)
             if engine == "vllm":
-                st = dataclasses.replace(ctx.vllm, num_par_softmax_segments=c.setting["NUM_PAR_SOFTMAX_SEGMENTS"],
-                                         min_launch_grid_size_2d=c.setting["MIN_LAUNCH_GRID_SIZE_2D"])
                 specs = [vspec(i, st) for i in range(n)]
             else:
-                st = dataclasses.replace(ctx.sglang, max_kv_splits=c.setting["triton_attention_num_kv_splits"],
-                                         static_kv_splits=c.setting["static_kv_splits"])
                 specs = []
                 for i in range(n):
                     sp = plan_sglang(step_work(ctx, i), ctx.gpu, st)

@@ -18,11 +18,11 @@ from decodecalc.launchers.sglang_triton import plan_sglang
 from decodecalc.launchers.vllm_unified import plan_vllm
 from decodecalc.reports.step_launches import (
     candidate_step_launches,
-    engine_settings,
     sample_steps,
     timed_candidates,
     workload_sample,
 )
+from decodecalc.reports.tune_space import engine_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks" / "results" / "calibrate-workload"

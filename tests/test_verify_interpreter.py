@@ -367,22 +367,28 @@ def test_cli_verify_upstream_without_sources_names_what_to_install(tiny_model, t
     assert "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("variant", ["sglang-static-S2", "vllm-3d-S4", "vllm-2d"])
-def test_calibration_steps_compute_attention(variant):
-    """calibrate's timed steps (verify/calibration.py) call the real kernels through verify/engine.py on
-    the KV cache of verify/kv_cache.py: here, under the interpreter, their output is attention."""
+def _calibration_bench(system: str, lens: list[int]):
+    """calibrate's ShapeBench (8:2 heads, d32, fp16) on the CPU with ``system``'s upstream kernels (skips without
+    their sources)."""
     from decodecalc.verify.calibration import ShapeBench
     from decodecalc.verify.locate import UpstreamVersionWarning
-    from decodecalc.verify.torch_ref import compare, reference_attention
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
-    system = variant.split("-")[0]
     _sources_or_skip(system)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UpstreamVersionWarning)
         kernels = load_vllm(interpret=True) if system == "vllm" else load_sglang(interpret=True)
+    return ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16)
+
+
+@pytest.mark.parametrize("variant", ["sglang-static-S2", "vllm-3d-S4", "vllm-2d"])
+def test_calibration_steps_compute_attention(variant):
+    """calibrate's timed steps (verify/calibration.py) call the real kernels through verify/engine.py on
+    the KV cache of verify/kv_cache.py: here, under the interpreter, their output is attention."""
+    from decodecalc.verify.torch_ref import compare, reference_attention
+
     lens = [40, 70]
-    bench = ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16)
+    bench = _calibration_bench(variant.split("-")[0], lens)
     assert bench.copies > 1
     bench.out.fill_(float("nan"))
     bench.step(variant)(1)  # the second KV-cache copy
@@ -401,18 +407,10 @@ def test_calibration_steps_compute_attention(variant):
 def test_workload_step_launches_compute_attention(launch, engine_kernel):
     """calibrate --workload's timed launches (ShapeBench.launch: vLLM on the padded replay batch, SGLang with
     per-sequence split counts, written by the engine's own split-count kernel when adaptive) are attention."""
-    from decodecalc.verify.calibration import ShapeBench
-    from decodecalc.verify.locate import UpstreamVersionWarning
     from decodecalc.verify.torch_ref import compare, reference_attention
-    from decodecalc.verify.upstream import load_sglang, load_vllm
 
-    system = launch["engine"]
-    _sources_or_skip(system)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UpstreamVersionWarning)
-        kernels = load_vllm(interpret=True) if system == "vllm" else load_sglang(interpret=True)
     lens = [40, 70]
-    bench = ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16)
+    bench = _calibration_bench(launch["engine"], lens)
     step = bench.launch(launch, engine_kernel)
     step.out.fill_(float("nan"))
     step(1)

@@ -20,12 +20,13 @@ A launch is a JSON-ready mapping (the ``launch`` of a per-step timing row, as
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from decodecalc.launchers.base import KernelKind
 from decodecalc.launchers.sglang_triton import plan_sglang
 from decodecalc.launchers.vllm_unified import plan_vllm
+from decodecalc.reports.tune_space import engine_settings
 from decodecalc.timemodel.step_rows import StepLaunch, WorkloadSample
 
 #: steps calibrate --workload samples by default: six gave 50 of 87 totals within 5%, twelve 53 (module doc)
@@ -62,15 +63,6 @@ def sglang_launch(plan: Any) -> dict[str, Any]:
     """The launch of a :class:`~decodecalc.launchers.sglang_triton.SglangPlan`: per-sequence split counts."""
     return {"engine": "sglang", "splits": list(plan.num_kv_splits), "max_kv_splits": plan.max_kv_splits,
             "adaptive": plan.mode == "adaptive"}
-
-
-def engine_settings(ctx: Any, engine: str, setting: Mapping[str, Any]) -> Any:
-    """The engine settings of one of tune's candidates (its ``setting``, as the JSON shows it) over the context's."""
-    if engine == "vllm":
-        return dataclasses.replace(ctx.vllm, num_par_softmax_segments=int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]),
-                                   min_launch_grid_size_2d=int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
-    return dataclasses.replace(ctx.sglang, max_kv_splits=int(setting["triton_attention_num_kv_splits"]),
-                               static_kv_splits=bool(setting["static_kv_splits"]))
 
 
 def step_launch(ctx: Any, engine: str, settings: Any, work: Any) -> dict[str, Any]:

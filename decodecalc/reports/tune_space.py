@@ -58,6 +58,16 @@ def sglang_setting(max_kv_splits: int, static: bool) -> dict[str, Any]:
     return {"triton_attention_num_kv_splits": max_kv_splits, "static_kv_splits": static}
 
 
+def engine_settings(ctx: Any, engine: str, setting: dict[str, Any]) -> Any:
+    """The engine settings of one candidate ``setting`` (:func:`vllm_setting`, :func:`sglang_setting`: as the JSON
+    shows it) over the context's."""
+    if engine == "vllm":
+        return dataclasses.replace(ctx.vllm, num_par_softmax_segments=int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]),
+                                   min_launch_grid_size_2d=int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
+    return dataclasses.replace(ctx.sglang, max_kv_splits=int(setting["triton_attention_num_kv_splits"]),
+                               static_kv_splits=bool(setting["static_kv_splits"]))
+
+
 def powers_of_two(upto: int) -> list[int]:
     return [1 << k for k in range(max(upto, 1).bit_length()) if 1 << k <= upto]
 
@@ -110,7 +120,7 @@ def vllm_option(ctx: Any, segments: int, grid: int) -> Option:
     from decodecalc.batch.stats import compose, gate_mask
 
     d_seg, d_grid = _vllm_defaults(ctx)
-    st = dataclasses.replace(ctx.vllm, num_par_softmax_segments=segments, min_launch_grid_size_2d=grid)
+    st = engine_settings(ctx, "vllm", vllm_setting(segments, grid))
     # the gate does not depend on the segment count: planned once per threshold with the default count
     got = ctx.memo.get(("vllm-gate", grid))
     if got is None:
@@ -169,7 +179,7 @@ def _sglang_defaults(ctx: Any) -> tuple[int, bool]:
 
 def sglang_option(ctx: Any, max_kv_splits: int, static: bool) -> Option:
     """SGLang with ``--triton-attention-num-kv-splits max_kv_splits``, static or adaptive split counts."""
-    s = dataclasses.replace(ctx.sglang, max_kv_splits=max_kv_splits, static_kv_splits=static)
+    s = engine_settings(ctx, "sglang", sglang_setting(max_kv_splits, static))
     ctx.timer.sglang(s)
     default = (max_kv_splits, static) == _sglang_defaults(ctx)
     common = dict(setting=sglang_setting(max_kv_splits, static), recipes=(("sglang", s),),

@@ -229,15 +229,15 @@ def add_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[An
     own = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)
     rmap = profile.residuals
     if rmap is None:
-        rmap, cells, source = own.residuals, {}, own.residuals.source  # type: ignore[union-attr]
+        base, new = own, own.residuals
     else:
-        cells = own.residuals.cells  # type: ignore[union-attr]
-        source = f"{rmap.source}; layout cells: {where}" if where else rmap.source
-    extra = {"layout_local_bandwidth_octaves": WORKLOAD_LOCAL_BANDWIDTH_OCTAVES,
-             "layout_local_prior_launches": WORKLOAD_LOCAL_PRIOR_LAUNCHES} if local else {}
-    return dataclasses.replace(profile if profile.residuals is not None else own,
-                               residuals=dataclasses.replace(rmap, cells={**rmap.cells, **cells}, source=source,
-                                                             _memo={}, **extra))
+        base = profile
+        new = dataclasses.replace(rmap, cells={**rmap.cells, **own.residuals.cells},  # type: ignore[union-attr]
+                                  source=f"{rmap.source}; layout cells: {where}" if where else rmap.source, _memo={})
+    if local:
+        new = dataclasses.replace(new, layout_local_bandwidth_octaves=WORKLOAD_LOCAL_BANDWIDTH_OCTAVES,  # type: ignore[arg-type]
+                                  layout_local_prior_launches=WORKLOAD_LOCAL_PRIOR_LAUNCHES, _memo={})
+    return dataclasses.replace(base, residuals=new)
 
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,

@@ -73,35 +73,8 @@ class ShapeBench:
         self.scale = 1.0 / math.sqrt(d)
 
     def step(self, variant: str) -> Callable[[int], None]:
-        torch, B, h, d, kv, dev = self.torch, len(self.lens), self.h, self.d, self.kv, self.device
-        if variant.startswith("vllm-"):
-            S = 16 if variant == "vllm-2d" else int(variant.removeprefix("vllm-3d-S"))
-            thr = 0 if variant == "vllm-2d" else 1 << 20
-            so = torch.empty((B, h, S, self.d_pad), device=dev, dtype=torch.float32)
-            sm_ = torch.empty((B, h, S), device=dev, dtype=torch.float32)
-            ss = torch.empty((B, h, S), device=dev, dtype=torch.float32)
-
-            def vstep(c: int) -> None:
-                engine.vllm_unified_attention(
-                    self.vk, q=self.q, k=kv.k_cache, v=kv.v_cache, out=self.out, cu_seqlens_q=self.cu_q,
-                    max_seqlen_q=1, seqused_k=self.seq_lens, max_seqlen_k=max(self.lens),
-                    block_table=kv.block_tables[c], softmax_scale=self.scale, seq_threshold_3D=thr,
-                    num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm_, softmax_segm_expsum=ss)
-            return vstep
-        S = int(variant.removeprefix("sglang-static-S"))
-        po = torch.empty((B, h, S, d), device=dev, dtype=torch.float32)
-        pl = torch.empty((B, h, S), device=dev, dtype=torch.float32)
-        ns = torch.full((B,), S, dtype=torch.int32, device=dev)
-
-        def sstep(c: int) -> None:
-            engine.sglang_decode_attention(
-                self.sk, q=self.q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=self.out, kv_indptr=self.indptr,
-                kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=S,
-                sm_scale=self.scale, use_pdl=dev == "cuda")
-        sstep.out = self.out  # type: ignore[attr-defined]
-        sstep.num_kv_splits = ns  # type: ignore[attr-defined]
-        return sstep
-
+        """The step function of one calibration variant: its launch (:func:`variant_launch`) on this shape."""
+        return self.launch(variant_launch(variant, len(self.lens)))
 
     def launch(self, launch: dict[str, Any], engine_split_kernel: bool = False) -> Callable[[int], None]:
         """The step function of an engine's own launch of this step (:mod:`decodecalc.reports.step_launches`): vLLM's
@@ -113,14 +86,17 @@ class ShapeBench:
             b_run, t_run = max(int(launch["batch_run"]), B), max(int(launch["tokens_run"]), B)
             S = int(launch["segments"])
             thr = 1 << 20 if launch["use_3d"] else 0  # the gate's decision, taken as the launch says
-            # the padded rows' queries are never read (their length is 0); the real rows are the bench's own
-            q = torch.cat([self.q, torch.zeros((t_run - B, h, d), device=dev, dtype=self.q.dtype)])
-            out = torch.empty_like(q)
+            q, out = self.q, self.out
+            if t_run > B:  # the padded rows' queries are never read (their length is 0); the real rows are the bench's
+                q = torch.cat([self.q, torch.zeros((t_run - B, h, d), device=dev, dtype=self.q.dtype)])
+                out = torch.empty_like(q)
             seq_lens = torch.tensor(list(self.lens) + [0] * (b_run - B), dtype=torch.int32, device=dev)
             cu_q = torch.tensor(list(range(B + 1)) + [B] * (b_run - B), dtype=torch.int32, device=dev)
-            tables = torch.zeros((kv.block_tables.shape[0], b_run, kv.block_tables.shape[2]), dtype=torch.int32,
-                                 device=dev)
-            tables[:, :B] = kv.block_tables
+            tables = kv.block_tables
+            if b_run > B:  # the replay's padding rows: block tables of zeros
+                tables = torch.zeros((kv.block_tables.shape[0], b_run, kv.block_tables.shape[2]), dtype=torch.int32,
+                                     device=dev)
+                tables[:, :B] = kv.block_tables
             so = torch.empty((t_run, h, S, self.d_pad), device=dev, dtype=torch.float32)
             sm_ = torch.empty((t_run, h, S), device=dev, dtype=torch.float32)
             ss = torch.empty((t_run, h, S), device=dev, dtype=torch.float32)
@@ -151,6 +127,18 @@ class ShapeBench:
         sstep.out = self.out  # type: ignore[attr-defined]
         sstep.num_kv_splits = ns  # type: ignore[attr-defined]
         return sstep
+
+
+def variant_launch(variant: str, batch: int) -> dict[str, Any]:
+    """A calibration variant's launch (:mod:`decodecalc.reports.step_launches`' form) for a batch of ``batch``
+    sequences: vLLM 2D (its scratch sized for 16 segments, the kernel ignores it), vLLM 3D with S segments, or
+    SGLang with S splits for every sequence."""
+    if variant.startswith("vllm-"):
+        use_3d = variant != "vllm-2d"
+        return {"engine": "vllm", "use_3d": use_3d, "segments": int(variant.removeprefix("vllm-3d-S")) if use_3d else 16,
+                "batch_run": batch, "tokens_run": batch}
+    S = int(variant.removeprefix("sglang-static-S"))
+    return {"engine": "sglang", "splits": [S] * batch, "max_kv_splits": S, "adaptive": False}
 
 
 def check_device_is(device_name: str, gpu: Any) -> None:
