@@ -194,7 +194,7 @@ class RecommendResult:
 
 def recommend_for(inputs: Inputs, kernel: str | None = None,
                   candidates: str | Sequence[str] | Sequence[int] | None = None,
-                  profile: str | Path | None = None) -> RecommendResult:
+                  profile: str | Path | None = None, regime: str = "back-to-back") -> RecommendResult:
     """`recommend` from already-built inputs (the CLI's path)."""
     from decodecalc.reports.recommend import KERNELS, parse_candidates
     from decodecalc.reports.recommend import recommend as _recommend
@@ -210,7 +210,7 @@ def recommend_for(inputs: Inputs, kernel: str | None = None,
     if candidates is not None and not isinstance(candidates, str) and all(isinstance(c, int) for c in candidates):
         candidates = ",".join(map(str, candidates))  # recommend(candidates=[1, 4, 16])
     cands = [candidates] if isinstance(candidates, str) else candidates
-    prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None)
+    prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None).in_regime(regime)
     rec = _recommend(inputs.work, inputs.gpu, kernels=kernels, candidates=parse_candidates(cands), profile=prof,
                      vllm_settings=inputs.vllm, sglang_settings=inputs.sglang)
     return RecommendResult(inputs, rec)
@@ -218,13 +218,15 @@ def recommend_for(inputs: Inputs, kernel: str | None = None,
 
 def recommend(model: str = "llama3-8b", *, kernel: str | None = None,
               candidates: str | Sequence[str] | Sequence[int] | None = None,
-              profile: str | Path | None = None, **workload: Unpack[WorkloadParams]) -> RecommendResult:
+              profile: str | Path | None = None, regime: str = "back-to-back",
+              **workload: Unpack[WorkloadParams]) -> RecommendResult:
     """`decodecalc recommend`: the fastest KV split count per kernel from the time model.
 
     ``candidates``: ``[1, 4, 16]`` or ``"1,4,16"`` for every kernel, or ``["vllm=1,16", "sglang=4,8"]``; ``profile``: a
-    time-model profile YAML (default: the user's, then the packaged one for the GPU).
+    time-model profile YAML (default: the user's, then the packaged one for the GPU); ``regime``: ``"back-to-back"``
+    or ``"in-graph"``.
     """
-    return recommend_for(build_inputs(model=model, **workload), kernel, candidates, profile)
+    return recommend_for(build_inputs(model=model, **workload), kernel, candidates, profile, regime)
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,7 +377,8 @@ def _request_file(path: Path, limits: Any, trace_format: str | None, columns: st
 def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regression: str | float | None = "5%",
              heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None,
              engine: str | None = None, profile: str | Path | None = None, max_shapes: int | None = None,
-             exact: bool = False, progress: Callable[[str], None] | None = None) -> TuneResult:
+             exact: bool = False, progress: Callable[[str], None] | None = None,
+             regime: str = "back-to-back") -> TuneResult:
     """`tune` from already-built inputs and a loaded workload (the CLI's path). ``max_shapes``: steps each setting
     may time with the scalar model before the rest are estimated (default: automatic); ``exact``: time every step
     with it; ``progress``: called with what is being timed."""
@@ -398,7 +401,7 @@ def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regress
     if names is not None and not isinstance(heuristics, str) and not names:
         names = "none"  # heuristics=[]
     chosen = select_heuristics(names, Path(rule) if rule is not None else None)
-    prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None)
+    prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None).in_regime(regime)
     if max_shapes is not None and (isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1):
         raise ConfigError(f"--max-shapes must be a positive integer, got {max_shapes!r}")
     ctx = make_context(trace, inputs.work, inputs.gpu, prof, vllm=inputs.vllm, sglang=inputs.sglang,
@@ -412,7 +415,7 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
          max_regression: str | float | None = "5%",
          heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None, engine: str | None = None,
          profile: str | Path | None = None, max_shapes: int | None = None, exact: bool = False,
-         **options: Unpack[TuneParams]) -> TuneResult:
+         regime: str = "back-to-back", **options: Unpack[TuneParams]) -> TuneResult:
     """`decodecalc tune`: the best global engine setting for a whole decode workload, and what-if heuristics.
 
     Give exactly one workload: ``steps`` (a file, or a list of steps), ``requests`` (a file, or a list of requests)
@@ -420,7 +423,8 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
     k > 0 with ``requests`` or ``workload``: k draft tokens per decode step, ``draft_acceptance_rate`` of them
     accepted (deterministic model, decodecalc/traffic/requests.py). ``heuristics``: names
     (a list or a comma string; default all, ``[]`` or ``"none"`` for none); ``rule``: a Python file defining
-    ``splits(step)`` and/or ``segments(step)``; ``max_regression``: ``"5%"``, ``0.05`` or ``None`` (no guard).
+    ``splits(step)`` and/or ``segments(step)``; ``max_regression``: ``"5%"``, ``0.05`` or ``None`` (no guard);
+    ``regime``: ``"back-to-back"`` or ``"in-graph"`` (what the times are for: docs/recommend.md, "Regimes").
     """
     inputs = tune_inputs(model, **options)
     trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
@@ -429,7 +433,7 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
                           num_speculative_tokens=options.get("num_speculative_tokens", 0),
                           draft_acceptance_rate=draft_acceptance_rate)
     return tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
-                    rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact)
+                    rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact, regime=regime)
 
 
 __all__ = ["CompareResult", "GridResult", "RecommendResult", "WorkloadParams", "compare", "compare_for", "grid",

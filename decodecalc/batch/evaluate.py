@@ -49,6 +49,12 @@ def residual_factor(la: LaunchArrays, profile: TimeProfile) -> np.ndarray | floa
 def proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile, points: int = len(DELTAS)) -> Proxies:
     """The recipe's per-step proxies at the first ``points`` occupancy points (the others, when fewer, copy the
     prediction's: the ranking score is then the prediction)."""
+    px = _proxies(recipe, steps, profile, points)
+    regime_s = profile.regime_launch_s(recipe.system)
+    return px if not regime_s else dataclasses.replace(px, times=px.times + regime_s)
+
+
+def _proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile, points: int) -> Proxies:
     own = recipe.proxies(steps, profile)
     if own is not None:
         return own
@@ -122,7 +128,7 @@ class ExactTimer:
                                        delta).idle_s(kw.idle_programs)
         if prof.residuals is not None:
             t *= prof.residuals.factor(lw, prof)
-        return t
+        return t + prof.regime_launch_s(lw.kernel)
 
 
 def robust_score(times: np.ndarray) -> np.ndarray:

@@ -64,6 +64,11 @@ class Recipe:
 
     engine: str = ""
     key: tuple = ()
+
+    @property
+    def system(self) -> str:
+        """The system whose kernels it launches (a LaunchWork.kernel: the engine's Triton kernels, or a backend)."""
+        return getattr(self, "kernel", "") or self.engine
     #: recipes with equal working keys launch the same working programs wherever their row signatures agree
     working_key: tuple | None = None
 

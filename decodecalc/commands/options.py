@@ -144,6 +144,12 @@ SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLa
                                                       "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
 LayerOpt = Annotated[Layer, typer.Option("--layer", help="Which attention layer (sliding: the model's sliding "
                                          "window). " + one_of(Layer), metavar="LAYER", rich_help_panel=WORKLOAD)]
+#: the regimes of the time model's predictions (decodecalc.timemodel.profile.REGIMES; tests/test_in_graph.py checks)
+REGIME_NAMES = ("back-to-back", "in-graph")
+RegimeOpt = Annotated[str, typer.Option("--regime", help="What the predicted times are for: back-to-back (one system's "
+                                        "decode call repeated in a CUDA graph, as the profile was measured) or "
+                                        "in-graph (inside a decode layer's graph, between its GEMMs: a measured "
+                                        "cost per launch added).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the JSON contract instead of tables.",
                                        rich_help_panel=OUTPUT)]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the JSON to this file (atomic).",

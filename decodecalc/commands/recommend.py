@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from decodecalc.commands.options import Inputs, JsonOpt, OutputOpt, System, with_workload_options
+from decodecalc.commands.options import Inputs, JsonOpt, OutputOpt, RegimeOpt, System, with_workload_options
 
 KernelOpt = Annotated[Optional[System], typer.Option("--kernel", "-k", help="Only one kernel (default both).",
                                                      case_sensitive=False)]
@@ -23,6 +23,7 @@ def recommend(
     kernel: KernelOpt = None,
     candidates: CandidatesOpt = None,
     profile: ProfileOpt = None,
+    regime: RegimeOpt = "back-to-back",
     json_out: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
@@ -31,7 +32,7 @@ def recommend(
     from decodecalc.api import recommend_for
     from decodecalc.commands.output import to_json, write_atomic
 
-    result = recommend_for(inputs, kernel.value if kernel is not None else None, candidates, profile)
+    result = recommend_for(inputs, kernel.value if kernel is not None else None, candidates, profile, regime)
     data = result.to_dict()
     if output is not None:
         write_atomic(output, to_json(data) + "\n")

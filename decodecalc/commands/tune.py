@@ -27,6 +27,7 @@ from decodecalc.commands.options import (
     ModelRunner,
     ModelRunnerOpt,
     OutputOpt,
+    RegimeOpt,
     SmsOpt,
     SpecOpt,
     StaticSplitsOpt,
@@ -134,6 +135,7 @@ def register(app: typer.Typer) -> None:
         output: OutputOpt = None,
         plot: PlotOpt = None,
         profile: ProfileOpt = None,
+        regime: RegimeOpt = "back-to-back",
         max_shapes: MaxShapesOpt = None,
         exact: ExactOpt = False,
         model: ModelOpt = "llama3-8b",
@@ -188,7 +190,7 @@ def register(app: typer.Typer) -> None:
                                   metrics_model=metrics_model)
             result = tune_for(inputs, trace, objective=objective, max_regression=max_regression,
                               heuristics=heuristics, rule=rule, engine=engine, profile=profile,
-                              max_shapes=max_shapes, exact=exact, progress=report)
+                              max_shapes=max_shapes, exact=exact, progress=report, regime=regime)
         data = result.to_dict()
         text = to_json(data)
         files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file

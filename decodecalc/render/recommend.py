@@ -88,3 +88,4 @@ def print_recommendation(console: Console, err: Console, res: RecommendResult, t
     src = rec.profile.path or "built-in"
     state = "calibrated" if rec.calibrated else "UNCALIBRATED"
     console.print(Text(f"time model: {state} profile {src}", style="dim"))
+    print_wrapped(console, rec.profile.regime_note(tuple(rec.kernels)), style="dim")

@@ -172,8 +172,9 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
     state = "calibrated" if prof.calibrated else "UNCALIBRATED"
     _say(console, f"time model: {state} profile {prof.path or 'built-in'}; step time = decode attention of one layer "
          "on one rank", style="dim")
-    from decodecalc.reports.tune import profile_workload
+    from decodecalc.reports.tune import TIMED_SYSTEMS, profile_workload
 
+    _say(console, prof.regime_note(TIMED_SYSTEMS), style="dim")
     sampled = profile_workload(prof)
     if sampled:
         _say(console, f"its layout cells come from {sampled['sampled_steps']} sampled steps of {sampled['source']} "

@@ -144,6 +144,7 @@ class Recommendation:
             "domain_warnings": list(self.domain_warnings),
             "profile": {"gpu": self.profile.gpu, "source": self.profile.source, "path": self.profile.path or "built-in",
                         "calibrated": self.profile.calibrated},
+            "regime": self.profile.regime_record(KERNELS),
             "kernels": {k: v.to_json() for k, v in self.kernels.items()},
             "skipped": dict(self.skipped),
             "best_kernel": self.best_kernel,

@@ -61,6 +61,11 @@ __all__ = ["ENGINES", "OBJECTIVES", "Candidate", "EngineTune", "Stats", "TuneCon
            "tune_engine", "vllm_setting"]
 
 
+#: the systems whose times tune reports: both engines' Triton kernels and the backends it compares them with
+#: (decodecalc.reports.tune_backends.LEVERS)
+TIMED_SYSTEMS = ("vllm", "sglang", "flashinfer", "flashinfer-tc", "fa3")
+
+
 def profile_workload(profile: TimeProfile) -> dict[str, Any] | None:
     """The traffic a profile's layout cells were sampled from (``calibrate --workload``): source, model, TP degree and
     steps sampled; None for other profiles. Those cells predict that traffic best and another of the same layout can
@@ -242,6 +247,7 @@ class TuneResult:
             "objective": self.objective, "max_regression": self.max_regression,
             "profile": {"gpu": prof.gpu, "path": prof.path or "built-in", "calibrated": prof.calibrated,
                         **({"workload": sampled} if (sampled := profile_workload(prof)) else {})},
+            "regime": prof.regime_record(TIMED_SYSTEMS),
             "estimate": ctx.timer.report(),
             "engines": {k: v.to_dict() for k, v in self.engines.items()},
             "skipped": dict(self.skipped),

@@ -321,11 +321,12 @@ def model_launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: i
 def launch_time_s(lw: LaunchWork, profile: TimeProfile, occupancy_delta: int = 0) -> float:
     """The predicted time of a launch: :func:`model_launch_time_s` times the profile's measured residual correction
     for the launch's regime (:mod:`decodecalc.timemodel.residuals`; 1 where the profile has no map or the map no
-    measurements near the launch). Every command's predicted time comes from here."""
+    measurements near the launch), plus the profile's per-launch cost of its timing regime
+    (:meth:`TimeProfile.regime_launch_s`: 0 back to back). Every command's predicted time comes from here."""
     t = model_launch_time_s(lw, profile, occupancy_delta)
     if profile.residuals is not None:
         t *= profile.residuals.factor(lw, profile)
-    return t
+    return t + profile.regime_launch_s(lw.kernel)
 
 
 def robust_time_s(lw: LaunchWork, profile: TimeProfile) -> float:
@@ -341,10 +342,11 @@ def robust_time_s(lw: LaunchWork, profile: TimeProfile) -> float:
 class Prediction:
     """A launch plan's predicted time and what it is made of."""
 
-    time_s: float  # model_time_s * the residual correction's factor
+    time_s: float  # model_time_s * the residual correction's factor + regime_s
     model_time_s: float  # the physics alone (model_launch_time_s)
     correction: Correction | None  # the profile's residual correction for this launch; None: the profile has no map
     calibrated: bool  # from a calibrated profile of this GPU and of these kernels
+    regime_s: float = 0.0  # the per-launch cost of the profile's regime (TimeProfile.regime_launch_s)
 
 
 def predict_plan(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,
@@ -357,8 +359,9 @@ def predict_plan(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str
     calibrated = prof.calibrated and not (uncal & {k.family for k in lw.kernels})
     model = model_launch_time_s(lw, prof)
     corr = prof.residuals.correction(lw, prof) if prof.residuals is not None else None
-    return Prediction(time_s=model * (corr.factor if corr else 1.0), model_time_s=model, correction=corr,
-                      calibrated=calibrated)
+    regime_s = prof.regime_launch_s(lw.kernel)
+    return Prediction(time_s=model * (corr.factor if corr else 1.0) + regime_s, model_time_s=model, correction=corr,
+                      calibrated=calibrated, regime_s=regime_s)
 
 
 def predict_time_s(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,

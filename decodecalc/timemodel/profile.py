@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.derived import cdiv
-from decodecalc.errors import ConfigError
+from decodecalc.errors import ChoiceError, ConfigError
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel.residuals import ResidualMap, residual_map_from_mapping
 from decodecalc.yamlio import load_yaml_file, safe_load
@@ -29,6 +29,14 @@ FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_st
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
 FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1", "vllm_reduce_spill": "vllm_reduce"}
+
+#: what a predicted time is the time of (docs/recommend.md, "Regimes"): ``back-to-back``, one system's decode call
+#: repeated in a CUDA graph (how every fit's data was timed), or ``in-graph``, the call inside a decode layer's graph
+#: between the layer's other kernels (a projection GEMM and the KV write before it, a GEMM after it), which adds a
+#: measured per-launch cost (``in_graph`` in a profile: benchmarks/in_graph_h200.py)
+REGIMES = ("back-to-back", "in-graph")
+#: the ``in_graph.launch_s`` entry used for a system the in-graph run did not measure
+IN_GRAPH_DEFAULT = "default"
 
 def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: int = 65536,
               shared_per_sm: int = 233472, max_threads_per_sm: int = 2048, max_blocks_per_sm: int = 32,
@@ -175,6 +183,45 @@ class TimeProfile:
     fit: Mapping[str, Any] = field(default_factory=dict)  # fit statistics, informational
     #: measured residuals of the physics on this GPU, by regime (decodecalc.timemodel.residuals); None: none
     residuals: ResidualMap | None = None
+    #: per system (a LaunchWork.kernel: vllm, sglang, flashinfer, ...; IN_GRAPH_DEFAULT for the others), the seconds
+    #: a launch adds inside a decode layer's graph over back to back; empty: the profile has no in-graph measurements
+    in_graph_launch_s: Mapping[str, float] = field(default_factory=dict)
+    in_graph_source: str = ""
+    #: the regime this profile's predictions are for (REGIMES; :meth:`in_regime`)
+    regime: str = "back-to-back"
+
+    def in_regime(self, regime: str) -> TimeProfile:
+        """This profile predicting for ``regime`` (one of REGIMES). ConfigError where ``in-graph`` is asked of a
+        profile without in-graph measurements."""
+        regime = str(getattr(regime, "value", regime)).lower()
+        if regime not in REGIMES:
+            raise ChoiceError(f"--regime {regime!r}; valid: {', '.join(REGIMES)}")
+        if regime == "in-graph" and not self.in_graph_launch_s:
+            raise ConfigError(f"--regime in-graph: the time profile for {self.gpu!r} ({self.path or 'built-in'}) has "
+                              "no in-graph measurements (an 'in_graph' block, as the packaged H200 profile has); "
+                              "valid here: back-to-back")
+        return self if regime == self.regime else dataclasses.replace(self, regime=regime)
+
+    def regime_launch_s(self, system: str) -> float:
+        """Seconds one launch of ``system`` adds in this profile's regime over back to back (0 back to back)."""
+        if self.regime != "in-graph":
+            return 0.0
+        got = self.in_graph_launch_s.get(system)
+        return got if got is not None else self.in_graph_launch_s.get(IN_GRAPH_DEFAULT, 0.0)
+
+    def regime_record(self, systems: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The JSON ``regime`` record of the predicted times: the regime, and per system the seconds a launch adds."""
+        return {"name": self.regime, "launch_s": {s: self.regime_launch_s(s) for s in systems},
+                **({"source": self.in_graph_source} if self.regime == "in-graph" else {})}
+
+    def regime_note(self, systems: tuple[str, ...] = ()) -> str:
+        """One line on the regime of the predicted times (what the text outputs print)."""
+        if self.regime != "in-graph":
+            return ("times: back to back (one system's decode call repeated in a CUDA graph, as the profile was "
+                    "measured); --regime in-graph: inside a decode layer's graph")
+        parts = [f"{s} +{self.regime_launch_s(s) * 1e6:.1f} us" for s in systems]
+        return ("times: in a decode layer's graph (between the layer's GEMMs: back to back plus a measured cost per "
+                "launch" + (f": {', '.join(parts)}" if parts else "") + ")")
 
     def family(self, name: str) -> FamilyParams:
         try:
@@ -196,6 +243,8 @@ class TimeProfile:
             "families": {k: v.as_dict() for k, v in self.families.items()},
             "fit": dict(self.fit),
             **({"residuals": self.residuals.to_mapping()} if self.residuals is not None else {}),
+            **({"in_graph": {"source": self.in_graph_source, "launch_s": dict(self.in_graph_launch_s)}}
+               if self.in_graph_launch_s else {}),
         }
 
 
@@ -246,6 +295,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             path=origin,
             fit=fit,
             residuals=residual_map_from_mapping(data["residuals"], origin) if data.get("residuals") is not None else None,
+            **_in_graph(data.get("in_graph")),
         )
     except KeyError as e:
         raise ConfigError(f"time profile {origin}: missing field {e.args[0]!r}") from None
@@ -264,6 +314,24 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
         raise ConfigError(f"time profile {origin} was measured on {prof.gpu!r}, not on {expect_gpu!r}; "
                           f"run 'decodecalc calibrate' on this GPU or remove the file")
     return prof
+
+
+def _in_graph(raw: Any) -> dict[str, Any]:
+    """The ``in_graph`` block's fields (none where the profile has no block)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("launch_s"), Mapping) or not raw["launch_s"]:
+        raise ConfigError("'in_graph' must be a mapping with a non-empty 'launch_s' mapping (system: seconds)")
+    known = {*KERNEL_FAMILIES, IN_GRAPH_DEFAULT}
+    launch_s = {}
+    for system, v in raw["launch_s"].items():
+        if system not in known:
+            raise ConfigError(f"in_graph.launch_s: unknown system {system!r} (known: {', '.join(sorted(known))})")
+        x = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        if x is None or not math.isfinite(x) or abs(x) > 1e-3:  # a launch's cost, not a kernel's: microseconds
+            raise ConfigError(f"in_graph.launch_s.{system} must be seconds between -1e-3 and 1e-3, got {v!r:.40}")
+        launch_s[str(system)] = float(x)
+    return {"in_graph_launch_s": launch_s, "in_graph_source": str(raw.get("source", ""))}
 
 
 def _family(name: str, raw: Mapping) -> FamilyParams:
