@@ -123,33 +123,6 @@ class Layer:
         self.torch.matmul(self.attn_out, self.w_o[i % self.wcopies], out=self.y)
 
 
-def capture(torch, calls):
-    from decodecalc.verify.timing import graph_replay_seconds  # noqa: F401  (same capture recipe)
-
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        calls[0]()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for c in calls:
-            c()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def replay_s(torch, graph) -> float:
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    graph.replay()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / 1000.0
-
-
 def in_graph(torch, layer: Layer, step, copies: int) -> dict:
     """Attention's cost inside the layer graph: (with - without) / layers, medians of alternating replays."""
     # size: one eager layer estimate
@@ -168,12 +141,14 @@ def in_graph(torch, layer: Layer, step, copies: int) -> dict:
     for i in range(layers):
         with_calls += [lambda i=i: layer.before(i), lambda i=i: step(i % copies), lambda i=i: layer.after(i)]
         without_calls += [lambda i=i: layer.before(i), lambda i=i: layer.after(i)]
-    g_with = capture(torch, with_calls)
-    g_without = capture(torch, without_calls)
+    from decodecalc.verify.timing import capture_graph, replay_seconds
+
+    g_with = capture_graph(with_calls)
+    g_without = capture_graph(without_calls)
     a, b = [], []
     for _ in range(REPLAYS):
-        a.append(replay_s(torch, g_with))
-        b.append(replay_s(torch, g_without))
+        a.append(replay_seconds(g_with))
+        b.append(replay_seconds(g_without))
     del g_with, g_without
     ma, mb = statistics.median(a), statistics.median(b)
     return {"layers": layers, "with_us": ma * 1e6 / layers, "without_us": mb * 1e6 / layers,

@@ -42,6 +42,9 @@ class Prediction:
     error: str | None = None
     model_time_s: float | None = None
     residual_factor: float = 1.0
+    #: what the time is for (timemodel.profile.REGIMES): grid and compare predict back to back, the regime the
+    #: profile was measured in (recommend and tune take --regime)
+    regime: str = "back-to-back"
 
     def to_json(self) -> dict[str, Any]:
         """The JSON keys of ``systems.<name>`` (grid --json's contract)."""
@@ -52,6 +55,7 @@ class Prediction:
             out["predicted_warnings"] = list(self.warnings)
         out["predicted_model_time_s"] = self.model_time_s
         out["predicted_residual_factor"] = self.residual_factor
+        out["predicted_regime"] = self.regime
         return out
 
 
@@ -147,7 +151,8 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
                     f"({prof.path or 'built-in'}); re-run 'decodecalc calibrate'", *warnings)
     return Prediction(time_s=p.time_s, calibrated=p.calibrated and not warnings, warnings=tuple(warnings),
                       model_time_s=p.model_time_s,
-                      residual_factor=p.correction.factor if p.correction else 1.0), _time_explain(p, prof)
+                      residual_factor=p.correction.factor if p.correction else 1.0,
+                      regime=prof.regime), _time_explain(p, prof)
 
 
 def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:

@@ -95,6 +95,14 @@ def time_calls(
 def graph_replay_seconds(calls: Sequence[Callable[[], None]], replays: int) -> list[float]:
     """Capture ``calls`` back to back in one CUDA graph (after one launch on the capture stream) and
     return the seconds of each of ``replays`` replays, timed with CUDA events (METHOD.md)."""
+    graph = capture_graph(calls)
+    times = [replay_seconds(graph) for _ in range(replays)]
+    del graph
+    return times
+
+
+def capture_graph(calls: Sequence[Callable[[], None]]) -> Any:
+    """``calls`` back to back in one CUDA graph (after one launch on the capture stream), replayed once."""
     import torch
 
     graph = torch.cuda.CUDAGraph()
@@ -109,16 +117,19 @@ def graph_replay_seconds(calls: Sequence[Callable[[], None]], replays: int) -> l
             call()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        graph.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1000.0)
-    del graph
-    return times
+    return graph
+
+
+def replay_seconds(graph: Any) -> float:
+    """One replay of a captured graph, timed with CUDA events (METHOD.md)."""
+    import torch
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    graph.replay()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / 1000.0
 
 
 def _summary(times: list[float], timer: str, calls: int, copies: int, replays: int) -> Timing:
