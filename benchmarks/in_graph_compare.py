@@ -147,6 +147,34 @@ def summary_of(path: Path) -> dict[str, Any]:
     return {"rows": rs, "backends": summarize(rs), "in_graph_launch_s": fit_in_graph(rs)}
 
 
+def workload_figures(path: Path = RESULTS / "validate_tune_h200_in_graph.json") -> dict[str, Any]:
+    """Workload totals measured both ways (``validate_tune_h200.py --in-graph``): per (case, setting), the
+    back-to-back prediction against the back-to-back total, and against the in-graph total without and with the
+    profile's per-launch cost (one per step): settings within 5% and the median |error|."""
+    prof = packaged_profile("h200")
+    assert prof is not None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    errs: dict[str, list[float]] = {"back-to-back": [], "in-graph, back-to-back prediction": [],
+                                    "in-graph, with the regime's cost": []}
+    ratios = []
+    for case in data["cases"]:
+        for e in case["entries"]:
+            if "in_graph_measured_total_s" not in e:
+                continue
+            pred, b2b, ig = e["predicted_total_s"], e["measured_total_s"], e["in_graph_measured_total_s"]
+            pred_ig = pred + case["steps"] * prof.in_graph_launch_s[e["engine"]]
+            errs["back-to-back"].append(pred / b2b - 1)
+            errs["in-graph, back-to-back prediction"].append(pred / ig - 1)
+            errs["in-graph, with the regime's cost"].append(pred_ig / ig - 1)
+            ratios.append(ig / b2b - 1)
+    out: dict[str, Any] = {k: {"within_5pct": sum(abs(x) <= 0.05 for x in v), "totals": len(v),
+                               "median_abs_err": round(percentile([abs(x) for x in v], 0.5), 4)}
+                           for k, v in errs.items()}
+    out["in_graph_over_back_to_back"] = {"median": round(percentile(ratios, 0.5), 4), "min": round(min(ratios), 4),
+                                         "max": round(max(ratios), 4)}
+    return out
+
+
 PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 
 

@@ -401,9 +401,25 @@ def time_steps(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entries: list
     return rows
 
 
+def in_graph_sequence(torch: Any, calls: list[Any], work: Any, batch: int, *, replays: int) -> dict[str, Any]:
+    """The steps' total inside decode layers' graphs (benchmarks/in_graph_h200.py's regime): one graph of every step
+    between a layer's GEMMs and KV write, less the same graph without attention."""
+    from benchmarks.in_graph_h200 import Layer
+
+    layer = Layer(torch, dataclasses.replace(work, seq_lens=(1,) * batch, query_lens=(1,) * batch))
+    with_calls, without_calls = [], []
+    for k, f in enumerate(calls):
+        with_calls += [lambda k=k: layer.before(k), f, lambda k=k: layer.after(k)]
+        without_calls += [lambda k=k: layer.before(k), lambda k=k: layer.after(k)]
+    a = time_sequence(torch, with_calls, replays=replays, on_gpu=True)
+    b = time_sequence(torch, without_calls, replays=replays, on_gpu=True)
+    return {"total_s": a["total_s"] - b["total_s"], "timer": "graph, in-graph", "replays": replays,
+            "with_s": a["total_s"], "without_s": b["total_s"], "spread": a.get("spread")}
+
+
 def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *, steps: int, top: int,
              device: str, dtype: Any, gpu: Any, profile: Any, replays: int, smoke: bool,
-             per_step: int = 0, skip: int = 0) -> dict[str, Any]:
+             per_step: int = 0, skip: int = 0, in_graph: bool = False) -> dict[str, Any]:
     model = resolve_model(model_name)
     work = make_workload(model, tp=tp, dtype="float16" if smoke else None)
     if smoke:
@@ -454,6 +470,8 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
         else:
             calls = build_calls(torch, vk, sk, pool, ctx, e, order, dtype, device, gpu.num_sms, use_pdl=not smoke)
             m = time_sequence(torch, calls, replays=replays, on_gpu=device == "cuda")
+            if in_graph:  # the same steps between decode layers' kernels too
+                m = {**m, "in_graph": in_graph_sequence(torch, calls, work, rows, replays=replays)}
             measured[key] = (m, e["name"])
             del calls
             if device == "cuda":  # the graph's pool and the scratch go back before the next setting
@@ -464,6 +482,7 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
         out_entries.append({"engine": e["engine"], "name": e["name"], "kind": e["kind"], "setting": e["setting"],
                             "predicted_total_s": pred, "measured_total_s": m["total_s"],
                             "error": pred / m["total_s"] - 1.0, "timer": m["timer"], "spread": m.get("spread"),
+                            **({"in_graph_measured_total_s": m["in_graph"]["total_s"]} if "in_graph" in m else {}),
                             "same_launches_as": same_as, "wall_s": time.perf_counter() - t0})
         if e["kind"] == "bound":  # the day's per-step argmin: stored so a later model re-predicts these launches
             out_entries[-1]["launches"] = [launch_recipe(sp) for sp in e["specs"]]
@@ -621,6 +640,8 @@ def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--in-graph", action="store_true", help="also time each setting's steps inside decode layers' "
+                    "graphs (benchmarks/in_graph_h200.py's regime): in_graph_measured_total_s")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--top", type=int, default=-1, help="predicted runners-up measured besides default and pick "
                     "(-1: every candidate of the search)")
@@ -684,7 +705,7 @@ def main() -> int:
             try:
                 case = run_case(torch, vk, sk, name, int(tp or 1), wl, steps=args.steps, top=args.top, device=device,
                                 dtype=dtype, gpu=gpu, profile=profile, replays=args.replays, smoke=args.smoke,
-                                per_step=args.per_step, skip=args.skip_steps)
+                                per_step=args.per_step, skip=args.skip_steps, in_graph=args.in_graph)
             except Exception as exc:  # noqa: BLE001 - record it and go on with the next case
                 import traceback
                 traceback.print_exc()

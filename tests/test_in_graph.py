@@ -141,3 +141,19 @@ def test_packaged_costs_and_benchmarks_table_recomputed_from_the_committed_run(h
     # the run's own claim: every system pays more inside a layer's graph than back to back
     for system, cost in got["in_graph_launch_s"].items():
         assert cost > 0, system
+
+
+def test_workload_figures_in_benchmarks_recomputed_from_the_committed_run():
+    from benchmarks.in_graph_compare import workload_figures
+
+    got = workload_figures()
+    text = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
+    plain, regime, b2b = (got[k] for k in ("in-graph, back-to-back prediction", "in-graph, with the regime's cost",
+                                           "back-to-back"))
+    assert plain["totals"] == regime["totals"] == b2b["totals"] == 42
+    assert (f"the back-to-back prediction puts {plain['within_5pct']} of 42 within 5% (median "
+            f"{plain['median_abs_err']:.1%})") in text
+    assert f"`--regime in-graph` {regime['within_5pct']} of 42 (median {regime['median_abs_err']:.1%})" in text
+    assert f"back to back against back to back, {b2b['within_5pct']} of 42 ({b2b['median_abs_err']:.1%})" in text
+    ratio = got["in_graph_over_back_to_back"]
+    assert f"a median {ratio['median']:.1%} longer ({ratio['min']:+.1%} to {ratio['max']:+.1%}" in text
