@@ -143,8 +143,8 @@ class CompareResult:
 
 
 def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
-                occupancy: int | None = None) -> CompareResult:
-    """`compare` from already-built inputs (the CLI's path)."""
+                occupancy: int | None = None, regime: str = "back-to-back") -> CompareResult:
+    """`compare` from already-built inputs (the CLI's path); ``regime``: what the predicted times are for."""
     from decodecalc.launchers.registry import PolicyOptions, resolve_policies
     from decodecalc.reports import compare as pol
 
@@ -152,17 +152,21 @@ def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
         raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
     text = policies if policies is None or isinstance(policies, str) else ",".join(policies)
     names = resolve_policies(text)
+    from decodecalc.timemodel import resolve_profile
+
+    regime = resolve_profile(inputs.gpu).in_regime(regime).regime  # a bad value is an error, not a row's note
     opts = PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
-                         flashinfer_occupancy=occupancy)
+                         flashinfer_occupancy=occupancy, regime=regime)
     results = tuple(pol.evaluate_all(inputs.work, inputs.gpu, opts, names))
     best, by, rule = pol.choose_best(list(results))
     return CompareResult(inputs, results, best, rule, by, pol.best_policy(list(results)))
 
 
 def compare(model: str = "llama3-8b", *, policies: str | Sequence[str] | None = None, occupancy: int | None = None,
-            **workload: Unpack[WorkloadParams]) -> CompareResult:
-    """`decodecalc compare`: every modeled split policy side by side (``policies``: names, default all)."""
-    return compare_for(build_inputs(model=model, **workload), policies, occupancy)
+            regime: str = "back-to-back", **workload: Unpack[WorkloadParams]) -> CompareResult:
+    """`decodecalc compare`: every modeled split policy side by side (``policies``: names, default all;
+    ``regime``: ``"back-to-back"`` or ``"in-graph"``)."""
+    return compare_for(build_inputs(model=model, **workload), policies, occupancy, regime)
 
 
 # --------------------------------------------------------------------------------------------

@@ -157,3 +157,19 @@ def test_workload_figures_in_benchmarks_recomputed_from_the_committed_run():
     assert f"back to back against back to back, {b2b['within_5pct']} of 42 ({b2b['median_abs_err']:.1%})" in text
     ratio = got["in_graph_over_back_to_back"]
     assert f"a median {ratio['median']:.1%} longer ({ratio['min']:+.1%} to {ratio['max']:+.1%}" in text
+
+
+def test_compare_regime_moves_every_predicted_backend_by_its_cost():
+    from decodecalc.api import compare
+
+    kw = dict(tp=8, batch=1, seq_len=512, policies="vllm,sglang,fa3,flashinfer,flashinfer-tc")
+    b2b, ig = (compare("llama3-70b", regime=r, **kw) for r in REGIMES)
+    prof = packaged_profile("h200")
+    for x, y in zip(b2b.policies, ig.policies):
+        assert x.extra["predicted_regime"] == "back-to-back" and y.extra["predicted_regime"] == "in-graph"
+        added = y.extra["predicted_time_s"] - x.extra["predicted_time_s"]
+        assert added == pytest.approx(prof.in_graph_launch_s[x.name], rel=1e-9), x.name
+    res = runner.invoke(app, ["compare", "-m", "llama3-70b", "--tp", "8", "--regime", "in-graph"])
+    assert res.exit_code == 0 and "in a decode layer's graph" in " ".join(res.output.split())
+    res = runner.invoke(app, ["compare", "--regime", "x"])
+    assert res.exit_code != 0 and "Error: --regime 'x'; valid: back-to-back, in-graph" in res.output

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from decodecalc.commands.options import OUTPUT, Inputs, with_workload_options
+from decodecalc.commands.options import OUTPUT, Inputs, RegimeOpt, with_workload_options
 
 PoliciesOpt = Annotated[Optional[str], typer.Option("--policies", "-p", help="Comma list of policies (default all): "
                                                     "vllm, sglang, vllm-paged, vllm-rocm, fa2, fa3, flashinfer, "
@@ -48,6 +48,7 @@ def compare(
     inputs: Inputs,
     policies: PoliciesOpt = None,
     occupancy: OccupancyOpt = None,
+    regime: RegimeOpt = "back-to-back",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: {'policies': [...], 'best': name}.",
                                            rich_help_panel=OUTPUT)] = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="Print one CSV row per policy.",
@@ -65,7 +66,7 @@ def compare(
 
     if json_out and csv_out:
         raise ConfigError("give either --json or --csv, not both")
-    result = compare_for(inputs, policies, occupancy)
+    result = compare_for(inputs, policies, occupancy, regime)
     data = result.to_dict()
     text = to_csv(data) if csv_out else to_json(data) + "\n"
     if output is not None:

@@ -46,6 +46,8 @@ class PolicyOptions:
     layer: str = "global"
     #: FlashInfer CUDA-core CTAs/SM (cudaOccupancyMaxActiveBlocksPerMultiprocessor); None = documented bound
     flashinfer_occupancy: int | None = None
+    #: what the predicted times are for (decodecalc.timemodel.profile.REGIMES); the planners ignore it
+    regime: str = "back-to-back"
 
     @property
     def cuda_graph(self) -> bool:

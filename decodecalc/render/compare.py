@@ -87,6 +87,10 @@ def print_compare(console: Console, res: CompareResult, explain: bool = False) -
         "splits: per sequence (a range when they differ), allocated (non-empty); tok/split: keys per split; "
         "SM (waves): first-wave SM coverage (waves); roofline: HBM roofline time of one layer; predicted: the time model's time of one "
         "layer (~ = uncalibrated for this GPU or workload; - = no time model for this kernel)")
+    regime = next((r.extra["predicted_regime"] for r in res.policies if r.extra.get("predicted_regime")), None)
+    if regime:
+        legend += (" in a decode layer's graph (--regime in-graph: back to back plus a measured cost per launch)"
+                   if regime == "in-graph" else " back to back (--regime in-graph: inside a decode layer's graph)")
     if wide:
         legend += ("; partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: allocated "
                    "partial state over the layer's KV bytes; /cov: roofline time / SM coverage")

@@ -119,14 +119,15 @@ def _backend_predicted(name: str, w: Workload, gpu: GPUSpec, plan: LaunchPlan, o
         return {}
     from decodecalc.reports.grid import predicted
 
-    return predicted(plan, w, gpu, name, opts.layer)
+    return predicted(plan, w, gpu, name, opts.layer, opts.regime)
 
 
 # ------------------------------------------------------------------------------------------
 # vLLM and SGLang: the lead's launch models, with the figures of decodecalc.reports.grid
 
 
-_PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_warnings", "predicted_time_error")
+_PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_warnings", "predicted_time_error",
+                    "predicted_regime")
 
 
 def _predicted(data: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +150,7 @@ def _grid_system(name: str, run: Callable[[], Any]) -> Any:
 def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     from decodecalc.reports import grid as report
 
-    res = _grid_system("vllm", lambda: report.vllm_result(w, gpu, opts.vllm, opts.layer))
+    res = _grid_system("vllm", lambda: report.vllm_result(w, gpu, opts.vllm, opts.layer, opts.regime))
     if isinstance(res, PolicyResult):
         return res
     title, vp = POLICIES["vllm"].title, res.model
@@ -171,7 +172,7 @@ def _run_vllm(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
 def _run_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     from decodecalc.reports import grid as report
 
-    res = _grid_system("sglang", lambda: report.sglang_result(w, gpu, opts.sglang, opts.layer))
+    res = _grid_system("sglang", lambda: report.sglang_result(w, gpu, opts.sglang, opts.layer, opts.regime))
     if isinstance(res, PolicyResult):
         return res
     title, sp = POLICIES["sglang"].title, res.model

@@ -42,8 +42,8 @@ class Prediction:
     error: str | None = None
     model_time_s: float | None = None
     residual_factor: float = 1.0
-    #: what the time is for (timemodel.profile.REGIMES): grid and compare predict back to back, the regime the
-    #: profile was measured in (recommend and tune take --regime)
+    #: what the time is for (timemodel.profile.REGIMES): grid predicts back to back, the regime the profile was
+    #: measured in (compare, recommend and tune take --regime)
     regime: str = "back-to-back"
 
     def to_json(self) -> dict[str, Any]:
@@ -121,13 +121,14 @@ def _launches_json(plan: LaunchPlan) -> list[dict[str, Any]]:
              "constexprs": {n: v for n, v in k.constexprs.items() if v is not None}} for k in plan.kernels]
 
 
-def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global") -> dict[str, Any]:
+def predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str, layer: str = "global",
+              regime: str = "back-to-back") -> dict[str, Any]:
     """The time model's prediction for a launch, as JSON keys; a profile problem becomes a note."""
-    return _predicted(plan, work, gpu, kernel, layer)[0].to_json()
+    return _predicted(plan, work, gpu, kernel, layer, regime)[0].to_json()
 
 
 def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
-               layer: str = "global") -> tuple[Prediction, tuple[Derived, ...]]:
+               layer: str = "global", regime: str = "back-to-back") -> tuple[Prediction, tuple[Derived, ...]]:
     """The time model's prediction for a launch and its --explain records.
 
     A malformed user profile is reported by `recommend`/`calibrate` as an error; here it must not
@@ -138,7 +139,7 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
     from decodecalc.timemodel.domain import domain_warnings
 
     try:
-        prof = timemodel.resolve_profile(gpu)
+        prof = timemodel.resolve_profile(gpu).in_regime(regime)
         p = timemodel.predict_plan(plan, work, gpu, kernel, profile=prof)
     except DecodecalcError as exc:
         return Prediction(error=str(exc)), ()
@@ -171,13 +172,14 @@ def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:
                  "support_launches": round(corr.support_launches, 1), "prior_launches": prof.residuals.prior_launches,
                  "bandwidth_octaves": prof.residuals.bandwidth_octaves},
                 source=f"decodecalc.timemodel.residuals; {prof.residuals.source}"),
-        Derived("predicted_time_s", p.time_s, "model_launch_time_s * residual_factor",
-                {"model_launch_time_s": p.model_time_s, "residual_factor": round(corr.factor, 4)}, source=src),
+        Derived("predicted_time_s", p.time_s, "model_launch_time_s * residual_factor + regime_launch_s",
+                {"model_launch_time_s": p.model_time_s, "residual_factor": round(corr.factor, 4),
+                 "regime": prof.regime, "regime_launch_s": p.regime_s}, source=src),
     )
 
 
 def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSettings,
-                layer: str = "global") -> SystemResult[vllm_unified.VllmPlan]:
+                layer: str = "global", regime: str = "back-to-back") -> SystemResult[vllm_unified.VllmPlan]:
     try:
         vp = vllm_unified.plan_vllm(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
@@ -227,14 +229,14 @@ def vllm_result(work: Workload, gpu: GPUSpec, settings: vllm_unified.VllmSetting
             "partial_state_bytes_per_layer": r.plan.partial_state_bytes,
         }
     data.update(_figures_json(fig))
-    pred, time_explain = _predicted(vp.plan, work, gpu, "vllm", layer)
+    pred, time_explain = _predicted(vp.plan, work, gpu, "vllm", layer, regime)
     data.update(pred.to_json())
     return SystemResult("vllm", data, vp.plan.explain + fig.explain + time_explain, model=vp, figures=fig,
                         prediction=pred)
 
 
 def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSettings,
-                  layer: str = "global") -> SystemResult[sglang_triton.SglangPlan]:
+                  layer: str = "global", regime: str = "back-to-back") -> SystemResult[sglang_triton.SglangPlan]:
     try:
         sp = sglang_triton.plan_sglang(work, gpu, settings, layer=layer)
     except UnsupportedError as exc:
@@ -263,7 +265,7 @@ def sglang_result(work: Workload, gpu: GPUSpec, settings: sglang_triton.SglangSe
         "window_kv_lens": list(sp.window_kv_lens) if sp.window_kv_lens is not None else None,
     }
     data.update(_figures_json(fig))
-    pred, time_explain = _predicted(sp.plan, work, gpu, "sglang", layer)
+    pred, time_explain = _predicted(sp.plan, work, gpu, "sglang", layer, regime)
     data.update(pred.to_json())
     return SystemResult("sglang", data, sp.plan.explain + fig.explain + time_explain, model=sp, figures=fig,
                         prediction=pred)
