@@ -152,9 +152,11 @@ def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
         raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
     text = policies if policies is None or isinstance(policies, str) else ",".join(policies)
     names = resolve_policies(text)
-    from decodecalc.timemodel import resolve_profile
+    from decodecalc.timemodel.profile import regime_name
 
-    regime = resolve_profile(inputs.gpu).in_regime(regime).regime  # a bad value is an error, not a row's note
+    # a bad name is an error; a profile that cannot serve it (broken, or without in-graph data) is each row's note,
+    # as every profile problem is in compare (its launch table stays)
+    regime = regime_name(regime)
     opts = PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
                          flashinfer_occupancy=occupancy, regime=regime)
     results = tuple(pol.evaluate_all(inputs.work, inputs.gpu, opts, names))

@@ -38,6 +38,14 @@ REGIMES = ("back-to-back", "in-graph")
 #: the ``in_graph.launch_s`` entry used for a system the in-graph run did not measure
 IN_GRAPH_DEFAULT = "default"
 
+def regime_name(regime: Any) -> str:
+    """``regime`` checked against REGIMES (ChoiceError naming the valid ones), before any profile is read."""
+    name = str(getattr(regime, "value", regime)).lower()
+    if name not in REGIMES:
+        raise ChoiceError(f"--regime {name!r}; valid: {', '.join(REGIMES)}")
+    return name
+
+
 def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: int = 65536,
               shared_per_sm: int = 233472, max_threads_per_sm: int = 2048, max_blocks_per_sm: int = 32,
               reg_unit: int = 256, shared_reserved: int = 1024) -> int:
@@ -193,9 +201,7 @@ class TimeProfile:
     def in_regime(self, regime: str) -> TimeProfile:
         """This profile predicting for ``regime`` (one of REGIMES). ConfigError where ``in-graph`` is asked of a
         profile without in-graph measurements."""
-        regime = str(getattr(regime, "value", regime)).lower()
-        if regime not in REGIMES:
-            raise ChoiceError(f"--regime {regime!r}; valid: {', '.join(REGIMES)}")
+        regime = regime_name(regime)
         if regime == "in-graph" and not self.in_graph_launch_s:
             raise ConfigError(f"--regime in-graph: the time profile for {self.gpu!r} ({self.path or 'built-in'}) has "
                               "no in-graph measurements (an 'in_graph' block, as the packaged H200 profile has); "

@@ -234,8 +234,10 @@ def _copies(w: Workload, copies: int | None) -> int:
 
 
 def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False, copies: int | None = None,
-                    seed: int = 0, fixed_split_size: int | None = None, disable_split_kv: bool = False) -> Step:
-    """``BatchDecodeWithPagedKVCacheWrapper`` (NHD, page size w.block_size), planned once, run per copy."""
+                    seed: int = 0, fixed_split_size: int | None = None, disable_split_kv: bool = False,
+                    workspace_bytes: int = 256 << 20) -> Step:
+    """``BatchDecodeWithPagedKVCacheWrapper`` (NHD, page size w.block_size), planned once, run per copy
+    (``workspace_bytes``: its float workspace; a workload replay holding a wrapper per step asks for less)."""
     import flashinfer
     import torch
 
@@ -252,7 +254,7 @@ def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False
     last = torch.tensor([L - (p - 1) * page for L, p in zip(w.seq_lens, pages)], dtype=torch.int32, device=dev)
     q = torch.randn(B, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
     out = torch.empty_like(q)
-    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)
+    ws = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)
     kw: dict[str, Any] = {}
     if cuda_graph:
         kw = {"paged_kv_indptr_buffer": indptr.clone(), "paged_kv_indices_buffer": indices.clone(),

@@ -1,0 +1,190 @@
+"""The other backends' workload totals on an H200 (issue 18: "every backend's workload total within 5%, and the
+fastest backend picked on every workload").
+
+For each case (model, TP, workload of ``--steps`` steps, as ``benchmarks/validate_tune_h200.py`` replays them), every
+step is run through FlashInfer's CUDA-core and tensor-core decode (a CUDA-graph plan per step, as vLLM and SGLang run
+it) and vLLM's FA3 (``num_splits`` 32, vLLM's bound under full CUDA graphs), all steps in order in one CUDA graph
+(the regime of validate_tune_h200.py's totals), each step on its own KV cache. The engines' Triton defaults on the
+same steps come from a validate_tune_h200.py run of the same cases (``--top 0``).
+
+Device half (JSON)::
+
+    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 benchmarks/validate_backends_workload_h200.py --run \\
+        --out $OUT/backends-workload.json
+
+CPU half: ``--compare JSON --triton JSON [JSON ...]`` prints per case each backend's predicted and measured total
+and whether the fastest is picked, and writes results/validate-backends-workload-h200-summary.json::
+
+    python benchmarks/validate_backends_workload_h200.py --compare benchmarks/results/validate-backends-workload-h200.json \
+        --triton benchmarks/results/validate_tune_h200_in_graph.json benchmarks/results/validate_tune_h200_top0_chat.json \
+        benchmarks/results/validate_tune_h200_top0_405b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.specs.models import resolve_model  # noqa: E402
+from decodecalc.timemodel import packaged_profile  # noqa: E402
+from decodecalc.workload import make_workload  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+#: models no fit saw (Llama-3.1-8B excepted: the fitted reference) x the chat preset, and two long-prompt mixes
+CASES = [("gemma-2-9b", 1, "chat"), ("llama3-405b", 8, "chat"), ("llama3.1-8b", 1, "chat"), ("mistral-7b", 1, "chat"),
+         ("llama3.1-70b", 8, "chat"), ("mixtral-8x7b", 2, "chat"), ("llama3-405b", 8, "mix:prompt=6000,output=400")]
+#: (each step holds its own KV cache: a long-prompt mix fits only with one KV head per rank, 12 GB for 100 steps)
+PATHS = ("flashinfer", "flashinfer-tc", "fa3")
+WORKSPACE = 32 << 20
+
+
+def case_steps(model: str, tp: int, wl: str, steps: int) -> tuple[Any, list[list[int]]]:
+    """tune's exact context of the case and its steps' KV lengths (validate_tune_h200.py's replay)."""
+    from benchmarks.validate_tune_h200 import exact_context, step_lens, workload_trace
+
+    gpu = resolve_gpu("h200")
+    work = make_workload(resolve_model(model), tp=tp)
+    ctx = exact_context(workload_trace(wl, steps), work, gpu, packaged_profile("h200"))
+    return ctx, [step_lens(ctx, i) for i in range(ctx.steps.num_steps)]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from benchmarks.validate_tune_h200 import time_sequence
+    from decodecalc.verify import profiler as P
+
+    t0 = time.time()
+    out = Path(args.out)
+    info: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                            "steps_per_workload": args.steps, "cases": []}
+    for model, tp, wl in CASES:
+        if time.time() - t0 > args.budget_s:
+            break
+        _, lens = case_steps(model, tp, wl, args.steps)
+        case: dict[str, Any] = {"model": model, "tp": tp, "workload": wl, "steps": len(lens), "seq_lens": lens,
+                                "measured_total_s": {}}
+        for path in args.paths.split(","):
+            if P.missing_backend(path):
+                case["measured_total_s"][path] = None
+                continue
+            try:
+                steps = []
+                for ls in lens:
+                    w = make_workload(resolve_model(model), tp=tp, seq_lens=tuple(ls), block_size=16)
+                    if path == "fa3":
+                        steps.append(P.fa3_step(w, num_splits=32, copies=1))
+                    else:
+                        steps.append(P.flashinfer_step(w, tensor_cores=path == "flashinfer-tc", cuda_graph=True,
+                                                       copies=1, workspace_bytes=WORKSPACE))
+                m = time_sequence(torch, [lambda s=s: s.run(0) for s in steps], replays=args.replays, on_gpu=True)
+                case["measured_total_s"][path] = m["total_s"]
+            except Exception as exc:  # noqa: BLE001 - one failing path must not end the run
+                case.setdefault("errors", {})[path] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            del steps
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            print(f"{time.time() - t0:6.0f}s {model} TP{tp} {wl} {path}: {case['measured_total_s'].get(path)} "
+                  f"{case.get('errors', {}).get(path, '')}", flush=True)
+        info["cases"].append(case)
+        out.write_text(json.dumps(info) + "\n")
+    return 0
+
+
+def predicted_totals(case: dict[str, Any]) -> dict[str, float]:
+    """Each path's total over the case's steps under the shipped profile (tune's timer, every step exact)."""
+    from decodecalc.reports.tune_backends import _planner
+
+    ctx, lens = case_steps(case["model"], case["tp"], case["workload"], case["steps"])
+    assert [list(x) for x in lens] == case["seq_lens"], "the workload's steps changed since the run"
+    return {path: float(ctx.timer.backend(path, "vllm", _planner(path, "vllm")).time.sum()) for path in PATHS}
+
+
+def triton_defaults(paths: list[Path]) -> dict[tuple, dict[str, tuple[float, float]]]:
+    """(model, workload) -> engine -> (predicted, measured) default total, from validate_tune_h200.py runs."""
+    out: dict[tuple, dict[str, tuple[float, float]]] = {}
+    for p in paths:
+        for c in json.loads(p.read_text())["cases"]:
+            for e in c["entries"]:
+                if e["kind"] == "default":
+                    out.setdefault((c["model"], c["workload"]), {})[e["engine"]] = (e["predicted_total_s"],
+                                                                                   e["measured_total_s"])
+    return out
+
+
+def compare(path: Path, triton: list[Path], write: bool = False) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    tri = triton_defaults(triton)
+    rows = []
+    for case in data["cases"]:
+        pred = predicted_totals(case)
+        meas = {k: v for k, v in case["measured_total_s"].items() if v}
+        both = {k: (pred[k], meas[k]) for k in meas}
+        for engine, pm in tri.get((case["model"], case["workload"]), {}).items():
+            both[f"{engine} (Triton default)"] = pm
+        fastest_pred = min(both, key=lambda k: both[k][0])
+        fastest_meas = min(both, key=lambda k: both[k][1])
+        row = {"model": case["model"], "tp": case["tp"], "workload": case["workload"],
+               "totals": {k: {"predicted_s": p, "measured_s": m, "error": p / m - 1} for k, (p, m) in both.items()},
+               "fastest_predicted": fastest_pred, "fastest_measured": fastest_meas,
+               "picked_within_pct": both[fastest_pred][1] / both[fastest_meas][1] - 1}
+        rows.append(row)
+        print(f"{case['model']} TP{case['tp']} {case['workload']}: "
+              + ", ".join(f"{k} {v['error']:+.1%}" for k, v in row["totals"].items())
+              + f"; fastest predicted {fastest_pred}, measured {fastest_meas} "
+              f"(the pick measures {row['picked_within_pct']:+.1%} over the fastest)")
+    errs = [abs(v["error"]) for r in rows for k, v in r["totals"].items() if "Triton" not in k]
+    summary = {"backend_totals": len(errs), "within_5pct": sum(e <= 0.05 for e in errs),
+               "fastest_picked": sum(r["fastest_predicted"] == r["fastest_measured"] for r in rows),
+               "cases": len(rows), "rows": rows}
+    print(f"backend totals within 5%: {summary['within_5pct']} of {summary['backend_totals']}; fastest picked in "
+          f"{summary['fastest_picked']} of {summary['cases']}")
+    if write:
+        (RESULTS / "validate-backends-workload-h200-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def table(summary: dict[str, Any]) -> str:
+    """BENCHMARKS.md's table (tests/test_in_graph.py recomputes it): per case, each total's error and the picks."""
+    names = list(dict.fromkeys(k for r in summary["rows"] for k in r["totals"]))
+    lines = ["| model (TP), workload | " + " | ".join(names) + " | fastest: predicted / measured (pick's excess) |",
+             "|---" * (2 + len(names)) + "|"]
+    for r in summary["rows"]:
+        cells = [f"{r['totals'][k]['error']:+.1%}" if k in r["totals"] else "-" for k in names]
+        lines.append(f"| {r['model']} ({r['tp']}), {r['workload']} | " + " | ".join(cells)
+                     + f" | {r['fastest_predicted']} / {r['fastest_measured']} ({r['picked_within_pct']:+.1%}) |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", action="store_true")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "backends-workload.json"))
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--paths", default=",".join(PATHS), help="which of " + ", ".join(PATHS))
+    ap.add_argument("--replays", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=400.0)
+    ap.add_argument("--compare", metavar="JSON")
+    ap.add_argument("--triton", nargs="*", default=[], metavar="JSON",
+                    help="validate_tune_h200.py runs of the same cases (their defaults)")
+    args = ap.parse_args()
+    if args.run:
+        return run(args)
+    if args.compare:
+        print(table(compare(Path(args.compare), [Path(p) for p in args.triton], write=True)))
+        return 0
+    ap.error("give --run or --compare")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
