@@ -8,6 +8,8 @@ import contextlib
 import io
 from pathlib import Path
 
+import pytest
+
 from benchmarks.validate_backends_workload_h200 import RESULTS, compare, table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,3 +27,42 @@ def test_the_table_and_the_counts_are_the_committed_runs():
     # every case has all three backend paths and both Triton defaults measured
     for row in got["rows"]:
         assert len(row["totals"]) == 5, row["model"]
+
+
+def test_persistent_tiles_pay_the_prologue_once():
+    import dataclasses
+
+    from decodecalc.timemodel import packaged_profile
+    from decodecalc.timemodel.predict import iteration_cost, kernel_time_s
+    from decodecalc.timemodel.work import KernelWork
+
+    prof = packaged_profile("h200")
+    fam = prof.family("fa3_fwd")
+    assert fam.tile_overhead_s > 0
+    one_wave = KernelWork(family="fa3_fwd", iters=((3, 100), (1, 20)), bytes_per_iter=65536, occupancy=1,
+                          persistent=True)
+    plain = dataclasses.replace(one_wave, persistent=False)
+    args = (prof.num_sms, prof.idle_program_s, prof.hbm_bandwidth_bytes_per_s)
+    # one tile per CTA: nothing changes
+    assert kernel_time_s(one_wave, fam, *args) == kernel_time_s(plain, fam, *args)
+    # four tiles of 2 iterations per CTA: one prologue, three tile overheads, eight iterations at full concurrency
+    many = KernelWork(family="fa3_fwd", iters=((2, 4 * 132),), bytes_per_iter=65536, occupancy=1, persistent=True)
+    cost = iteration_cost(many, fam, *args)
+    ti = cost.t_it(1, 132)
+    want = fam.program_overhead_s + 3 * fam.tile_overhead_s + 8 * ti
+    assert kernel_time_s(many, fam, *args) == pytest.approx(want, rel=1e-12)
+    assert kernel_time_s(dataclasses.replace(many, persistent=False), fam, *args) > want
+    # a family without the number keeps every tile a whole program
+    bare = dataclasses.replace(fam, tile_overhead_s=0.0)
+    assert kernel_time_s(many, bare, *args) == kernel_time_s(dataclasses.replace(many, persistent=False), bare, *args)
+
+
+def test_the_shipped_tile_overhead_is_the_training_choice():
+    from benchmarks.fit_fa3_tiles import choose
+    from decodecalc.timemodel import packaged_profile
+
+    got = choose()
+    assert packaged_profile("h200").family("fa3_fwd").tile_overhead_s == got["chosen_tile_overhead_s"]
+    assert got["chosen"]["training"]["median_abs_err"] < got["without"]["training"]["median_abs_err"]
+    rec = packaged_profile("h200").fit["backend_families"]["heldout"]["fa3"]
+    assert rec["median_abs_err"] == pytest.approx(got["chosen"]["heldout"]["median_abs_err"], abs=1e-4)

@@ -193,7 +193,8 @@ def fa3_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
         empty += (s - ne) * mb
     persistent = bool(det.get("varlen"))  # VarlenDynamicPersistentTileScheduler: one CTA per SM
     kernels = [KernelWork(family="fa3_fwd", iters=_hist(pairs), bytes_per_iter=kbn * (d + dv) * kvb,
-                          idle_programs=empty, head_dim=next_power_of_2(d), occupancy=1 if persistent else None)]
+                          idle_programs=empty, head_dim=next_power_of_2(d), occupancy=1 if persistent else None,
+                          persistent=persistent)]
     comb = _kernel(plan, KernelKind.FA3_COMBINE)
     if comb is not None:
         kbm_c = int(comb.constexprs.get("kBlockM") or 8)

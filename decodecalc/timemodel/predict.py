@@ -49,6 +49,8 @@ class IterationCost:
     num_sms: int
     program_overhead_s: float  # t0: prologue + epilogue of one program
     idle_program_s: float  # SM time of a program that exits at once (spread over the SMs)
+    #: a persistent kernel's tile after a CTA's first (FamilyParams.tile_overhead_s); 0: not persistent
+    tile_overhead_s: float = 0.0
 
     @property
     def slots(self) -> int:
@@ -110,7 +112,8 @@ def iteration_cost(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progr
                          blend_power=work.blend_power or fam.blend_power,
                          saturated=occ - fam.sm_saturation_gap,  # the SM's load path is saturated from here on
                          occupancy=occ, num_sms=num_sms, program_overhead_s=fam.program_overhead_s,
-                         idle_program_s=fam.idle_program_s or idle_program_s)
+                         idle_program_s=fam.idle_program_s or idle_program_s,
+                         tile_overhead_s=fam.tile_overhead_s if getattr(work, "persistent", False) else 0.0)
 
 
 def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_program_s: float = 0.0,
@@ -132,6 +135,17 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     idle_cost = cost.idle_s(work.idle_programs)
     if n == 0:
         return idle_cost
+    if cost.tile_overhead_s and n > slots:
+        # persistent CTAs, one per slot, take the tiles longest first: a CTA's prologue once (t0), each further tile
+        # tile_overhead_s (its loads overlap the last tile's epilogue), every tile at full concurrency
+        toh = cost.tile_overhead_s
+        ti = t_it(occ, slots)
+        durations = sorted(((toh + i * ti, k) for i, k in work.iters), reverse=True)
+        if n > 50_000:  # bound: mean load per slot, at least the longest tile
+            busy = max(durations[0][0], sum(dur * k for dur, k in durations) / slots)
+        else:
+            busy = _list_schedule_s(durations, slots)
+        return t0 - toh + busy + idle_cost
     if len(work.iters) == 1:
         return cost.uniform_s(n, work.iters[0][0]) + idle_cost
     if not work.order:

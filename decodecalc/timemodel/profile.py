@@ -115,6 +115,11 @@ class FamilyParams:
     #: how a program's own stream time grows with the bytes of an iteration: ``(b / STREAM_REF_BYTES) ** (e - 1)``
     #: times the linear ``b / program_bandwidth`` (1: linear; below 1, a larger tile keeps more loads in flight)
     stream_exponent: float = 1.0
+    #: persistent kernels (KernelWork.persistent: one CTA per SM slot takes tile after tile): what each tile after a
+    #: CTA's first costs instead of ``program_overhead_s`` (the CTA's own prologue), its next tile's loads overlapping
+    #: the last one's epilogue; 0: every tile pays ``program_overhead_s``. FA3's varlen scheduler: 3 us against
+    #: 5.1 (benchmarks/fit_fa3_tiles.py)
+    tile_overhead_s: float = 0.0
     #: the SM's load path saturates this many programs short of full occupancy: an iteration's SM-side time counts
     #: ``min(c, occupancy - gap)`` resident programs' bytes, so the last program a full SM takes in costs less
     #: than the ones before it (0: every program adds its bytes). Measured on the H200 with vLLM's 3D kernel
@@ -168,6 +173,8 @@ class FamilyParams:
             del out["idle_program_s"]
         if not self.sm_saturation_gap:
             del out["sm_saturation_gap"]
+        if not self.tile_overhead_s:
+            del out["tile_overhead_s"]
         if not self.run_s:
             del out["run_s"]
         if self.stream_exponent == 1.0:
@@ -272,7 +279,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             known = {f.name for f in dataclasses.fields(FamilyParams)} - {"occupancy_by_head_dim",
                                                                           "hbm_bandwidth_bytes_per_s", "blend_power",
                                                                           "idle_program_s", "sm_saturation_gap", "run_s",
-                                                                          "stream_exponent"}
+                                                                          "stream_exponent", "tile_overhead_s"}
             missing = known - set(raw)
             if missing:
                 raise ConfigError(f"family {name!r} lacks {', '.join(sorted(missing))}")
@@ -358,6 +365,7 @@ def _family(name: str, raw: Mapping) -> FamilyParams:
             sm_saturation_gap=_num(raw.get("sm_saturation_gap", 0.0), f"{name}.sm_saturation_gap"),
             run_s=_num(raw.get("run_s", 0.0), f"{name}.run_s"),
             stream_exponent=_num(raw.get("stream_exponent", 1.0), f"{name}.stream_exponent"),
+            tile_overhead_s=_num(raw.get("tile_overhead_s", 0.0), f"{name}.tile_overhead_s"),
         )
     except ConfigError as e:
         msg = str(e)

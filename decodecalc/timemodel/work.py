@@ -149,6 +149,9 @@ class KernelWork:
     #: separate contiguous runs of memory one iteration's K and V loads of one program gather
     #: (:func:`kv_runs_per_iter`); 0: not modelled (the backends)
     runs_per_iter: int = 0
+    #: the programs are tiles that persistent CTAs (``occupancy`` per SM) take one after another (FA3's varlen tile
+    #: scheduler): a CTA's prologue once, each further tile its family's ``tile_overhead_s``
+    persistent: bool = False
 
     @property
     def runs(self) -> int:
