@@ -115,6 +115,23 @@ def validate_shapes(backend: str) -> list[dict]:
     return out
 
 
+#: steps of many short tiles (--short-tiles): continuous batching's chat-like steps, batch 8-96 x contexts 50-800
+#: tokens, ragged and uniform, on head layouts none of the backend workload validations use
+#: (validate_backends_workload_h200.py: 32:8, 16:8 d256, 16:1, 8:1, 16:4), so those stay unseen
+SHORT_TILE_CONFIGS = [("llama3-70b", 1), ("llama3.2-1b", 1), ("qwen2.5-7b", 1), ("mistral-large", 8)]
+
+
+def short_tile_shapes() -> list[dict]:
+    out = []
+    for m, tp in SHORT_TILE_CONFIGS:
+        for b in (8, 16, 32, 48, 64, 96):
+            out.append({"model": m, "tp": tp, "seq_lens": [50 + (i * 7919 + b) % 750 for i in range(b)],
+                        "tag": "short-tiles-ragged"})
+        for b, L in ((16, 256), (64, 128), (96, 512)):
+            out.append({"model": m, "tp": tp, "seq_lens": [L] * b, "tag": "short-tiles"})
+    return out
+
+
 def workload(shape: dict, block: int):
     model = resolve_model(shape["model"])
     if shape.get("heads"):  # a head configuration no library model has (occupancy of other group sizes)
@@ -189,6 +206,8 @@ def main() -> int:
     ap.add_argument("--sweep", action="store_true", help="split sweeps for the time model and other group sizes")
     ap.add_argument("--mla-run", type=int, default=1, choices=(1, 2), help="FlashMLA shape list: run 1 or run 2")
     ap.add_argument("--validate", action="store_true", help="the validation shapes (VALIDATE_CONFIGS) instead")
+    ap.add_argument("--short-tiles", action="store_true", help="steps of many short tiles (SHORT_TILE_CONFIGS), "
+                    "CUDA-graph plans, instead")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
@@ -213,9 +232,11 @@ def main() -> int:
                 plan += [(b, sh, False, None) for sh in GROUP_SHAPES]
             for kn in SWEEP_KNOBS.get(b, []):
                 plan += [(b, sh, False, kn) for sh in SWEEP_SHAPES]
-    for b in ([] if args.sweep or not args.validate else backends):
+    for b in (backends if args.short_tiles else []):
+        plan += [(b, sh, True, None) for sh in short_tile_shapes()]
+    for b in ([] if args.sweep or args.short_tiles or not args.validate else backends):
         plan += [(b, sh, False, None) for sh in validate_shapes(b)]
-    for b in ([] if args.sweep or args.validate else backends):
+    for b in ([] if args.sweep or args.validate or args.short_tiles else backends):
         if b == "flashmla":
             plan += [(b, s, False, None) for s in (mla_shapes() if args.mla_run == 1 else mla_shapes_run2())]
             continue
@@ -232,7 +253,7 @@ def main() -> int:
         for b in list(by_b):
             if by_b[b]:
                 order.append(by_b[b].pop(0))
-    stem = "sweep" if args.sweep else "captures"
+    stem = "sweep" if args.sweep else "short-tiles" if args.short_tiles else "captures"
     lines = (out / f"{stem}.jsonl").open("w")
     done = 0
     failed_load: dict[str, str] = {}

@@ -189,7 +189,11 @@ def test_the_device_runs_are_reproduced_from_their_timings(tmp_path, case):
                               "--keep-physics", "-o", str(out)])
     assert res.exit_code == 0, res.output
     got, ref = yaml.safe_load(out.read_text()), yaml.safe_load((RUNS / f"{case}.yaml").read_text())
-    assert got["residuals"]["cells"] == ref["residuals"]["cells"] and got["fit"] == ref["fit"]
+    # (the starting profile's backend records ride along unchanged; they move when the packaged profile's do)
+    inherited = ("backend_families",)
+    assert got["residuals"]["cells"] == ref["residuals"]["cells"]
+    assert {k: v for k, v in got["fit"].items() if k not in inherited} == \
+        {k: v for k, v in ref["fit"].items() if k not in inherited}
     assert ref["fit"]["workload"]["timings"] >= 60
 
 

@@ -321,6 +321,12 @@ def test_the_device_run_of_calibrate_model_keep_physics_is_reproduced_from_its_t
                               "-o", str(out)])
     assert res.exit_code == 0, res.output
     got, ref = yaml.safe_load(out.read_text()), yaml.safe_load((res_dir / "calibrate-h200-qwen3-32b.yaml").read_text())
-    assert got["residuals"] == ref["residuals"] and got["families"] == ref["families"] and got["fit"] == ref["fit"]
+    # the other backends' families and records ride along from the starting profile (they move when its do)
+    backend = ("fa3_", "fa2_", "flashinfer_", "flashmla_")
+    assert got["residuals"] == ref["residuals"]
+    assert {k: v for k, v in got["families"].items() if not k.startswith(backend)} == \
+        {k: v for k, v in ref["families"].items() if not k.startswith(backend)}
+    assert {k: v for k, v in got["fit"].items() if k != "backend_families"} == \
+        {k: v for k, v in ref["fit"].items() if k != "backend_families"}
     assert any(c.endswith("/g8/d128/kv8") for c in ref["residuals"]["cells"])
     assert "layout_local_bandwidth_octaves" not in got["residuals"]  # 40 uniform timings: the offset alone

@@ -117,7 +117,7 @@ class FamilyParams:
     stream_exponent: float = 1.0
     #: persistent kernels (KernelWork.persistent: one CTA per SM slot takes tile after tile): what each tile after a
     #: CTA's first costs instead of ``program_overhead_s`` (the CTA's own prologue), its next tile's loads overlapping
-    #: the last one's epilogue; 0: every tile pays ``program_overhead_s``. FA3's varlen scheduler: 3 us against
+    #: the last one's epilogue; 0: every tile pays ``program_overhead_s``. FA3's varlen scheduler: 2.75 us against
     #: 5.1 (benchmarks/fit_fa3_tiles.py)
     tile_overhead_s: float = 0.0
     #: the SM's load path saturates this many programs short of full occupancy: an iteration's SM-side time counts
