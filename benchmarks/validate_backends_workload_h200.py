@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from decodecalc.launchers.flashinfer import engine_uses_tensor_cores  # noqa: E402
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.specs.models import resolve_model  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
@@ -131,37 +132,47 @@ def compare(path: Path, triton: list[Path], write: bool = False) -> dict[str, An
         both = {k: (pred[k], meas[k]) for k in meas}
         for engine, pm in tri.get((case["model"], case["workload"]), {}).items():
             both[f"{engine} (Triton default)"] = pm
-        fastest_pred = min(both, key=lambda k: both[k][0])
-        fastest_meas = min(both, key=lambda k: both[k][1])
         row = {"model": case["model"], "tp": case["tp"], "workload": case["workload"],
                "totals": {k: {"predicted_s": p, "measured_s": m, "error": p / m - 1} for k, (p, m) in both.items()},
-               "fastest_predicted": fastest_pred, "fastest_measured": fastest_meas,
-               "picked_within_pct": both[fastest_pred][1] / both[fastest_meas][1] - 1}
+               "picks": {}}
+        # per engine, what tune compares: its Triton default, FlashInfer on the path the engine runs, FA3
+        w = make_workload(resolve_model(case["model"]), tp=case["tp"])
+        for engine in ("vllm", "sglang"):
+            path = "flashinfer-tc" if engine_uses_tensor_cores(engine, w) else "flashinfer"
+            opts = {k: both[k] for k in (f"{engine} (Triton default)", path, "fa3") if k in both}
+            if len(opts) < 3:
+                continue
+            fp, fm = min(opts, key=lambda k: opts[k][0]), min(opts, key=lambda k: opts[k][1])
+            row["picks"][engine] = {"options": list(opts), "fastest_predicted": fp, "fastest_measured": fm,
+                                    "excess": opts[fp][1] / opts[fm][1] - 1}
         rows.append(row)
         print(f"{case['model']} TP{case['tp']} {case['workload']}: "
               + ", ".join(f"{k} {v['error']:+.1%}" for k, v in row["totals"].items())
-              + f"; fastest predicted {fastest_pred}, measured {fastest_meas} "
-              f"(the pick measures {row['picked_within_pct']:+.1%} over the fastest)")
+              + "; " + "; ".join(f"{e}: fastest predicted {p['fastest_predicted']}, measured {p['fastest_measured']} "
+                                 f"({p['excess']:+.1%})" for e, p in row["picks"].items()))
     errs = [abs(v["error"]) for r in rows for k, v in r["totals"].items() if "Triton" not in k]
+    picks = [p for r in rows for p in r["picks"].values()]
     summary = {"backend_totals": len(errs), "within_5pct": sum(e <= 0.05 for e in errs),
-               "fastest_picked": sum(r["fastest_predicted"] == r["fastest_measured"] for r in rows),
-               "cases": len(rows), "rows": rows}
-    print(f"backend totals within 5%: {summary['within_5pct']} of {summary['backend_totals']}; fastest picked in "
-          f"{summary['fastest_picked']} of {summary['cases']}")
+               "fastest_picked": sum(p["fastest_predicted"] == p["fastest_measured"] for p in picks),
+               "picks": len(picks), "cases": len(rows), "rows": rows}
+    print(f"backend totals within 5%: {summary['within_5pct']} of {summary['backend_totals']}; fastest backend picked "
+          f"in {summary['fastest_picked']} of {summary['picks']} (workload, engine) pairs")
     if write:
         (RESULTS / "validate-backends-workload-h200-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
 def table(summary: dict[str, Any]) -> str:
-    """BENCHMARKS.md's table (tests/test_in_graph.py recomputes it): per case, each total's error and the picks."""
+    """BENCHMARKS.md's table (tests/test_backends_workload.py recomputes it): per case, each total's error and,
+    per engine, the fastest of what tune compares for it (Triton default, FlashInfer on the engine's path, FA3)."""
     names = list(dict.fromkeys(k for r in summary["rows"] for k in r["totals"]))
-    lines = ["| model (TP), workload | " + " | ".join(names) + " | fastest: predicted / measured (pick's excess) |",
-             "|---" * (2 + len(names)) + "|"]
+    lines = ["| model (TP), workload | " + " | ".join(names) + " | vLLM's fastest: predicted / measured (excess) "
+             "| SGLang's |", "|---" * (3 + len(names)) + "|"]
     for r in summary["rows"]:
         cells = [f"{r['totals'][k]['error']:+.1%}" if k in r["totals"] else "-" for k in names]
-        lines.append(f"| {r['model']} ({r['tp']}), {r['workload']} | " + " | ".join(cells)
-                     + f" | {r['fastest_predicted']} / {r['fastest_measured']} ({r['picked_within_pct']:+.1%}) |")
+        picks = [f"{p['fastest_predicted']} / {p['fastest_measured']} ({p['excess']:+.1%})" if (p := r["picks"].get(e))
+                 else "-" for e in ("vllm", "sglang")]
+        lines.append(f"| {r['model']} ({r['tp']}), {r['workload']} | " + " | ".join(cells + picks) + " |")
     return "\n".join(lines)
 
 

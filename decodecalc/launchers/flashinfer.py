@@ -251,6 +251,27 @@ def fa2_determine_cta_tile_q(avg_packed_qo_len: int, head_dim: int) -> int:
     return 64 if avg_packed_qo_len > 16 else 16
 
 
+#: the FlashInfer decode path each engine's FlashInfer backend runs
+SRC_ENGINE_PATH = {
+    # BatchDecodeWithPagedKVCacheWrapper(..., use_tensor_cores=True): always ("the perf would be at least as good as
+    # cuda cores for all attention ops in latest gpus")
+    "vllm": "vllm 0.33.0 vllm/v1/attention/backends/flashinfer.py L1487-1499",
+    # should_use_tensor_core: SGLANG_FLASHINFER_USE_TENSOR_CORE overrides; an fp8 KV cache -> tensor cores; fp16 / bf16
+    # -> GQA group size >= 4 (the flashinfer <= 0.1.6 probe before it is absent from 0.7.2.post1)
+    "sglang": "sglang 0.5.23 python/sglang/srt/layers/attention/flashinfer_backend.py L2670-2716",
+}
+
+
+def engine_uses_tensor_cores(engine: str, w: Workload) -> bool:
+    """Whether ``engine``'s FlashInfer backend decodes ``w`` on tensor cores (SRC_ENGINE_PATH; the environment
+    overrides are not modelled)."""
+    if engine == "vllm":
+        return True
+    if engine == "sglang":
+        return w.kv_cache_dtype.startswith("fp8") or w.num_heads // w.num_kv_heads >= 4
+    raise UnsupportedError(f"no FlashInfer decode-path rule for engine {engine!r}; known: vllm, sglang")
+
+
 def plan_flashinfer_tc(
     w: Workload, gpu: GPUSpec, *, cuda_graph: bool = False, fixed_split_size: int | None = None,
     disable_split_kv: bool = False, merge_occupancy: int | None = None, layer: str = "auto",

@@ -89,9 +89,13 @@ def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
     for engine, name, prefix, how in LEVERS:
         if engine not in engines:
             continue
+        if prefix == "flashinfer":  # the path the engine's FlashInfer backend runs, not the faster of the two
+            prefix = "flashinfer-tc" if flashinfer.engine_uses_tensor_cores(engine, ctx.work) else "flashinfer"
         keys, why = _calibrated_keys(prefix, ctx.profile)
+        keys = [k for k in keys if k == prefix] if isinstance(prefix, str) and prefix.startswith("flashinfer") else keys
         if not keys:
-            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {why}"))
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None,
+                                   note=f"not compared: {why or 'no calibrated time for it'}"))
             continue
         best = None
         note = ""
@@ -111,6 +115,10 @@ def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
         if best is None:
             out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=note or "not compared"))
         else:
+            path = {"flashinfer-tc": "tensor-core decode, as the engine runs it (launchers/flashinfer.py "
+                                     "engine_uses_tensor_cores)",
+                    "flashinfer": "CUDA-core decode, as the engine runs it (launchers/flashinfer.py "
+                                  "engine_uses_tensor_cores)"}.get(best[1], "")
             out.append(BackendNote(engine=engine, backend=name, how=how, stats=best[0],
-                                   note=f"time-model kernel {best[1]}, calibrated"))
+                                   note=f"time-model kernel {best[1]}, calibrated" + (f"; {path}" if path else "")))
     return tuple(out)
