@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     info: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                             "steps_per_workload": args.steps, "cases": []}
-    for model, tp, wl in CASES:
+    cases = CASES if not args.cases else [(m, int(tp), wl) for m, tp, wl in (c.split(":", 2) for c in args.cases.split(";"))]
+    for model, tp, wl in cases:
         if time.time() - t0 > args.budget_s:
             break
         _, lens = case_steps(model, tp, wl, args.steps)
@@ -122,8 +123,12 @@ def triton_defaults(paths: list[Path]) -> dict[tuple, dict[str, tuple[float, flo
     return out
 
 
-def compare(path: Path, triton: list[Path], write: bool = False) -> dict[str, Any]:
-    data = json.loads(path.read_text())
+def paths_of(path: Path | list[Path]) -> list[Path]:
+    return list(path) if isinstance(path, (list, tuple)) else [path]
+
+
+def compare(path: Path | list[Path], triton: list[Path], write: bool = False) -> dict[str, Any]:
+    data = {"cases": [c for p in paths_of(path) for c in json.loads(p.read_text())["cases"]]}
     tri = triton_defaults(triton)
     rows = []
     for case in data["cases"]:
@@ -182,6 +187,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "backends-workload.json"))
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--paths", default=",".join(PATHS), help="which of " + ", ".join(PATHS))
+    ap.add_argument("--cases", default="", help="MODEL:TP:WORKLOAD;... instead of CASES")
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=400.0)
     ap.add_argument("--compare", metavar="JSON")

@@ -88,3 +88,17 @@ def test_each_engine_runs_its_own_flashinfer_path_and_tune_times_that_one():
     assert "flashinfer-tc" in notes["vllm"].note and "tensor-core decode" in notes["vllm"].note
     assert "kernel flashinfer," in notes["sglang"].note and "CUDA-core decode" in notes["sglang"].note
     assert notes["vllm"].stats.total_s != notes["sglang"].stats.total_s
+
+
+def test_the_second_run_after_the_tile_choice_is_in_benchmarks():
+    import re
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        got = compare(RESULTS / "validate-backends-workload-h200-run2.json",
+                      [RESULTS / "validate_tune_h200_top0_chat2.json"])
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    block = re.search(r"<!-- backends-workload-2 -->\n(.*?)\n<!-- /backends-workload-2 -->", text, re.S)
+    assert block is not None and block.group(1) == table(got)
+    flat = " ".join(text.split())
+    assert (f"{got['within_5pct']} of {got['backend_totals']} backend totals within 5%, the fastest of an engine's "
+            f"options picked for {got['fastest_picked']} of {got['picks']} pairs") in flat
