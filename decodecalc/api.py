@@ -88,24 +88,27 @@ class GridResult:
         return self.system("sglang")
 
 
-def grid_for(inputs: Inputs, system: str | None = None) -> GridResult:
-    """`grid` from already-built inputs (the CLI's path)."""
+def grid_for(inputs: Inputs, system: str | None = None, regime: str = "back-to-back") -> GridResult:
+    """`grid` from already-built inputs (the CLI's path); ``regime``: what the predicted times are for."""
     from decodecalc.reports.grid import SYSTEMS, grid_report
+    from decodecalc.timemodel.profile import regime_name
 
     system = getattr(system, "value", system)  # the CLI passes an enum member
     systems = SYSTEMS if system is None else (str(system).lower(),)
     if systems[0] not in SYSTEMS:
         raise ChoiceError(f"--system {system!r}; valid: {', '.join(SYSTEMS)}")
     report = grid_report(inputs.work, inputs.gpu, systems=systems, vllm=inputs.vllm, sglang=inputs.sglang,
-                         kernel_block_size=inputs.kernel_block_size, layer=inputs.layer)
+                         kernel_block_size=inputs.kernel_block_size, layer=inputs.layer, regime=regime_name(regime))
     if system is not None and report.systems[0].error:
         raise UnsupportedError(report.systems[0].error)
     return GridResult(inputs, report)
 
 
-def grid(model: str = "llama3-8b", *, system: str | None = None, **workload: Unpack[WorkloadParams]) -> GridResult:
-    """`decodecalc grid`: grid, splits, SM coverage, bytes and roofline of one decode step."""
-    return grid_for(build_inputs(model=model, **workload), system)
+def grid(model: str = "llama3-8b", *, system: str | None = None, regime: str = "back-to-back",
+         **workload: Unpack[WorkloadParams]) -> GridResult:
+    """`decodecalc grid`: grid, splits, SM coverage, bytes and roofline of one decode step (``regime``:
+    ``"back-to-back"`` or ``"in-graph"``, what the predicted time is for)."""
+    return grid_for(build_inputs(model=model, **workload), system, regime)
 
 
 # --------------------------------------------------------------------------------------------

@@ -173,3 +173,19 @@ def test_compare_regime_moves_every_predicted_backend_by_its_cost():
     assert res.exit_code == 0 and "in a decode layer's graph" in " ".join(res.output.split())
     res = runner.invoke(app, ["compare", "--regime", "x"])
     assert res.exit_code != 0 and "Error: --regime 'x'; valid: back-to-back, in-graph" in res.output
+
+
+def test_grid_regime_adds_the_cost_and_says_so():
+    from decodecalc.api import grid
+
+    b2b, ig = (grid("llama3-70b", tp=8, batch=1, seq_len=512, regime=r) for r in REGIMES)
+    prof = packaged_profile("h200")
+    for x, y in zip(b2b.to_dict()["systems"].values(), ig.to_dict()["systems"].values()):
+        assert x["predicted_regime"] == "back-to-back" and y["predicted_regime"] == "in-graph"
+    for name in ("vllm", "sglang"):
+        added = ig.to_dict()["systems"][name]["predicted_time_s"] - b2b.to_dict()["systems"][name]["predicted_time_s"]
+        assert added == pytest.approx(prof.in_graph_launch_s[name], rel=1e-9)
+    res = runner.invoke(app, ["grid", "-m", "llama3-70b", "--tp", "8", "--regime", "in-graph"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "(in a layer's graph)" in res.output
+    res = runner.invoke(app, ["grid", "--regime", "x"])
+    assert res.exit_code != 0 and "Error: --regime 'x'; valid: back-to-back, in-graph" in res.output

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from decodecalc.commands.options import OUTPUT, Inputs, JsonOpt, OutputOpt, SystemOpt, with_workload_options
+from decodecalc.commands.options import OUTPUT, Inputs, JsonOpt, OutputOpt, RegimeOpt, SystemOpt, with_workload_options
 
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Show formula, inputs and upstream source of every "
                                           "number.", rich_help_panel=OUTPUT)]
@@ -17,6 +17,7 @@ VerifyOpt = Annotated[bool, typer.Option("--verify", help="Also run the kernels 
 def grid(
     inputs: Inputs,
     system: SystemOpt = None,
+    regime: RegimeOpt = "back-to-back",
     json_out: JsonOpt = False,
     output: OutputOpt = None,
     explain: ExplainOpt = False,
@@ -30,7 +31,7 @@ def grid(
         from decodecalc.verify.locate import require_torch_triton
 
         require_torch_triton()
-    result = grid_for(inputs, system)
+    result = grid_for(inputs, system, regime)
     if output is not None:
         write_atomic(output, to_json(result.to_dict()) + "\n")
     if json_out and not verify:

@@ -66,7 +66,8 @@ def _predicted(s: SystemResult) -> str:
     p = s.prediction
     if p is None or p.time_s is None:
         return "-"
-    return fmt_time(p.time_s) + ("" if p.calibrated else " (uncalibrated)")
+    return (fmt_time(p.time_s) + ("" if p.calibrated else " (uncalibrated)")
+            + (" (in a layer's graph)" if p.regime == "in-graph" else ""))
 
 
 def _common_cells(s: SystemResult) -> dict[str, str]:

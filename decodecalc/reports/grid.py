@@ -42,8 +42,7 @@ class Prediction:
     error: str | None = None
     model_time_s: float | None = None
     residual_factor: float = 1.0
-    #: what the time is for (timemodel.profile.REGIMES): grid predicts back to back, the regime the profile was
-    #: measured in (compare, recommend and tune take --regime)
+    #: what the time is for (timemodel.profile.REGIMES; every command that predicts takes --regime)
     regime: str = "back-to-back"
 
     def to_json(self) -> dict[str, Any]:
@@ -303,10 +302,11 @@ def grid_report(
     sglang: sglang_triton.SglangSettings | None = None,
     kernel_block_size: int | None = None,
     layer: str = "global",
+    regime: str = "back-to-back",
 ) -> GridReport:
     # each engine's result from its own settings (one table, not a branch per engine)
-    results_of = {"vllm": lambda: vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer),
-                  "sglang": lambda: sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer)}
+    results_of = {"vllm": lambda: vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer, regime),
+                  "sglang": lambda: sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer, regime)}
     results: list[SystemResult[Any]] = []
     for name in systems:
         if name not in results_of:
