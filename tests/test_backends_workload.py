@@ -102,3 +102,20 @@ def test_the_second_run_after_the_tile_choice_is_in_benchmarks():
     flat = " ".join(text.split())
     assert (f"{got['within_5pct']} of {got['backend_totals']} backend totals within 5%, the fastest of an engine's "
             f"options picked for {got['fastest_picked']} of {got['picks']} pairs") in flat
+
+
+def test_flashinfer_short_steps_alone_as_benchmarks_says():
+    from decodecalc.timemodel import launch_time_s, packaged_profile
+    from decodecalc.timemodel.fit import percentile
+
+    from benchmarks.fit_backends_h200 import measurements_from
+
+    prof = packaged_profile("h200")
+    ms = measurements_from([RESULTS / "capture-flashinfer-short-tiles-h200.jsonl"])
+    text = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
+    for kernel, name in (("flashinfer", "CUDA cores"), ("flashinfer-tc", "tensor cores")):
+        e = [launch_time_s(m.work, prof) / m.time_s - 1 for m in ms if m.kernel == kernel]
+        a = [abs(x) for x in e]
+        assert f"{name} median {percentile(a, 0.5):.1%}, p90 {percentile(a, 0.9):.1%}" in text, kernel
+        assert f"(mean {sum(e) / len(e):+.1%})" in text, kernel
+    assert sum(m.kernel == "flashinfer" for m in ms) == 18 and sum(m.kernel == "flashinfer-tc" for m in ms) == 36
