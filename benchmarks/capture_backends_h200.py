@@ -176,7 +176,7 @@ def warm_flashinfer_jit() -> None:
 
 
 def _warm_one(model: str, tp: int, tc: bool) -> None:
-    from decodecalc.verify.profiler import flashinfer_step
+    from decodecalc.verify.backend_steps import flashinfer_step
 
     w = make_workload(resolve_model(model), tp=tp, seq_lens=(2560,), block_size=16)
     flashinfer_step(w, tensor_cores=tc, copies=1).run(0)

@@ -37,6 +37,9 @@ PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 #: the FA3 captures fit_backends_h200.py trains on, and steps of many short tiles captured for this choice
 #: (capture_backends_h200.py --short-tiles: chat-like batches on four head layouts no workload validation uses)
 DATA = ("capture-backends-h200.jsonl", "sweep-backends-h200.jsonl", "capture-fa3-short-tiles-h200.jsonl")
+#: what fit.backend_families.source says of this script's numbers (no colon-space: a plain YAML scalar)
+SOURCE_NOTE = ("; fa3_fwd.tile_overhead_s and the fa3 held-out record from benchmarks/fit_fa3_tiles.py (with "
+               "capture-fa3-short-tiles-h200.jsonl)")
 #: the values tried (seconds): 0 is the old model (every tile a whole program overhead)
 GRID = tuple(round(k * 0.25e-6, 12) for k in range(0, 19))
 
@@ -53,19 +56,13 @@ def loss(prof, ms) -> float:
 
 
 def workload_errors(prof) -> list[float]:
-    """FA3's error on each whole workload of validate_backends_workload_h200.py (validation only)."""
-    import benchmarks.validate_backends_workload_h200 as V
+    """FA3's error on each whole workload of validate_backends_workload_h200.py under ``prof`` (validation only)."""
+    from benchmarks.validate_backends_workload_h200 import compare
 
-    saved = V.packaged_profile
-    V.packaged_profile = lambda gpu: prof  # noqa: ARG005 - the candidate profile instead of the shipped one
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            got = V.compare(RESULTS / "validate-backends-workload-h200.json",
-                            [RESULTS / t for t in ("validate_tune_h200_in_graph.json",
-                                                   "validate_tune_h200_top0_chat.json",
-                                                   "validate_tune_h200_top0_405b.json")])
-    finally:
-        V.packaged_profile = saved
+    with contextlib.redirect_stdout(io.StringIO()):
+        got = compare(RESULTS / "validate-backends-workload-h200.json",
+                      [RESULTS / t for t in ("validate_tune_h200_in_graph.json", "validate_tune_h200_top0_chat.json",
+                                             "validate_tune_h200_top0_405b.json")], profile=prof)
     return [round(r["totals"]["fa3"]["error"], 4) for r in got["rows"]]
 
 
@@ -107,6 +104,8 @@ def write_profile(out: dict) -> None:
     text = re.sub(r"      fa3: \{shapes: \d+, geomean: [0-9.]+, worst: [0-9.]+, worst_shape: '[^']*', within_1_10: [0-9.]+\}",
                   f"      fa3: {{shapes: {r['shapes']}, geomean: {r['geomean']}, worst: {r['worst']}, "
                   f"worst_shape: '{r['worst_shape']}', within_1_10: {r['within_1_10']}}}", text, count=1)
+    if SOURCE_NOTE not in text:  # the fit record names the script that set these numbers
+        text = text.replace("sweep-fa2-h200.jsonl\n    heldout:", f"sweep-fa2-h200.jsonl{SOURCE_NOTE}\n    heldout:", 1)
     tmp = PROFILE.with_suffix(".yaml.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(PROFILE)

@@ -73,13 +73,13 @@ def cases() -> list[dict]:
 
 def attention_step(backend: str, w, gpu, torch, kernels):
     """(step(copy), copies, launch description) of one backend's default decode call for ``w``."""
-    from decodecalc.verify import profiler as P
+    from decodecalc.verify import backend_steps as S
 
     if backend in ("flashinfer", "flashinfer-tc"):
-        s = P.flashinfer_step(w, tensor_cores=backend == "flashinfer-tc", cuda_graph=True)
+        s = S.flashinfer_step(w, tensor_cores=backend == "flashinfer-tc", cuda_graph=True)
         return s.run, s.copies, {"cuda_graph_plan": True}
     if backend == "fa3":
-        s = P.fa3_step(w, num_splits=32)
+        s = S.fa3_step(w, num_splits=32)
         return s.run, s.copies, {"num_splits": 32}
     from decodecalc.launchers.sglang_triton import plan_sglang
     from decodecalc.launchers.vllm_unified import plan_vllm

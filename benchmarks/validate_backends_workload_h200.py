@@ -48,13 +48,14 @@ PATHS = ("flashinfer", "flashinfer-tc", "fa3")
 WORKSPACE = 32 << 20
 
 
-def case_steps(model: str, tp: int, wl: str, steps: int) -> tuple[Any, list[list[int]]]:
-    """tune's exact context of the case and its steps' KV lengths (validate_tune_h200.py's replay)."""
+def case_steps(model: str, tp: int, wl: str, steps: int, profile: Any = None) -> tuple[Any, list[list[int]]]:
+    """tune's exact context of the case (under ``profile``, default the shipped one) and its steps' KV lengths
+    (validate_tune_h200.py's replay)."""
     from benchmarks.validate_tune_h200 import exact_context, step_lens, workload_trace
 
     gpu = resolve_gpu("h200")
     work = make_workload(resolve_model(model), tp=tp)
-    ctx = exact_context(workload_trace(wl, steps), work, gpu, packaged_profile("h200"))
+    ctx = exact_context(workload_trace(wl, steps), work, gpu, profile or packaged_profile("h200"))
     return ctx, [step_lens(ctx, i) for i in range(ctx.steps.num_steps)]
 
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from benchmarks.validate_tune_h200 import time_sequence
+    from decodecalc.verify import backend_steps as S
     from decodecalc.verify import profiler as P
 
     t0 = time.time()
@@ -84,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
                 for ls in lens:
                     w = make_workload(resolve_model(model), tp=tp, seq_lens=tuple(ls), block_size=16)
                     if path == "fa3":
-                        steps.append(P.fa3_step(w, num_splits=32, copies=1))
+                        steps.append(S.fa3_step(w, num_splits=32, copies=1))
                     else:
-                        steps.append(P.flashinfer_step(w, tensor_cores=path == "flashinfer-tc", cuda_graph=True,
+                        steps.append(S.flashinfer_step(w, tensor_cores=path == "flashinfer-tc", cuda_graph=True,
                                                        copies=1, workspace_bytes=WORKSPACE))
                 m = time_sequence(torch, [lambda s=s: s.run(0) for s in steps], replays=args.replays, on_gpu=True)
                 case["measured_total_s"][path] = m["total_s"]
@@ -102,11 +104,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def predicted_totals(case: dict[str, Any]) -> dict[str, float]:
-    """Each path's total over the case's steps under the shipped profile (tune's timer, every step exact)."""
+def predicted_totals(case: dict[str, Any], profile: Any = None) -> dict[str, float]:
+    """Each path's total over the case's steps under ``profile`` (default the shipped one; tune's timer, every step
+    exact)."""
     from decodecalc.reports.tune_backends import _planner
 
-    ctx, lens = case_steps(case["model"], case["tp"], case["workload"], case["steps"])
+    ctx, lens = case_steps(case["model"], case["tp"], case["workload"], case["steps"], profile)
     assert [list(x) for x in lens] == case["seq_lens"], "the workload's steps changed since the run"
     return {path: float(ctx.timer.backend(path, "vllm", _planner(path, "vllm")).time.sum()) for path in PATHS}
 
@@ -127,12 +130,14 @@ def paths_of(path: Path | list[Path]) -> list[Path]:
     return list(path) if isinstance(path, (list, tuple)) else [path]
 
 
-def compare(path: Path | list[Path], triton: list[Path], write: bool = False) -> dict[str, Any]:
+def compare(path: Path | list[Path], triton: list[Path], write: bool = False, profile: Any = None) -> dict[str, Any]:
+    """Each case's backend totals (under ``profile``, default the shipped one) against the measured ones, and per
+    engine whether the fastest of its options is picked."""
     data = {"cases": [c for p in paths_of(path) for c in json.loads(p.read_text())["cases"]]}
     tri = triton_defaults(triton)
     rows = []
     for case in data["cases"]:
-        pred = predicted_totals(case)
+        pred = predicted_totals(case, profile)
         meas = {k: v for k, v in case["measured_total_s"].items() if v}
         both = {k: (pred[k], meas[k]) for k in meas}
         for engine, pm in tri.get((case["model"], case["workload"]), {}).items():

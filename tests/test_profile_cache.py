@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from decodecalc.errors import ConfigError
-from decodecalc.timemodel import profile as prof_mod
+from decodecalc.timemodel import profile_sources as prof_mod
 from decodecalc.yamlio import safe_load
 
 PROFILES = Path(prof_mod.__file__).resolve().parents[1] / "profiles"

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel.profile import parsed_copy  # noqa: E402
+from decodecalc.timemodel.profile_sources import parsed_copy  # noqa: E402
 from decodecalc.yamlio import safe_load  # noqa: E402
 
 

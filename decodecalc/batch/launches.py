@@ -67,8 +67,8 @@ class Recipe:
 
     @property
     def system(self) -> str:
-        """The system whose kernels it launches (a LaunchWork.kernel: the engine's Triton kernels, or a backend)."""
-        return getattr(self, "kernel", "") or self.engine
+        """The system whose kernels it launches (a LaunchWork.kernel): the engine's own Triton kernels."""
+        return self.engine
     #: recipes with equal working keys launch the same working programs wherever their row signatures agree
     working_key: tuple | None = None
 
@@ -342,6 +342,10 @@ class BackendRecipe(Recipe):
     def __init__(self, base: Workload, gpu: GPUSpec, kernel: str, engine: str, planner: Any) -> None:
         self.base, self.gpu, self.kernel, self.engine, self.planner = base, gpu, kernel, engine, planner
         self.key = ("backend", kernel, engine)
+
+    @property
+    def system(self) -> str:
+        return self.kernel  # the backend, whatever engine runs it
 
     def proxies(self, steps: Any, profile: Any) -> Any:
         b = self.base

@@ -36,7 +36,7 @@ def gpus(json_out: JsonOpt = False) -> None:
 
     if json_out:
         from decodecalc.commands.output import to_json
-        from decodecalc.timemodel.profile import calibration_of
+        from decodecalc.timemodel.profile_sources import calibration_of
 
         typer.echo(to_json([{
             "name": g.name, "num_sms": g.num_sms, "hbm_bandwidth_bytes_per_s": g.hbm_bandwidth_bytes_per_s,

@@ -31,7 +31,7 @@ def print_models(console: Console, models: Iterable[ModelConfig]) -> None:
 def print_gpus(console: Console, gpus: Iterable[GPUSpec]) -> None:
     gs = list(gpus)
     t = Table(title=f"{len(gs)} GPUs (GB = 1e9 B; sources below)", box=box.SIMPLE_HEAD, pad_edge=False)
-    from decodecalc.timemodel.profile import calibration_of
+    from decodecalc.timemodel.profile_sources import calibration_of
 
     for col in ("name", "SMs/CUs", "HBM GB/s", "bf16 TFLOP/s", "L2 MB", "cc / arch", "time", "src"):
         t.add_column(col, justify="left" if col in ("name", "cc / arch", "time") else "right", overflow="fold")

@@ -47,35 +47,42 @@ _FA3_SPLITS = {"vllm": 32, "sglang": 0}
 
 
 def _planner(key: str, engine: str) -> Planner | None:
-    if key.startswith("flashinfer"):
-        if "tc" in key or "tensor" in key:
-            return lambda w, g: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=True)
+    if key == "flashinfer-tc":
+        return lambda w, g: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=True)
+    if key == "flashinfer":
         return lambda w, g: flashinfer.plan_flashinfer(w, g, cuda_graph=True)
-    if key.startswith(("fa3", "flash_attn3")):
+    if key == "fa3":
         splits = _FA3_SPLITS[engine]
         return lambda w, g: flash_attn3.plan_flash_attn3(w, g, num_splits=splits)
     return None
 
 
-#: (engine, backend name, time-model kernel prefix, how to switch to it)
-LEVERS = (
-    ("vllm", "FlashInfer", "flashinfer", "VLLM_ATTENTION_BACKEND=FLASHINFER"),
-    ("vllm", "FlashAttention-3", ("fa3", "flash_attn3"), "VLLM_ATTENTION_BACKEND=FLASH_ATTN"),
-    ("sglang", "FlashInfer", "flashinfer", "--attention-backend flashinfer"),
-    ("sglang", "FlashAttention-3", ("fa3", "flash_attn3"), "--attention-backend fa3"),
+def _flashinfer_key(engine: str, work: Any) -> str:
+    """The FlashInfer path the engine's backend runs (launchers/flashinfer.py ``engine_uses_tensor_cores``)."""
+    return "flashinfer-tc" if flashinfer.engine_uses_tensor_cores(engine, work) else "flashinfer"
+
+
+#: (engine, backend name, the time-model kernel it runs for a workload, how to switch to it)
+LEVERS: tuple[tuple[str, str, Callable[[str, Any], str], str], ...] = (
+    ("vllm", "FlashInfer", _flashinfer_key, "VLLM_ATTENTION_BACKEND=FLASHINFER"),
+    ("vllm", "FlashAttention-3", lambda engine, work: "fa3", "VLLM_ATTENTION_BACKEND=FLASH_ATTN"),
+    ("sglang", "FlashInfer", _flashinfer_key, "--attention-backend flashinfer"),
+    ("sglang", "FlashAttention-3", lambda engine, work: "fa3", "--attention-backend fa3"),
 )
+#: what the note says of the path a FlashInfer total was timed on
+_PATH_NOTE = {"flashinfer-tc": "tensor-core decode, as the engine runs it (launchers/flashinfer.py "
+                               "engine_uses_tensor_cores)",
+              "flashinfer": "CUDA-core decode, as the engine runs it (launchers/flashinfer.py engine_uses_tensor_cores)"}
 
 
-def _calibrated_keys(prefix: str | tuple[str, ...], profile: Any) -> tuple[list[str], str]:
-    keys = [k for k in KERNEL_FAMILIES if k.startswith(prefix)]
-    if not keys:
-        return [], "the time model has no kernel family for it yet"
+def _uncalibrated_why(key: str, profile: Any) -> str:
+    """Why ``key``'s kernels have no calibrated time in ``profile`` ("" when they have one)."""
+    if key not in KERNEL_FAMILIES:
+        return "the time model has no kernel family for it yet"
     uncal = set(profile.fit.get("uncalibrated_families", ()) or ())
-    ok = [k for k in keys if profile.calibrated and all(f in profile.families and f not in uncal
-                                                          for f in KERNEL_FAMILIES[k])]
-    if not ok:
-        return [], f"no calibrated time for it in the {profile.gpu} profile ({profile.path or 'built-in'})"
-    return ok, ""
+    if profile.calibrated and all(f in profile.families and f not in uncal for f in KERNEL_FAMILIES[key]):
+        return ""
+    return f"no calibrated time for it in the {profile.gpu} profile ({profile.path or 'built-in'})"
 
 
 #: another backend's total is estimated to this many times the target error (0.3%: it is compared at the per-cent
@@ -86,39 +93,22 @@ BACKEND_LOOSER = 30.0
 def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
     """Per engine and backend: the backend's total over the workload where the profile calibrates its kernels."""
     out = []
-    for engine, name, prefix, how in LEVERS:
+    for engine, name, kernel_of, how in LEVERS:
         if engine not in engines:
             continue
-        if prefix == "flashinfer":  # the path the engine's FlashInfer backend runs, not the faster of the two
-            prefix = "flashinfer-tc" if flashinfer.engine_uses_tensor_cores(engine, ctx.work) else "flashinfer"
-        keys, why = _calibrated_keys(prefix, ctx.profile)
-        keys = [k for k in keys if k == prefix] if isinstance(prefix, str) and prefix.startswith("flashinfer") else keys
-        if not keys:
+        key = kernel_of(engine, ctx.work)
+        why = _uncalibrated_why(key, ctx.profile)
+        planner = _planner(key, engine)
+        if why or planner is None:
             out.append(BackendNote(engine=engine, backend=name, how=how, stats=None,
-                                   note=f"not compared: {why or 'no calibrated time for it'}"))
+                                   note=f"not compared: {why or f'no launcher for time-model kernel {key!r}'}"))
             continue
-        best = None
-        note = ""
-        for key in keys:
-            planner = _planner(key, engine)
-            if planner is None:
-                note = f"no launcher for time-model kernel {key!r}"
-                continue
-            try:
-                times = ctx.timer.backend(key, engine, planner, looser=BACKEND_LOOSER).time
-            except (UnsupportedError, ConfigError) as exc:
-                note = f"not compared: {exc}"
-                continue
-            st = ctx.stats(times)
-            if best is None or st.total_s < best[0].total_s:
-                best = (st, key)
-        if best is None:
-            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=note or "not compared"))
-        else:
-            path = {"flashinfer-tc": "tensor-core decode, as the engine runs it (launchers/flashinfer.py "
-                                     "engine_uses_tensor_cores)",
-                    "flashinfer": "CUDA-core decode, as the engine runs it (launchers/flashinfer.py "
-                                  "engine_uses_tensor_cores)"}.get(best[1], "")
-            out.append(BackendNote(engine=engine, backend=name, how=how, stats=best[0],
-                                   note=f"time-model kernel {best[1]}, calibrated" + (f"; {path}" if path else "")))
+        try:
+            times = ctx.timer.backend(key, engine, planner, looser=BACKEND_LOOSER).time
+        except (UnsupportedError, ConfigError) as exc:
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {exc}"))
+            continue
+        path = _PATH_NOTE.get(key)
+        out.append(BackendNote(engine=engine, backend=name, how=how, stats=ctx.stats(times),
+                               note=f"time-model kernel {key}, calibrated" + (f"; {path}" if path else "")))
     return tuple(out)

@@ -61,12 +61,14 @@ from decodecalc.timemodel.profile import (
     PROFILE_SCHEMA,
     FamilyParams,
     TimeProfile,
+    occupancy,
+    profile_from_mapping,
+)
+from decodecalc.timemodel.profile_sources import (
     datasheet_profile,
     dump_profile,
     load_profile_file,
-    occupancy,
     packaged_profile,
-    profile_from_mapping,
     resolve_profile,
     user_profile_dir,
 )

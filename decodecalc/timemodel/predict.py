@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from decodecalc.derived import cdiv, maximum, minimum
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
-from decodecalc.timemodel.profile import FamilyParams, TimeProfile, resolve_profile
+from decodecalc.timemodel.profile import FamilyParams, TimeProfile
+from decodecalc.timemodel.profile_sources import resolve_profile
 from decodecalc.timemodel.plan_work import work_for_plan
 from decodecalc.timemodel.residuals import Correction
 from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row
