@@ -212,6 +212,7 @@ def main() -> int:
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    from decodecalc.verify import backend_steps as S
     from decodecalc.verify import profiler as P
 
     gpu = resolve_gpu("h200")
@@ -270,7 +271,7 @@ def main() -> int:
             rec["knobs"] = knobs
         try:
             w = workload(shape, block)
-            rec.update(P.run_case(backend, w, gpu, cuda_graph=cg, replays=args.replays, knobs=knobs))
+            rec.update(S.run_case(backend, w, gpu, cuda_graph=cg, replays=args.replays, knobs=knobs))
             summarize_occupancy(rec)
             occ = [x.get("ctas_per_sm_computed") for x in rec.get("launches", []) if x.get("role") == "main"]
             if backend == "flashinfer" and occ and occ[0] and not knobs:

@@ -126,6 +126,7 @@ def main() -> int:
     import torch
 
     from decodecalc.specs.gpus import resolve_gpu
+    from decodecalc.verify import backend_steps as S
     from decodecalc.verify import profiler as P
 
     gpu = resolve_gpu("h200")
@@ -142,7 +143,7 @@ def main() -> int:
             timed = shape["tag"] != "grid" or i % TIME_EVERY == 0
             try:
                 w = workload(shape, args.page)
-                rec.update(P.run_case("fa2", w, gpu, time_it=timed, replays=args.replays, knobs=knobs))
+                rec.update(S.run_case("fa2", w, gpu, time_it=timed, replays=args.replays, knobs=knobs))
             except Exception as exc:  # one failing shape must not end the capture
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:600]}"
                 rec["traceback"] = traceback.format_exc()[-1500:]

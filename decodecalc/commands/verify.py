@@ -223,7 +223,8 @@ def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path 
     compared with compare's row for that backend."""
     from decodecalc.render.verify import print_profiled
     from decodecalc.verify.environment import detect_environment
-    from decodecalc.verify.profiler import missing_backend, run_case
+    from decodecalc.verify.backend_steps import run_case
+    from decodecalc.verify.profiler import missing_backend
     from decodecalc.verify.results import workload_json
 
     why = missing_backend(backend)

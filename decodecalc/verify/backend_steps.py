@@ -1,7 +1,8 @@
 """One decode step of each compiled backend, ready to run on the GPU (FlashInfer's two decode paths, vLLM's FA3 and
 FlashMLA builds, flash-attn's FA2), called the way the engines call them, with its KV cache in disjoint copies
 (:mod:`decodecalc.verify.timing`). Where the libraries come from, and how a step's launches are captured and
-compared: :mod:`decodecalc.verify.profiler`. torch and the backends are imported inside functions only."""
+compared: :mod:`decodecalc.verify.profiler`; :func:`run_case` does both for one shape. torch and the backends are
+imported inside functions only."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import UnsupportedError
-from decodecalc.verify.profiler import load_fa2, load_ops, missing_backend
+from decodecalc.verify.profiler import (compare_launches, knob_plan, load_fa2, load_ops, missing_backend,
+                                       predict_and_compare, profile_launches)
 from decodecalc.workload import Workload
 
 
@@ -219,3 +221,26 @@ def build_step(backend: str, w: Workload, *, cuda_graph: bool = False, copies: i
     if backend == "fa2":
         return fa2_step(w, num_splits=int(kn.get("num_splits", 0)), copies=copies, seed=seed)
     raise UnsupportedError(f"--system {backend}: no runner in this build of decodecalc")
+
+
+def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, time_it: bool = True,
+             replays: int = 5, occupancy: int | None = None, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build, profile, time and compare one shape; the JSON record of the capture."""
+    from decodecalc.verify.timing import not_timed, time_calls
+
+    step = build_step(backend, w, cuda_graph=cuda_graph, knobs=knobs)
+    step.run(0)  # first call: JIT / module load / metadata outside the profile
+    launches = profile_launches(lambda: step.run(0), backend)
+    rec: dict[str, Any] = {"backend": backend, "cuda_graph": cuda_graph, "info": step.info,
+                           "launches": [x.to_json() for x in launches]}
+    if step.readback is not None:
+        rec["readback"] = step.readback()
+    rec["timing"] = (time_calls(step.run, step.copies, replays=replays) if time_it else not_timed("--no-time")).to_json()
+    if knobs:
+        rec["knobs"] = dict(knobs)
+        plan = knob_plan(backend, w, gpu, knobs)
+        rec.update({"prediction": {"grid": list(plan.grid), "splits": list(plan.splits)},
+                    **compare_launches(plan, launches)})
+    else:
+        rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, occupancy=occupancy))
+    return rec

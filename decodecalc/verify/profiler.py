@@ -233,30 +233,6 @@ def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any
     return {"match": ok, "kernels": rows}
 
 
-def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, time_it: bool = True,
-             replays: int = 5, occupancy: int | None = None, knobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build, profile, time and compare one shape; the JSON record of the capture."""
-    from decodecalc.verify.backend_steps import build_step
-    from decodecalc.verify.timing import not_timed, time_calls
-
-    step = build_step(backend, w, cuda_graph=cuda_graph, knobs=knobs)
-    step.run(0)  # first call: JIT / module load / metadata outside the profile
-    launches = profile_launches(lambda: step.run(0), backend)
-    rec: dict[str, Any] = {"backend": backend, "cuda_graph": cuda_graph, "info": step.info,
-                           "launches": [x.to_json() for x in launches]}
-    if step.readback is not None:
-        rec["readback"] = step.readback()
-    rec["timing"] = (time_calls(step.run, step.copies, replays=replays) if time_it else not_timed("--no-time")).to_json()
-    if knobs:
-        rec["knobs"] = dict(knobs)
-        plan = knob_plan(backend, w, gpu, knobs)
-        rec.update({"prediction": {"grid": list(plan.grid), "splits": list(plan.splits)},
-                    **compare_launches(plan, launches)})
-    else:
-        rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, occupancy=occupancy))
-    return rec
-
-
 def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any:
     """The launcher's plan for an explicit split setting (eager plan): FlashInfer tensor cores'
     fixed_split_size / disable_split_kv, FA3's and FA2's num_splits."""
