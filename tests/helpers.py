@@ -41,3 +41,20 @@ def modules_loaded_by(code: str, *, packages: tuple[str, ...]) -> list[str]:
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def random_steps_trace(seed: int, n: int = 120, max_len: int = 70000,
+                       batches: tuple[int, ...] = (1, 2, 3, 5, 8, 13, 16, 31, 64, 100)):
+    """A StepTrace of ``n`` decode steps of random batches (from ``batches``) and KV lengths up to ``max_len``, weights
+    1 or 3: every step a distinct shape."""
+    import random
+
+    from decodecalc.traffic import DecodeStep, StepTrace
+
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        b = rng.choice(batches)
+        out.append(DecodeStep(seq_lens=tuple(rng.randint(1, max_len) for _ in range(b)), query_lens=(1,) * b,
+                              weight=rng.choice([1, 1, 3]), origin=f"r, line {k + 1}"))
+    return StepTrace(steps=tuple(out), source="random")

@@ -89,18 +89,27 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
     exact_t: dict[int, np.ndarray] = dict(start.anchor_times) if start is not None else {}
     cache = dict(known or {})
 
-    def timed(a: int, full: bool) -> None:
-        got = exact_t.get(a)
-        if got is None:
-            got = cache.get(a)
-        if got is None or (full and np.isnan(got[1])):
-            got = timer.times(recipe, a, all_points=full)
-        exact_t[a] = got
+    def timed(wanted: list[tuple[int, bool]]) -> None:
+        """The steps (step, with the neighbours' points) timed exactly where they are not yet, all at once."""
+        todo: dict[bool, list[int]] = {False: [], True: []}
+        for a, full in wanted:
+            got = exact_t.get(a)
+            if got is None:
+                got = cache.get(a)
+            if got is None or (full and np.isnan(got[1])):
+                if a not in todo[full]:
+                    todo[full].append(a)
+            else:
+                exact_t[a] = got
+        for full, steps in todo.items():
+            if steps:
+                got_all = timer.times_many(recipe, steps, all_points=full)
+                for j, a in enumerate(steps):
+                    exact_t[a] = got_all[:, j]
 
     if max_anchors is None or len(J) <= 2 * INITIAL_ANCHORS or len(J) <= max_anchors // 2:
         # every step: the scalar model throughout (a handful, or a budget that covers them)
-        for j, a in enumerate(J.tolist()):
-            timed(a, full=points > 1)
+        timed([(a, points > 1) for a in J.tolist()])
         times = _exact_times(px, J, exact_t, points)
         exact = np.ones(len(weights), dtype=bool)
         return Estimate(times, robust_score(times), exact, px.splits, J.copy(), 0.0, 0.0, anchor_times=exact_t)
@@ -113,8 +122,7 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
     score_target = target_rel_se * SCORE_TARGET_FACTOR if points > 1 else float("inf")
     while True:
         pos = np.minimum(np.searchsorted(cum, u, side="right"), len(J) - 1)  # each stratum's anchor (index in J)
-        for s, p in enumerate(pos.tolist()):
-            timed(int(J[p]), full=points > 1 and s % SCORE_EVERY == 0)
+        timed([(int(J[p]), points > 1 and s % SCORE_EVERY == 0) for s, p in enumerate(pos.tolist())])
         times, rel_se, rel_se_score, var_at = _combine(px, J, pos, cum[-1], exact_t, weights, points)
         if 2 * len(u) > cap:
             break
@@ -125,8 +133,7 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
             if not lacking:
                 u = _split(u, cum[-1], len(J))
                 continue
-            for a in lacking:
-                timed(a, full=True)
+            timed([(a, True) for a in lacking])
             times, rel_se, rel_se_score, var_at = _combine(px, J, pos, cum[-1], exact_t, weights, points)
             break
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -88,11 +89,41 @@ def _proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile, points: in
     return Proxies(times=times, exact=exact, splits=splits, families=frozenset(families), signature=signature)
 
 
+def exact_block_times(recipe: Recipe, steps: StepArrays, idx: np.ndarray, profile: TimeProfile,
+                      points: int = len(DELTAS)) -> tuple[np.ndarray, np.ndarray]:
+    """The scalar model's launch times of the steps ``idx`` at the first ``points`` occupancy points (NaN at the
+    others), from the recipe's array launches: the closed forms where the model has one, the rest through the scalar
+    model's own dispatch (:func:`decodecalc.batch.dispatch.busy_s`). Returns (times [3, len(idx)], whether each step
+    got there: False where a kernel keeps no cells, for the caller to time step by step)."""
+    times = np.full((len(DELTAS), len(idx)), np.nan)
+    done = np.zeros(len(idx), dtype=bool)
+    if not len(idx):
+        return times, done
+    block = steps.block_of(idx)
+    regime_s = profile.regime_launch_s(recipe.system)
+    for la in recipe.block_launches(block):
+        t = np.full((points, len(la.rows)), la.launch_gaps * profile.launch_overhead_s)
+        ok = np.ones(len(la.rows), dtype=bool)
+        every = np.ones(len(la.rows), dtype=bool)
+        for ka in la.kernels:
+            kt, ke = kernel_times(ka, profile, DELTAS[:points], exact_rows=every)
+            t = t + kt
+            ok &= ke.all(axis=0)
+        t = t * residual_factor(la, profile)
+        times[:points, la.rows] = t + regime_s if regime_s else t
+        done[la.rows] = ok
+    return times, done
+
+
 class ExactTimer:
     """The scalar model (:func:`decodecalc.timemodel.launch_time_s`) on single steps at the three occupancy
     points. Kernel times are memoized by the kernel's work less its programs that exit at once (their cost is
     added in closed form), so recipes whose launches differ only in empty grid slots (SGLang's adaptive split counts
-    under different caps) share them; the result equals ``launch_time_s`` (tests/test_batch.py)."""
+    under different caps) share them; the result equals ``launch_time_s`` (tests/test_batch.py).
+
+    :meth:`times_many` times many steps of a recipe at once from its array launches (:func:`exact_block_times`: the
+    same model, without building each step's scalar work; tests/test_dispatch.py checks it against
+    ``launch_time_s``); what has no array launch (the other backends) is timed step by step."""
 
     def __init__(self, base: Workload, steps: StepArrays, profile: TimeProfile, memo: dict | None = None) -> None:
         """``memo``: another timer's kernel memo to share (the same base workload and profile)."""
@@ -112,6 +143,18 @@ class ExactTimer:
         """Step ``i``'s launch time at the DELTAS points (NaN at the neighbours unless ``all_points``)."""
         lw = recipe.launch_work(self.work(i), i)
         return np.array([self.launch_time_s(lw, d) if all_points or d == 0 else np.nan for d in DELTAS])
+
+    def times_many(self, recipe: Recipe, idx: Sequence[int], all_points: bool = True) -> np.ndarray:
+        """:meth:`times` of the steps ``idx`` ([3, len(idx)]), from the recipe's array launches where it has them."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if not recipe.has_arrays:  # step by step
+            return np.array([self.times(recipe, int(i), all_points) for i in idx.tolist()]).reshape(-1, 3).T
+        points = len(DELTAS) if all_points else 1
+        out, done = exact_block_times(recipe, self.steps, idx, self.profile, points)
+        self.evaluations += int(done.sum()) * points
+        for j in np.flatnonzero(~done).tolist():
+            out[:, j] = self.times(recipe, int(idx[j]), all_points)
+        return out
 
     def launch_time_s(self, lw: LaunchWork, delta: int) -> float:
         prof = self.profile

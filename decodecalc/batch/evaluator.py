@@ -22,6 +22,7 @@ from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import KERNEL_FAMILIES, TimeProfile
 from decodecalc.workload import Workload
 
+from decodecalc.batch.dispatch import accelerated
 from decodecalc.batch.estimate import TARGET_REL_SE, Estimate, estimate
 from decodecalc.batch.evaluate import ExactTimer, proxies, robust_score
 from decodecalc.batch.kernels import DELTAS, Proxies
@@ -36,13 +37,15 @@ from decodecalc.batch.launches import (
 from decodecalc.batch.steps import Block, StepArrays
 
 #: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact)
-DEFAULT_MAX_ANCHORS = 768
+DEFAULT_MAX_ANCHORS = 3072
 #: how far the proxy strays from the scalar model on the H200 profile (exact / proxy between 0.83 and 1.07 on a
 #: 100,000-step trace): the error of a part of the steps no anchor lies in
 PROXY_SPREAD = 0.05
 #: no estimated total is stated closer than this (relative): the strata variance covers the anchors' sampling, not
 #: the few 1e-5 of bias a composed option (vLLM's 2D and 3D parts) can carry against --exact (tests/test_batch.py)
 MIN_REL_SE = 1e-4
+#: a part of a composed total with at most this many estimated steps is timed exactly (WorkloadTimer.settle_parts)
+SETTLE_STEPS = 2048
 #: exactly timed steps of a recipe's first, quick estimate (a few per cent: enough to tell the far ones)
 FIRST_ANCHORS = 6
 #: ... and of a recipe near the best (:meth:`WorkloadTimer.improve`)
@@ -215,10 +218,10 @@ class WorkloadTimer:
         if len(idx) == 0:
             return est
         times = est.times.copy()
-        for i in idx.tolist():  # the prediction only: the guard reads it (the neighbours keep their estimates)
-            times[0, i] = self.exact_timer.times(entry.recipe, i, all_points=False)[0]
-            if self.points == 1:
-                times[1:, i] = times[0, i]
+        # the prediction only: the guard reads it (the neighbours keep their estimates)
+        times[0, idx] = self.exact_timer.times_many(entry.recipe, idx, all_points=False)[0]
+        if self.points == 1:
+            times[1:, idx] = times[0, idx]
         exact = est.exact.copy()
         exact[idx] = True
         entry.est = Estimate(times=times, score=robust_score(times), exact=exact, splits=est.splits,
@@ -226,6 +229,18 @@ class WorkloadTimer:
                              anchor_times=est.anchor_times, points_u=est.points_u, strata_var=est.strata_var,
                              ratio_sd=est.ratio_sd)
         return entry.est
+
+    def settle_parts(self, recipe_keys: Sequence[tuple], uses: Sequence[np.ndarray]) -> None:
+        """A composed total's small parts made exact: where a recipe gives only some steps of the total (vLLM's 3D
+        launch below the gate's threshold) and few of those are estimated (at most SETTLE_STEPS), they are timed
+        exactly, so that a part no stratum was drawn for does not carry the proxy's error (rel_se_of's bound)."""
+        for key, m in zip(recipe_keys, uses):
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            part = np.flatnonzero(m & ~entry.est.exact)
+            if 0 < len(part) <= SETTLE_STEPS:
+                self.refine(key, part)
 
     def refine_many(self, recipe_keys: Sequence[tuple], idx: Sequence[int]) -> None:
         for key in dict.fromkeys(recipe_keys):
@@ -253,6 +268,9 @@ class WorkloadTimer:
                 part = m & ~est.exact
                 # the anchors among the part's steps (an anchor is exact itself, so it is counted by ``m``)
                 n_in = int(np.count_nonzero(m[est.anchors])) if len(est.anchors) else 0
+                if not (~est.exact & ~m).any():  # the part holds every estimated step: the strata's own variance
+                    var += float(est.strata_var.sum())
+                    continue
                 part_mass = float((w * est.time)[part].sum())
                 spread = est.ratio_sd if n_in else max(est.ratio_sd, PROXY_SPREAD)  # no anchor: the proxy's own
                 var += max(float(est.strata_var[m].sum()), (part_mass * spread) ** 2 / max(1, n_in))
@@ -279,7 +297,8 @@ class WorkloadTimer:
                 "exact_evaluations": self.exact_evaluations, "estimated_steps": estimated,
                 "max_rel_se": max((e.rel_se for e in ests), default=0.0),
                 "max_rel_se_tightened": max(tight, default=0.0),
-                "target_rel_se": self.target_rel_se, "max_anchors": self.max_anchors}
+                "target_rel_se": self.target_rel_se, "max_anchors": self.max_anchors,
+                "accelerated": accelerated()}
 
 
 def _combined(se_donor: float, se_own: float, same: np.ndarray, px: Proxies, weights: np.ndarray) -> float:

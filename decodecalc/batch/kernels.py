@@ -14,7 +14,10 @@ is computed with the same :class:`~decodecalc.timemodel.predict.IterationCost` w
 The rest, ragged launches of more than one wave, depend on the order the block scheduler dispatches the
 programs in, which the scalar model follows program run by program run. Here they get a proxy (the
 programs' total time over the slots plus a tail, :func:`ragged_proxy_s`) and ``exact`` False:
-:mod:`decodecalc.batch.estimate` corrects the proxy with exact timings of a sample of steps.
+:mod:`decodecalc.batch.estimate` corrects the proxy with exact timings of a sample of steps. Those timings come from
+here too (``exact_rows``): a kernel that keeps its grid's cells (``cells_layout``) hands the rows asked for to the
+scalar model's own dispatch (:func:`decodecalc.batch.dispatch.busy_s`), so an anchor's time is the scalar model's
+without building its scalar work.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from decodecalc.batch.dispatch import busy_s
 from decodecalc.derived import cdiv
 from decodecalc.timemodel import TimeProfile
 from decodecalc.timemodel.predict import IterationCost, iteration_cost
@@ -61,10 +65,35 @@ class KernelArrays:
     blend_power: float = 0.0
     runs_per_iter: int = 0  # kv_runs_per_iter, as the scalar work's
     ordered: bool = True  # the scalar work records the grid order (vLLM's and SGLang's Triton kernels)
+    #: how the columns hold the grid's per-sequence cells (the input of timemodel.work.planes_order, which builds the
+    #: scalar work's order): "split", sequence j's full programs in column j and its last one in column B + j (counts
+    #: (a - 1) q repeats and q repeats); "line", one plane, column j sequence j's programs (counts q repeats); "": not
+    #: kept (the kernel never needs the dispatch: uniform, or no recorded order)
+    cells_layout: str = ""
+    planes: int = 1  # the grid's z extent (vLLM's segments, SGLang's max_kv_splits)
+    repeats: int = 1  # each row repeated along y (KV heads, SGLang's head tiles, query heads)
 
     @property
     def programs(self) -> np.ndarray:
         return self.counts.sum(axis=1)
+
+    def cells(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The cells (a, full, last, q) of the launches ``rows``, flat over their sequences in batch order, and the
+        offsets of each launch's (``cells_layout``): what :func:`decodecalc.batch.dispatch.busy_s` takes."""
+        it, c = self.iters[rows], self.counts[rows]
+        if self.cells_layout == "split":
+            b = it.shape[1] // 2
+            c_full, c_last = c[:, :b], c[:, b:]
+            live = c_last > 0
+            a = c_full // np.maximum(c_last, 1) + 1
+            full, last, q = it[:, :b], it[:, b:], c_last // self.repeats
+        elif self.cells_layout == "line":
+            live = c > 0
+            a, full, last, q = np.ones_like(it), np.zeros_like(it), it, c // self.repeats
+        else:
+            raise ValueError(f"{self.family}: the grid's cells were not kept")
+        offsets = np.concatenate([[0], np.cumsum(live.sum(axis=1))]).astype(np.int64)
+        return a[live], full[live], last[live], q[live], offsets
 
     def mean_iters(self) -> np.ndarray:
         n = self.programs
@@ -76,10 +105,11 @@ def cost_of(ka: KernelArrays, profile: TimeProfile, occupancy_delta: int = 0) ->
                           profile.hbm_bandwidth_bytes_per_s, occupancy_delta)
 
 
-def kernel_times(ka: KernelArrays, profile: TimeProfile, deltas: tuple[int, ...] = (0,)
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def kernel_times(ka: KernelArrays, profile: TimeProfile, deltas: tuple[int, ...] = (0,),
+                 exact_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(seconds per row, whether the value is the scalar model's exactly), one row of each per occupancy delta
-    (the profile's occupancy plus each of ``deltas``)."""
+    (the profile's occupancy plus each of ``deltas``). ``exact_rows`` (bool per row): rows whose ragged launches of
+    more than one wave are timed by the scalar model's dispatch instead of the proxy (a kernel with its cells)."""
     counts = ka.counts
     it = np.where(counts > 0, ka.iters, 0)
     n = counts.sum(axis=1)
@@ -109,9 +139,13 @@ def kernel_times(ka: KernelArrays, profile: TimeProfile, deltas: tuple[int, ...]
                 c = np.minimum(cost.occupancy, cdiv(n[rag1], cost.num_sms))
                 t[rag1] = cost.program_overhead_s + imax[rag1] * cost.t_it(c, np.minimum(n[rag1], cost.slots))
         many = ~one_wave & ~uniform
-        if many.any():
-            few = many & ragged  # at most two waves: the sorted programs give the first slots to free
-            t[many] = ragged_proxy_s(it[many], counts[many], n[many], cost)
+        timed = many & exact_rows if exact_rows is not None and ka.cells_layout else np.zeros_like(many)
+        if timed.any():
+            t[timed] = busy_s(*ka.cells(np.flatnonzero(timed)), ka.planes, ka.repeats, cost)
+        estimated = many & ~timed
+        if estimated.any():
+            few = estimated & ragged  # at most two waves: the sorted programs give the first slots to free
+            t[estimated] = ragged_proxy_s(it[estimated], counts[estimated], n[estimated], cost)
             if few.any():
                 sub = few[rows]
                 first = _rank_value(si[sub], cum[sub], n[few] - cost.slots)
@@ -119,7 +153,7 @@ def kernel_times(ka: KernelArrays, profile: TimeProfile, deltas: tuple[int, ...]
                 longest = cost.program_overhead_s + imax[few] * cost.t_it(cost.occupancy, cost.slots)
                 t[few] = np.maximum(np.minimum(t[few], dur_first + longest), longest)
         t_out[k] = t + cost.idle_s(ka.idle)
-        ok_out[k] = ~many
+        ok_out[k] = ~estimated
     return t_out, ok_out
 
 

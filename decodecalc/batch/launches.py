@@ -64,6 +64,8 @@ class Recipe:
 
     engine: str = ""
     key: tuple = ()
+    #: whether :meth:`block_launches` gives the launches as arrays (else only :meth:`launch_work`, step by step)
+    has_arrays: bool = True
 
     @property
     def system(self) -> str:
@@ -114,7 +116,7 @@ def _vllm_arrays(base: Workload, lens: np.ndarray, q: np.ndarray, mask: np.ndarr
     if not shape.use_3d:
         main = KernelArrays(family=f"{prefix}_2d", head_dim=next_power_of_2(d), bytes_per_iter=bytes_per_iter,
                             iters=_masked(cdiv(lens, shape.tile), mask), counts=nq * h_kv, idle=idle_q * h_kv,
-                            runs_per_iter=runs)
+                            runs_per_iter=runs, cells_layout="line", repeats=h_kv)
         return (main,), 1
     s = shape.segments
     active, tps, last = vllm_3d_cells(np.maximum(lens, 1), s, shape.tile)
@@ -124,7 +126,7 @@ def _vllm_arrays(base: Workload, lens: np.ndarray, q: np.ndarray, mask: np.ndarr
     idle = (idle_q * s + ((s - active) * nq).sum(axis=1)) * h_kv
     main = KernelArrays(family=f"{prefix}_3d", head_dim=next_power_of_2(d), bytes_per_iter=bytes_per_iter,
                         iters=_masked(iters, np.concatenate([mask, mask], axis=1)), counts=counts, idle=idle,
-                        runs_per_iter=runs)
+                        runs_per_iter=runs, cells_layout="split", planes=s, repeats=h_kv)
     d_pad = next_power_of_2(dv)
     tokens = q.sum(axis=1)
     family, bytes_per_iter, occ = reduce_segments_kernel(s, d_pad, prefix)
@@ -231,9 +233,11 @@ def _sglang_arrays(base: Workload, lens: np.ndarray, mask: np.ndarray, splits: n
                           iters=_masked(np.concatenate([full, last], axis=1), mask2),
                           counts=np.concatenate([(ne - 1).clip(min=0), _masked(np.ones_like(ne), mask)], axis=1) * ht,
                           idle=((max_s - ne) * mask).sum(axis=1) * ht,
-                          runs_per_iter=kv_runs_per_iter(h_kv, block_n, KV_PAGE_TOKENS))
+                          runs_per_iter=kv_runs_per_iter(h_kv, block_n, KV_PAGE_TOKENS),
+                          cells_layout="split", planes=max_s, repeats=ht)
     stage2 = KernelArrays(family="sglang_stage2", head_dim=next_power_of_2(dv), bytes_per_iter=4 * dv + 4,
-                          iters=ne, counts=mask * h, idle=np.zeros(len(lens), dtype=np.int64))
+                          iters=ne, counts=mask * h, idle=np.zeros(len(lens), dtype=np.int64),
+                          cells_layout="line", repeats=h)
     aux = (aux_kernel or "x1") if adaptive else ""
     return LaunchArrays(rows=np.arange(len(lens)), kernels=(stage1, stage2), launch_gaps=2 + int(adaptive),
                         cell=cell_key(stage1.family, h // h_kv, stage1.head_dim, aux), splits=max_s,
@@ -338,6 +342,8 @@ class BackendRecipe(Recipe):
     """Another attention backend (FlashInfer, FA3, ...), planned by its launcher module for each step. Its scheduler
     has no array model here: every step's proxy is the roofline of its KV bytes plus two launch gaps, and the
     sample of exactly timed steps corrects it (:mod:`decodecalc.batch.estimate`)."""
+
+    has_arrays = False
 
     def __init__(self, base: Workload, gpu: GPUSpec, kernel: str, engine: str, planner: Any) -> None:
         self.base, self.gpu, self.kernel, self.engine, self.planner = base, gpu, kernel, engine, planner

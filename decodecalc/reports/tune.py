@@ -24,7 +24,7 @@ from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
 from decodecalc.reports.tune_backends import BackendNote, backend_levers
 from decodecalc.reports.tune_stats import Stats
-from decodecalc.reports.tune_search import evaluate_candidates, measure_contenders, leading_candidates
+from decodecalc.reports.tune_search import evaluate_candidates, leading_candidates, measure_all
 from decodecalc.reports.tune_space import (
     SPACES,
     Option,
@@ -49,10 +49,10 @@ from decodecalc.workload import Workload
 
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 1 << 30))
-#: a workload of more steps than this ranks every candidate on a sample of SAMPLE_STEPS steps first (quick estimates),
-#: then measures the default and the best few (MAX_FULL_CONTENDERS - 1 at first, more while one the sample ranked
-#: higher than the pick is left, up to MAX_MEASURED) on MEASURE_STEPS steps: every step of a workload up to that size,
-#: else a stratified sample whose totals are regression estimates over every step (decodecalc.batch.population)
+#: a workload of more steps than this ranks every candidate on a sample of SAMPLE_STEPS steps first (quick estimates,
+#: and the ranking score's neighbouring occupancy points), then measures every candidate on MEASURE_STEPS steps: every
+#: step of a workload up to that size, else a stratified sample whose totals are regression estimates over every step
+#: (decodecalc.batch.population)
 SAMPLE_ABOVE = 6_000
 SAMPLE_STEPS = 1_024
 MEASURE_STEPS = 16_384
@@ -188,9 +188,9 @@ def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str
 def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regression: float | None = 0.05,
                 only: Sequence[Mapping[str, Any]] | None = None) -> EngineTune:
     """The engine's best setting over its whole range (``only``: among these settings, the default always included).
-    On a large workload every candidate is first timed on a sample of its steps (``ctx.sample``); the default and
-    the candidates that could be the best are then timed on every step, and the others keep their sample's figures
-    (``sampled`` in the JSON)."""
+    On a large workload every candidate is first timed on a small sample of its steps (``ctx.sample``), then every
+    one again on the measuring steps (every step, or a large stratified sample whose totals are estimated over every
+    step)."""
     if objective not in OBJECTIVES:
         raise ChoiceError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     if engine not in ENGINES:
@@ -210,7 +210,7 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         ratios = ctx.memo.setdefault("score_ratio", {})
         for c in cands:  # the ranking score over the value, as the sample has it (the second pass times no neighbours)
             ratios[c.label] = (c.score.mean_step_s / c.stats.mean_step_s, c.score.p99_step_s / c.stats.p99_step_s)
-        default, best, cands = measure_contenders(ctx, engine, options, cands, objective, max_regression)
+        default, best, cands = measure_all(ctx, engine, options, cands, objective, max_regression)
     words, cmds = _apply(engine, best, default, ctx)
     return EngineTune(
         engine=engine, default=default, best=best, candidates=cands, apply=words, apply_commands=cmds,
@@ -283,19 +283,16 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
                      "the per-1,000-token figures are an upper bound")
     est = ctx.timer.report()
     if est["estimated_steps"]:
-        decided = max(c.rel_se for e in out.values() for c in (e.default, e.best))
-        rest = max(c.rel_se for e in out.values() for c in e.candidates)
-        others = (f"; the other settings' totals, quick estimates that only rank them, within about {rest * 100:.2g}%"
-                  if rest > decided else "")
+        worst = max(c.rel_se for e in out.values() for c in e.candidates)
         notes.append(f"{est['exact_evaluations']:,} launches timed exactly, the rest of the steps estimated from them "
-                     f"(one standard error; --exact times every step): the defaults and the picks "
-                     f"{'exact' if decided == 0 else f'within about {decided * 100:.2g}%'}{others}")
+                     f"(one standard error; --exact times every step): every setting's total "
+                     f"{'exact' if worst == 0 else f'within about {worst * 100:.2g}%'}")
     if ctx.sample is not None:
         total_steps = ctx.population.steps if ctx.population is not None else ctx.steps.num_steps
         measured = (f"timed on a stratified sample of {ctx.steps.num_steps:,} steps whose totals are estimated over "
                     "every step" if ctx.population is not None else "timed on every step")
         notes.append(f"{total_steps:,} steps: every setting ranked on a sample of {ctx.sample.steps.num_steps:,} of "
-                     f"them; the default, the best and the other backends {measured}; the other settings and the "
-                     "heuristics keep the first sample's figures")
+                     f"them, then every setting and the other backends {measured}; the heuristics keep the first "
+                     "sample's figures")
     return TuneResult(ctx=ctx, objective=objective, max_regression=max_regression, engines=out, skipped=skipped,
                       backends=backend_levers(ctx, out) if backends else (), notes=tuple(notes))

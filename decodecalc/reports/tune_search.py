@@ -1,10 +1,9 @@
 """How ``decodecalc tune`` finds an engine's best setting among its candidates: quick estimates first, the guard's
-doubtful steps timed exactly, the totals that decide tightened to the target error, and a sampled workload's
-contenders measured on more steps (the rules and their numbers: decodecalc/reports/tune.py's docstring)."""
+doubtful steps timed exactly, every candidate's total tightened to the target error, and a sampled workload's
+candidates measured again on more steps (the rules and their numbers: decodecalc/reports/tune.py's docstring)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -12,11 +11,6 @@ from decodecalc.reports.tune_space import Option, option_like
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.reports.tune_types import Candidate, TuneContext, objective_value
 
-#: a workload of more steps than tune's SAMPLE_ABOVE is ranked on a sample first; its second pass measures the
-#: default and the best few (MAX_FULL_CONTENDERS - 1 at first, more while one the sample ranked higher than the pick
-#: is left, up to MAX_MEASURED)
-MAX_FULL_CONTENDERS = 3
-MAX_MEASURED = 8
 #: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
 GUARD_STEPS = 16
 #: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
@@ -101,14 +95,9 @@ def _best(ctx: TuneContext, engine: str, d_opt: Option, others: Sequence[Option]
 
 #: the best candidates by the objective whose estimated guard failures are checked exactly (the tables show five)
 SHOWN_CHECKED = 8
-#: a candidate is a contender (tightened to the target error) when its ranking score is within this fraction of
-#: the best's, or within four of its own standard errors
-CONTENDER_FRACTION = 0.02
 #: a candidate whose first quick estimate lies within this fraction of the best's gets a closer one (the first has a
 #: few exactly timed steps: a few per cent)
 NEAR_FRACTION = 0.15
-#: contenders are first estimated to this many times the target error (a sixteenth of the exactly timed steps)
-FIRST_CUT = 4.0
 
 
 def leading_candidates(cands: Sequence[Candidate], objective: str, n: int) -> list[Candidate]:
@@ -124,53 +113,30 @@ def leading_candidates(cands: Sequence[Candidate], objective: str, n: int) -> li
     return rows
 
 
-def _contenders(cands: Sequence[Candidate], best: Candidate, objective: str) -> list[str]:
-    """Labels of the candidates that could still be the pick once their totals are tight: the default, then every
-    allowed one whose ranking score lies near the best's (their quick estimates' errors taken into account), best
-    first."""
-    top = objective_value(best.score or best.stats, objective)
-    near = []
-    for c in cands[1:]:
-        margin = max(CONTENDER_FRACTION, 4 * c.rel_se)
-        value = objective_value(c.score or c.stats, objective)
-        if c.allowed and value <= top * (1 + margin):
-            near.append((value, c.label))
-    return [cands[0].label] + [label for _, label in sorted(near)]
-
-
 def evaluate_candidates(ctx: TuneContext, engine: str, options: list[Option], objective: str,
               max_regression: float | None, tighten: bool = True
               ) -> tuple[Candidate, Candidate, tuple[Candidate, ...], list[Option]]:
-    """The candidates of ``options`` over ``ctx``'s steps: quick estimates first, then (``tighten``) the totals that
-    decide the pick made tight (the default and every candidate that could be the best, again while the pick is one
-    that was not), the pick's worst step timed exactly."""
+    """The candidates of ``options`` over ``ctx``'s steps: quick estimates first (``tighten`` False: a ranking pass,
+    the ones near the best estimated closer), else every candidate's total made tight (the default first), the
+    pick's worst step timed exactly."""
     default, best, cands = _search(ctx, engine, options, objective, max_regression)
-    if not ctx.timer.exact:  # the quick estimates near the best get more steps timed before anything is decided
+    if not ctx.timer.exact and not tighten:  # a ranking pass: the quick estimates near the best get more steps timed
         top = objective_value(best.score or best.stats, objective) * (1 + NEAR_FRACTION)
         near = {c.label for c in cands if objective_value(c.score or c.stats, objective) <= top} | {default.label}
         ctx.timer.improve([k for o in options if o.label in near for k in o.recipes if k != "own"])
         options = [o.refreshed() for o in options]
         default, best, cands = _search(ctx, engine, options, objective, max_regression)
     if tighten and not ctx.timer.exact:
-        # the default first: every candidate's guard is a per-step ratio to it, so a loose default lets a candidate
-        # that slows some steps pass the guard until it is tightened (for nothing)
-        keep: set[str] = {default.label}
+        # every candidate's total to the target error (the exactly timed steps come through the scalar model's own
+        # dispatch on arrays: decodecalc/batch/dispatch.py), the default first: every candidate's guard is a per-step
+        # ratio to it, so a loose default would let a candidate that slows some steps pass the guard for nothing
         ctx.timer.tighten([k for k in options[0].recipes if k != "own"])
+        ctx.timer.tighten([k for o in options for k in o.recipes if k != "own"])
+        for o in options:
+            if len(o.uses) > 1:
+                ctx.timer.settle_parts(o.recipes, o.uses)
         options = [o.refreshed() for o in options]
         default, best, cands = _search(ctx, engine, options, objective, max_regression)
-        # a first cut at FIRST_CUT times the target error: the contenders it leaves far behind need no more
-        ctx.timer.tighten([k for o in options if o.label in set(_contenders(cands, best, objective))
-                           for k in o.recipes if k != "own"], looser=FIRST_CUT)
-        options = [o.refreshed() for o in options]
-        default, best, cands = _search(ctx, engine, options, objective, max_regression)
-        for _ in range(4):
-            more = set(_contenders(cands, best, objective)) - keep
-            if not more and best.label in keep:
-                break
-            keep |= more | {best.label}
-            ctx.timer.tighten([k for o in options if o.label in keep for k in o.recipes if k != "own"])
-            options = [o.refreshed() for o in options]
-            default, best, cands = _search(ctx, engine, options, objective, max_regression)
     if tighten and best is not default and not best.worst_exact:  # what the table shows of the pick is the model's
         opt = next(o for o in options if o.label == best.label)
         opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
@@ -190,22 +156,11 @@ def evaluate_candidates(ctx: TuneContext, engine: str, options: list[Option], ob
     return default, best, cands, options
 
 
-def measure_contenders(ctx: TuneContext, engine: str, options: list[Option], cands: Sequence[Candidate], objective: str,
-             max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
-    """A sampled workload's second pass: the default and the candidates the sample ranks best (allowed there) measured
-    on ``ctx``'s steps; while a candidate the sample ranked above the pick was left out (the guard, now checked on
-    more steps, may have ruled out the ones measured), it is measured too. The rest keep the sample's figures."""
-    ranked = [c for c in sorted(cands[1:], key=lambda c: objective_value(c.score or c.stats, objective)) if c.allowed]
-    chosen = [cands[0].label] + [c.label for c in ranked[:MAX_FULL_CONTENDERS - 1]]
-    while True:
-        measured = [option_like(ctx, engine, o.setting) for o in options if o.label in chosen]
-        default, best, got, _ = evaluate_candidates(ctx, engine, measured, objective, max_regression)
-        top = objective_value(best.score or best.stats, objective)
-        left = [c.label for c in ranked if c.label not in chosen
-                and objective_value(c.score or c.stats, objective) < top * (1 + CONTENDER_FRACTION)]
-        if not left or len(chosen) >= MAX_MEASURED:
-            break
-        chosen += left[:2]
+def measure_all(ctx: TuneContext, engine: str, options: list[Option], cands: Sequence[Candidate], objective: str,
+                max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    """A sampled workload's second pass: every candidate measured on ``ctx``'s steps (the first pass, on a smaller
+    sample, gave the ranking score's ratio to the prediction), in the first pass's order."""
+    measured = [option_like(ctx, engine, o.setting) for o in options]
+    default, best, got, _ = evaluate_candidates(ctx, engine, measured, objective, max_regression)
     by_label = {c.label: c for c in got}
-    merged = tuple(by_label.get(c.label) or dataclasses.replace(c, sampled=True) for c in cands)
-    return default, best, merged
+    return default, best, tuple(by_label[c.label] for c in cands)

@@ -55,7 +55,9 @@ class Candidate:
     scratch_bytes: int = 0  # split-K scratch the setting allocates
     rel_se: float = 0.0  # estimated standard error of total_s, relative (0: every step timed exactly)
     worst_exact: bool = True  # the worst step's ratio is the scalar model's, not an estimate
-    sampled: bool = False  # timed on the workload's sample only (not a contender for the pick)
+    #: timed on the first, small sample of a large workload only (kept in the JSON: every candidate is measured on the
+    #: measuring steps since the anchors go through the compiled dispatch, so this is False)
+    sampled: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
