@@ -13,10 +13,12 @@ Every case runs the installed CLI in a fresh process (``python -m decodecalc tun
 * ``requests-500``: 500 requests (lognormal prompts around 2,000 tokens, outputs around 300, Poisson arrivals);
 * ``day-1m``: a request trace of about 1,000,000 steps (``--max-num-seqs 256``), read as a stream.
 
-The baseline, measured in the same run: ``--exact`` (every step timed by the scalar model, as tune did before the
-batch evaluator) on the first ``--exact-steps`` steps of ``chat-distinct``, scaled per step to the case; on those
-steps the default run's totals are compared with ``--exact``'s (every candidate) and the picks must agree.
-``--check-exact`` also times the default and the best of ``long-context-distinct`` exactly on every step (minutes).
+The baseline, measured in the same run: ``--exact`` (every step of every candidate timed by the scalar model) on the
+first ``--exact-steps`` steps of ``chat-distinct``, scaled per step to the case, twice: with the Python reference of
+the grid-order dispatch (``DECODECALC_PURE_PYTHON=1``: the exact evaluation as it was before the compiled twin) and
+with the compiled twin; on those steps the default run's totals are compared with ``--exact``'s (every candidate) and
+the picks must agree. ``--check-exact`` also times every candidate of ``requests-500`` (10,126 steps) exactly on every
+step and compares its totals (a minute or two).
 Run on one core:
 
     taskset -c 0 python benchmarks/bench_tune.py [--out benchmarks/results/bench_tune.json] [--quick]
@@ -56,14 +58,14 @@ sys.exit(code or 0)
 """
 
 
-def run_tune(args: list[str], out: Path) -> dict:
+def run_tune(args: list[str], out: Path, env: dict[str, str] | None = None) -> dict:
     """One ``decodecalc tune ... --json`` in a fresh process: wall seconds, peak RSS, the JSON."""
     cmd = [sys.executable, "-c", CHILD, "tune", "--model", MODEL, "--gpu", GPU, "--json", *args]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     t0 = time.perf_counter()
     with open(out, "w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"tune failed ({' '.join(args)}):\n{proc.stderr}")
@@ -132,32 +134,13 @@ def compare(fast: dict, exact: dict) -> dict:
     return {"candidates_compared": rows, "max_total_difference": worst, "picks_agree": picks_agree}
 
 
-def exact_totals(path: Path, labels: dict[str, str], max_num_seqs: int) -> dict[str, float]:
-    """Every step of a request trace timed by the scalar model under the named settings (slow)."""
-    from decodecalc import api
-    from decodecalc.reports.tune import make_context
-    from decodecalc.reports.tune_space import option_like
-
-    steps = api.load_workload(requests=str(path), max_num_seqs=max_num_seqs)
-    inputs = api.tune_inputs(MODEL, gpu=GPU, max_num_seqs=max_num_seqs)
-    from decodecalc.timemodel import resolve_profile
-
-    ctx = make_context(steps, inputs.work, inputs.gpu, resolve_profile(inputs.gpu), vllm=inputs.vllm,
-                       sglang=inputs.sglang, max_anchors=0)
-    out = {}
-    for engine, setting in labels.items():
-        opt = option_like(ctx, engine, setting)
-        out[engine] = float((opt.times * ctx.weights).sum())
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--quick", action="store_true", help="a tenth of every size (a smoke run)")
     ap.add_argument("--exact-steps", type=int, default=2000)
     ap.add_argument("--check-exact", action="store_true",
-                    help="time long-context-distinct's default and best exactly on every step (minutes)")
+                    help="time every candidate of requests-500 exactly on every step and compare (a minute or two)")
     args = ap.parse_args()
     scale = 10 if args.quick else 1
     tmp = Path(tempfile.mkdtemp(prefix="bench_tune_"))
@@ -187,30 +170,35 @@ def main() -> int:
     # the baseline: every step timed exactly, on the first steps of chat-distinct
     n = args.exact_steps // scale
     sub = subset(tmp / "chat.jsonl", tmp / "chat_sub.jsonl", n)
+    pure = run_tune(["--steps", str(sub), "--exact"], tmp / "exact_pure.json", env={"DECODECALC_PURE_PYTHON": "1"})
     exact = run_tune(["--steps", str(sub), "--exact"], tmp / "exact.json")
     fast = run_tune(["--steps", str(sub)], tmp / "fast.json")
-    per_step = exact["wall_s"] / n
-    base = {"steps": n, "exact_wall_s": round(exact["wall_s"], 2), "default_wall_s": round(fast["wall_s"], 2),
-            "exact_s_per_step": per_step, **compare(fast["result"], exact["result"])}
+    if pure["result"]["engines"] != exact["result"]["engines"]:
+        raise SystemExit("--exact differs between the compiled dispatch and the Python reference")
+    per_step = pure["wall_s"] / n
+    base = {"steps": n, "exact_pure_python_wall_s": round(pure["wall_s"], 2), "exact_wall_s": round(exact["wall_s"], 2),
+            "default_wall_s": round(fast["wall_s"], 2), "exact_s_per_step": per_step,
+            "accelerated": fast["result"]["estimate"].get("accelerated"),
+            **compare(fast["result"], exact["result"])}
     for name, row in report["cases"].items():
         row["exact_s_scaled"] = round(per_step * row["steps"])
         row["speedup_vs_exact"] = round(per_step * row["steps"] / row["wall_s"], 1)
     report["baseline"] = base
     scaled = ", ".join(f"{k} {v['exact_s_scaled']:,} s" for k, v in report["cases"].items())
-    print(f"baseline: --exact on {n:,} chat steps {exact['wall_s']:.1f} s ({per_step * 1e3:.1f} ms a step; "
-          f"scaled: {scaled}); the default "
-          f"run on them {fast['wall_s']:.1f} s, every total within {base['max_total_difference']:.2%} of --exact's, "
+    print(f"baseline: --exact on {n:,} chat steps {pure['wall_s']:.1f} s with the Python dispatch "
+          f"({per_step * 1e3:.1f} ms a step; scaled: {scaled}), {exact['wall_s']:.1f} s with the compiled one; the "
+          f"default run on them {fast['wall_s']:.1f} s, every candidate's total within "
+          f"{base['max_total_difference']:.3%} of --exact's ({base['candidates_compared']} compared), "
           f"picks {'the same' if base['picks_agree'] else 'DIFFERENT'}")
 
     if args.check_exact:
-        res = report["cases"]["long-context-distinct"]
-        long_json = json.loads((tmp / "long-context-distinct.json").read_text())
-        for which in ("default", "best"):
-            labels = {e: v[which]["setting"] for e, v in long_json["engines"].items()}
-            truth = exact_totals(tmp / "long.jsonl", labels, 64)
-            res[f"{which}_vs_exact"] = {e: long_json["engines"][e][which]["total_s"] / truth[e] - 1 for e in truth}
-        print(f"long-context-distinct against every step timed exactly: default {res['default_vs_exact']}, "
-              f"best {res['best_vs_exact']}")
+        res = report["cases"]["requests-500"]
+        truth = run_tune(cases["requests-500"][0] + ["--exact"], tmp / "r500_exact.json")
+        res["exact_wall_s"] = round(truth["wall_s"], 2)
+        res.update(compare(json.loads((tmp / "requests-500.json").read_text()), truth["result"]))
+        print(f"requests-500 against every step timed exactly ({truth['wall_s']:.0f} s): every candidate's total "
+              f"within {res['max_total_difference']:.3%} ({res['candidates_compared']} compared), picks "
+              f"{'the same' if res['picks_agree'] else 'DIFFERENT'}")
     if args.out:
         tmp_out = Path(args.out).with_suffix(".tmp")
         tmp_out.write_text(json.dumps(report, indent=1) + "\n")

@@ -36,8 +36,11 @@ from decodecalc.batch.launches import (
 )
 from decodecalc.batch.steps import Block, StepArrays
 
-#: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact)
+#: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact); the anchors of the
+#: engines' own recipes come from their array launches (decodecalc/batch/dispatch.py: 20-100 us a step)
 DEFAULT_MAX_ANCHORS = 3072
+#: ... of a recipe without array launches (the other backends, a few ms a step through the scalar work)
+STEPWISE_MAX_ANCHORS = 768
 #: how far the proxy strays from the scalar model on the H200 profile (exact / proxy between 0.83 and 1.07 on a
 #: 100,000-step trace): the error of a part of the steps no anchor lies in
 PROXY_SPREAD = 0.05
@@ -129,6 +132,8 @@ class WorkloadTimer:
     def _build(self, recipe: Recipe, px: Proxies, *, tight: bool, start: _Entry | None = None,
                cap: int = FIRST_ANCHORS, looser: float = 1.0) -> _Entry:
         cap = self.max_anchors if tight else min(cap, self.max_anchors or cap)
+        if cap is not None and not recipe.has_arrays:  # timed step by step (the other backends): the older budget
+            cap = min(cap, STEPWISE_MAX_ANCHORS)
         # the first estimate always takes its few anchors (no target)
         target = self.target_rel_se * looser if tight else 0.0
         tight = tight and looser == 1.0

@@ -92,9 +92,9 @@ ProfileOpt = Annotated[Optional[Path], typer.Option("--profile", help="Time-mode
                                                     "calibrated one, then the packaged one).", rich_help_panel=SEARCH)]
 MaxShapesOpt = Annotated[Optional[int], typer.Option("--max-shapes", help="Steps each setting may time with the "
                                                      "scalar model before the rest are estimated from them (default: "
-                                                     "until every total is within 0.03%, at most 768).",
+                                                     "until every total is within 0.03%, at most 3,072).",
                                                      rich_help_panel=SEARCH, show_default=False)]
-ExactOpt = Annotated[bool, typer.Option("--exact", help="Time every step with the scalar model (slow on large "
+ExactOpt = Annotated[bool, typer.Option("--exact", help="Time every step with the scalar model (slower on large "
                                         "workloads; the default estimates and says how closely).",
                                         rich_help_panel=SEARCH)]
 WHATIF = "What-if split heuristics"
