@@ -6,7 +6,7 @@ A launch is given by its per-sequence *cells* (``a``, ``full``, ``last``, ``q``:
 own Python (``planes_order``, ``_grid_order_schedule``, ``_shared_tail_s``), called launch by launch. Where the
 package's C twin of it was built (``decodecalc/batch/_dispatch.c``, the optional extension ``pip install`` compiles
 when a C compiler is there), it is used instead: the same statements in the same order, so the same result to the last
-bit (tests/test_dispatch.py), 20-40 times faster. Nothing else depends on which one runs: tune's answers are the same
+bit (tests/test_dispatch.py), 11-14 times faster on chat launches. Nothing else depends on which one runs: tune's answers are the same
 either way, only its time differs (``accelerated()`` says which; ``tune --json`` reports it).
 """
 

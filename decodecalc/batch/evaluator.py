@@ -101,7 +101,7 @@ class WorkloadTimer:
         entry = self._entries.get(recipe.key)
         if entry is None:
             if self.progress is not None:
-                self.progress(" ".join(str(x) for x in recipe.key[:2]))
+                self.progress(_describe(recipe.key))
             px = proxies(recipe, self.steps, self.profile, self.points)
             entry = self._entries[recipe.key] = self._build(recipe, px, tight=self.exact)
             fams = px.families or frozenset(KERNEL_FAMILIES.get(getattr(recipe, "kernel", ""), ()))
@@ -127,6 +127,8 @@ class WorkloadTimer:
                 continue
             if entry.donor is not None:
                 self.tighten([entry.donor], looser)
+            if self.progress is not None:
+                self.progress("tightening " + _describe(key))
             self._entries[key] = self._build(entry.recipe, entry.px, tight=True, start=entry, looser=looser)
 
     def _build(self, recipe: Recipe, px: Proxies, *, tight: bool, start: _Entry | None = None,
@@ -304,6 +306,19 @@ class WorkloadTimer:
                 "max_rel_se_tightened": max(tight, default=0.0),
                 "target_rel_se": self.target_rel_se, "max_anchors": self.max_anchors,
                 "accelerated": accelerated()}
+
+
+def _describe(key: tuple) -> str:
+    """A recipe key in a few words, for the progress line (an engine setting by its knobs, not its repr)."""
+    words = []
+    for x in key[:2]:
+        if isinstance(x, SglangSettings):
+            words.append(f"{'static' if x.static_kv_splits else 'adaptive'} {x.max_kv_splits or 'default'}")
+        elif isinstance(x, VllmSettings):
+            words.append(f"S={x.num_par_softmax_segments or 'default'}")
+        else:
+            words.append(str(x))
+    return " ".join(words)
 
 
 def _combined(se_donor: float, se_own: float, same: np.ndarray, px: Proxies, weights: np.ndarray) -> float:
