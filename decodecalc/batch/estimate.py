@@ -91,20 +91,20 @@ def estimate(recipe: Recipe, px: Proxies, timer: ExactTimer, weights: np.ndarray
 
     def timed(wanted: list[tuple[int, bool]]) -> None:
         """The steps (step, with the neighbours' points) timed exactly where they are not yet, all at once."""
-        todo: dict[bool, list[int]] = {False: [], True: []}
+        todo: dict[bool, dict[int, None]] = {False: {}, True: {}}  # (ordered sets)
         for a, full in wanted:
             got = exact_t.get(a)
             if got is None:
                 got = cache.get(a)
             if got is None or (full and np.isnan(got[1])):
-                if a not in todo[full]:
-                    todo[full].append(a)
+                todo[full][a] = None
             else:
                 exact_t[a] = got
         for full, steps in todo.items():
             if steps:
-                got_all = timer.times_many(recipe, steps, all_points=full)
-                for j, a in enumerate(steps):
+                order = list(steps)
+                got_all = timer.times_many(recipe, order, all_points=full)
+                for j, a in enumerate(order):
                     exact_t[a] = got_all[:, j]
 
     if max_anchors is None or len(J) <= 2 * INITIAL_ANCHORS or len(J) <= max_anchors // 2:
