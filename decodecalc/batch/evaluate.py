@@ -69,15 +69,7 @@ def _proxies(recipe: Recipe, steps: StepArrays, profile: TimeProfile, points: in
         for la in recipe.block_launches(block):
             families.update(k.family for k in la.kernels)
             idx = block.rows[la.rows]
-            factor = residual_factor(la, profile)
-            t = np.full((points, len(idx)), la.launch_gaps * profile.launch_overhead_s)
-            ok = np.ones((points, len(idx)), dtype=bool)
-            for ka in la.kernels:
-                kt, ke = kernel_times(ka, profile, DELTAS[:points])
-                t = t + kt
-                ok &= ke
-            times[:points, idx] = t * factor
-            exact[:points, idx] = ok
+            times[:points, idx], exact[:points, idx] = launch_times(la, profile, points)
             if points < len(DELTAS):
                 times[points:, idx] = times[0, idx]
                 exact[points:, idx] = exact[0, idx]
@@ -102,17 +94,25 @@ def exact_block_times(recipe: Recipe, steps: StepArrays, idx: np.ndarray, profil
     block = steps.block_of(idx)
     regime_s = profile.regime_launch_s(recipe.system)
     for la in recipe.block_launches(block):
-        t = np.full((points, len(la.rows)), la.launch_gaps * profile.launch_overhead_s)
-        ok = np.ones(len(la.rows), dtype=bool)
-        every = np.ones(len(la.rows), dtype=bool)
-        for ka in la.kernels:
-            kt, ke = kernel_times(ka, profile, DELTAS[:points], exact_rows=every)
-            t = t + kt
-            ok &= ke.all(axis=0)
-        t = t * residual_factor(la, profile)
+        t, ok = launch_times(la, profile, points, exact_rows=np.ones(len(la.rows), dtype=bool))
         times[:points, la.rows] = t + regime_s if regime_s else t
-        done[la.rows] = ok
+        done[la.rows] = ok.all(axis=0)
     return times, done
+
+
+def launch_times(la: LaunchArrays, profile: TimeProfile, points: int,
+                 exact_rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The launches' times at the first ``points`` occupancy points, before the regime's cost, and whether each is
+    the scalar model's ([points, rows] each): launch gaps plus every kernel's :func:`kernel_times`, times the
+    residual map's factor (:func:`decodecalc.timemodel.launch_time_s`'s composition, on arrays). ``exact_rows``:
+    the rows whose ragged kernels go through the scalar model's dispatch."""
+    t = np.full((points, len(la.rows)), la.launch_gaps * profile.launch_overhead_s)
+    ok = np.ones((points, len(la.rows)), dtype=bool)
+    for ka in la.kernels:
+        kt, ke = kernel_times(ka, profile, DELTAS[:points], exact_rows=exact_rows)
+        t = t + kt
+        ok &= ke
+    return t * residual_factor(la, profile), ok
 
 
 class ExactTimer:
