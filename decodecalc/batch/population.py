@@ -7,7 +7,11 @@ weighing its stratum). A total over every step is then estimated as
     sum over all steps of x . beta  +  sum over the sample of w (t - x . beta)
 
 with ``x`` covariates every step has at no cost (COVARIATES: a constant, its sequences, its KV tokens, its longest
-sequence) and ``beta`` the weighted least-squares fit of the sampled steps' times on them. The fit takes out what the
+sequence; and for every batch class but the smallest present, batch in (2^(k-1), 2^k], an indicator, its sequences
+and its KV tokens:
+vLLM's 2D/3D gate switches kernels at a power of two of the batch, so a candidate's times jump there and a fit on
+the size alone would leave the jump in the residuals) and ``beta`` the weighted least-squares fit of the sampled
+steps' times on them. The fit takes out what the
 step's size explains, so the sampling error is that of the residuals only (a few times less than the plain weighted
 sum's for vLLM's kernels on a 100,000-step trace). Its standard error comes from the successive differences of the
 weighted residuals in workload order (neighbouring strata paired); on that trace it errs high by 1.3-1.9x
@@ -34,6 +38,12 @@ def covariates(steps: StepArrays) -> np.ndarray:
                      steps.per_step_max(lens)], axis=1)
 
 
+def batch_class(batch: np.ndarray) -> np.ndarray:
+    """ceil(log2(batch)) per step (batch >= 1): the classes (2^(k-1), 2^k] whose indicators the fit takes (vLLM runs
+    the 3D kernel while num_seqs <= seq_threshold_3D, a power of two for every candidate tune searches)."""
+    return np.ceil(np.log2(np.maximum(batch, 1))).astype(np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class Population:
     """The covariate totals of every step, and the covariates and weights of the sample's steps."""
@@ -51,7 +61,19 @@ class Population:
         """The population ``whole`` sampled at ``index`` as ``sample``."""
         x_all = whole.covariates() if hasattr(whole, "covariates") else covariates(whole)
         w = whole.weights.astype(np.float64)
-        return cls(sums=(x_all * w[:, None]).sum(axis=0), x=x_all[index], weights=sample.weights.astype(np.float64),
+        sums, x = (x_all * w[:, None]).sum(axis=0), x_all[index]
+        # the batch classes' columns, summed by class (no [steps, classes] array for a million steps)
+        klass = batch_class(whole.batch)
+        present = np.unique(klass)[1:]
+        if len(present):
+            n_cls = int(klass.max()) + 1
+            by_class = [np.bincount(klass, weights=w * col, minlength=n_cls)[present]
+                        for col in (1.0, x_all[:, 1], x_all[:, 2])]
+            sums = np.concatenate([sums, np.ravel(np.column_stack(by_class))])
+            ind = (klass[index][:, None] == present[None, :]).astype(np.float64)
+            x = np.concatenate([x, np.stack([ind, ind * x[:, 1:2], ind * x[:, 2:3]], axis=2).reshape(len(index), -1)],
+                               axis=1)
+        return cls(sums=sums, x=x, weights=sample.weights.astype(np.float64),
                    steps=int(whole.weights.sum()), tokens=int((whole.tokens * whole.weights).sum()))
 
     def total(self, times: np.ndarray) -> tuple[float, float]:
@@ -65,13 +87,21 @@ class Population:
         self._memo[id(times)] = (times, out)  # the array is held, so its id is not reused while it is here
         return out
 
+    def _solver(self) -> np.ndarray:
+        """The weighted least-squares fit as one matrix (beta = solver @ times): the design is the same for every
+        candidate, so it is factored once (the pseudo-inverse of the column-scaled, sqrt-weighted covariates)."""
+        got = self._memo.get("solver")
+        if got is None:
+            scale = np.abs(self.x).max(axis=0)
+            scale[scale == 0] = 1.0
+            sw = np.sqrt(self.weights)
+            pinv = np.linalg.pinv(self.x / scale * sw[:, None], rcond=1e-12)
+            got = self._memo["solver"] = (pinv / scale[:, None]) * sw[None, :]
+        return got
+
     def _total(self, times: np.ndarray) -> tuple[float, float]:
         w = self.weights
-        scale = np.abs(self.x).max(axis=0)
-        scale[scale == 0] = 1.0
-        sw = np.sqrt(w)
-        beta, *_ = np.linalg.lstsq(self.x / scale * sw[:, None], times * sw, rcond=None)
-        beta = beta / scale
+        beta = self._solver() @ times
         resid = w * (times - self.x @ beta)
         total = float(self.sums @ beta + resid.sum())
         se = float(np.sqrt((np.diff(resid) ** 2).sum() / 2)) if len(resid) > 1 else abs(total)
