@@ -28,7 +28,7 @@ from decodecalc.reports.tune import make_context, tune
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.timemodel import launch_time_s, resolve_profile
-from decodecalc.traffic import Request, StepTrace, batch_requests
+from decodecalc.traffic import DecodeStep, Request, StepTrace, batch_requests
 from decodecalc.traffic.requests import BatchingLimits, _columns, batching_runs
 from decodecalc.workload import make_workload
 
@@ -227,7 +227,7 @@ def test_runs_give_what_the_expanded_steps_give(k):
 def test_a_large_request_trace_is_sampled_from_its_runs():
     """Above MEASURE_STEPS steps tune never expands a request trace: its context holds the sample, and the workload
     block and population totals come from the runs (equal to the expanded steps')."""
-    from decodecalc.batch.population import covariates
+    from decodecalc.batch.population import Population, covariates
     from decodecalc.batch.runs import RunSteps
     from decodecalc.batch.summary import workload_summary
     from decodecalc.reports.tune import MEASURE_STEPS
@@ -239,5 +239,33 @@ def test_a_large_request_trace_is_sampled_from_its_runs():
     steps = runs.expand()
     assert ctx.summary == workload_summary(steps)
     assert ctx.steps.num_steps <= MEASURE_STEPS and ctx.population.steps == steps.num_steps
-    assert np.allclose(ctx.population.sums, covariates(steps).sum(axis=0))
+    assert np.allclose(ctx.population.sums[:4], covariates(steps).sum(axis=0))
+    # the batch classes' columns (decodecalc.batch.population), summed from the runs as from the expanded steps
+    assert np.allclose(ctx.population.sums, Population.of(steps, np.arange(steps.num_steps), steps).sums)
     assert ctx.max_seq_len == int(steps.seq_lens.max())
+
+
+def test_population_fits_a_jump_at_a_power_of_two_batch():
+    """A candidate whose time jumps where vLLM's gate switches kernels (num_seqs <= 64: 3D) is estimated over the
+    whole workload from a sample with the batch classes' covariates: the jump leaves nothing in the residuals."""
+    from decodecalc.batch.population import Population
+
+    rng = np.random.default_rng(3)
+    batches = np.concatenate([np.full(600, b) for b in (48, 64, 65, 100, 64, 128, 40, 65)])
+    lens = [rng.integers(100, 5000, size=int(b)) for b in batches]
+    sa = from_trace(StepTrace(steps=tuple(DecodeStep(seq_lens=tuple(int(x) for x in ls), query_lens=(1,) * len(ls))
+                                          for ls in lens), source="jump"))
+    sub, idx = sa.sample(400)
+    pop = Population.of(sa, idx, sub)
+
+    def time(st):  # 3D: a large cost per sequence up to 64 sequences, then the 2D kernel's
+        b, kv = st.batch.astype(float), st.per_step_sum(st.seq_lens.astype(float))
+        return np.where(b <= 64, 50e-6 + 4e-6 * b + 1e-9 * kv, 10e-6 + 1e-6 * b + 2e-9 * kv)
+
+    truth = float((sa.weights * time(sa)).sum())
+    total, rel_se = pop.total(time(sub))
+    # the size alone (the four base covariates) leaves the jump in the residuals
+    size_only = Population(sums=pop.sums[:4], x=pop.x[:, :4], weights=pop.weights, steps=pop.steps, tokens=pop.tokens)
+    total4, rel_se4 = size_only.total(time(sub))
+    assert abs(total / truth - 1) < 1e-9 and rel_se < 1e-9  # every class sampled: the fit is exact
+    assert rel_se4 > 1e-4 and abs(total4 / truth - 1) > 1e-6
