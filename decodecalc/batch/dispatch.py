@@ -3,7 +3,8 @@ wave, exactly as :func:`decodecalc.timemodel.kernel_time_s` times them.
 
 A launch is given by its per-sequence *cells* (``a``, ``full``, ``last``, ``q``: the input of
 :func:`decodecalc.timemodel.work.planes_order`) and its grid's planes and repeats. The reference is the time model's
-own Python (``planes_order``, ``_grid_order_schedule``, ``_shared_tail_s``), called launch by launch. Where the
+own Python (``planes_order``, then :func:`decodecalc.timemodel.predict.grid_order_busy_s`, which
+``kernel_time_s`` calls too), launch by launch. Where the
 package's C twin of it was built (``decodecalc/batch/_dispatch.c``, the optional extension ``pip install`` compiles
 when a C compiler is there), it is used instead: the same statements in the same order, so the same result to the last
 bit (tests/test_dispatch.py), 11-14 times faster on chat launches. Nothing else depends on which one runs: tune's answers are the same
@@ -22,10 +23,9 @@ from decodecalc.timemodel.predict import (
     ROW_PARTS,
     TAIL_WAVES,
     IterationCost,
-    _grid_order_schedule,
-    _shared_tail_s,
+    grid_order_busy_s,
 )
-from decodecalc.timemodel.work import planes_order
+from decodecalc.timemodel.work import order_runs, planes_order
 
 try:  # the compiled twin (optional: a build without a C compiler has only the reference)
     from decodecalc.batch import _dispatch as _compiled
@@ -51,9 +51,8 @@ def busy_s(a: np.ndarray, full: np.ndarray, last: np.ndarray, q: np.ndarray, off
     out = np.empty(n, dtype=np.float64)
     if n <= 0:
         return out
-    ti = cost.t_it(cost.occupancy, cost.slots)
-    t0 = cost.program_overhead_s
     if accelerated() and not reference:
+        ti, t0 = cost.t_it(cost.occupancy, cost.slots), cost.program_overhead_s
         params = (float(cost.latency_s), float(cost.saturated), float(cost.bytes_per_iter), float(cost.sm_bandwidth),
                   float(cost.hbm_bytes_per_iter), float(cost.hbm_bandwidth), float(cost.blend_power),
                   int(cost.occupancy), int(cost.num_sms))
@@ -65,9 +64,7 @@ def busy_s(a: np.ndarray, full: np.ndarray, last: np.ndarray, q: np.ndarray, off
     bounds = offsets.tolist()
     for r in range(n):
         order = planes_order(cells[bounds[r]:bounds[r + 1]], planes, repeats)
-        runs = sum(len(row) * rep for row, rep in order)
-        t_start, running = _grid_order_schedule(order, t0, ti, cost.slots, runs)
-        out[r] = t_start + t0 + _shared_tail_s(running, cost.t_it, cost.num_sms, cost.occupancy)
+        out[r] = grid_order_busy_s(order, order_runs(order), cost)
     return out
 
 

@@ -37,7 +37,9 @@ from decodecalc.batch.launches import (
 from decodecalc.batch.steps import Block, StepArrays
 
 #: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact); the anchors of the
-#: engines' own recipes come from their array launches (decodecalc/batch/dispatch.py: 20-100 us a step)
+#: engines' own recipes come from their array launches (decodecalc/batch/dispatch.py: 20-100 us a step). Chosen on
+#: 20,000 chat steps (768: a setting's total up to 0.1% off, stated; 3,072: 0.03%), checked on the other bench_tune
+#: cases and a day-like trace against --exact (BENCHMARKS.md, "Speed and memory")
 DEFAULT_MAX_ANCHORS = 3072
 #: ... of a recipe without array launches (the other backends, a few ms a step through the scalar work)
 STEPWISE_MAX_ANCHORS = 768
@@ -47,7 +49,8 @@ PROXY_SPREAD = 0.05
 #: no estimated total is stated closer than this (relative): the strata variance covers the anchors' sampling, not
 #: the few 1e-5 of bias a composed option (vLLM's 2D and 3D parts) can carry against --exact (tests/test_batch.py)
 MIN_REL_SE = 1e-4
-#: a part of a composed total with at most this many estimated steps is timed exactly (WorkloadTimer.settle_parts)
+#: a part of a composed total with at most this many estimated steps is timed exactly (WorkloadTimer.settle_parts;
+#: on requests-500 the 3D part below vLLM grid=128 carried a stated 0.46% before, 0.03% after)
 SETTLE_STEPS = 2048
 #: exactly timed steps of a recipe's first, quick estimate (a few per cent: enough to tell the far ones)
 FIRST_ANCHORS = 6

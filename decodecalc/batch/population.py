@@ -39,8 +39,11 @@ def covariates(steps: StepArrays) -> np.ndarray:
 
 
 def batch_class(batch: np.ndarray) -> np.ndarray:
-    """ceil(log2(batch)) per step (batch >= 1): the classes (2^(k-1), 2^k] whose indicators the fit takes (vLLM runs
-    the 3D kernel while num_seqs <= seq_threshold_3D, a power of two for every candidate tune searches)."""
+    """ceil(log2(batch)) per step (batch >= 1): the classes (2^(k-1), 2^k] whose indicators the fit takes. vLLM
+    runs the 3D kernel while num_seqs <= seq_threshold_3D (launchers/vllm_unified.py, the 0.33.0 gate), and
+    seq_threshold_3D = MIN_LAUNCH_GRID_SIZE_2D // num_kv_heads is a power of two for every candidate tune searches
+    (reports/tune_space.vllm_grid_range: h_kv x 2^k); a default whose threshold is not one (128 // 3 = 42, say)
+    keeps its jump inside a class, in the residuals, as before these columns."""
     return np.ceil(np.log2(np.maximum(batch, 1))).astype(np.int64)
 
 

@@ -164,9 +164,17 @@ def kernel_time_s(work: KernelWork, fam: FamilyParams, num_sms: int, idle_progra
     # once the last one has started, the programs still running share their SMs with fewer and fewer others
     if n <= slots:  # one wave: everything starts at once
         return t0 + _shared_tail_s([(float(i), k) for i, k in work.iters], t_it, num_sms, occ) + idle_cost
-    ti = t_it(occ, slots)
-    t_start, running = _grid_order_schedule(work.order, t0, ti, slots, work.runs)
-    return t_start + t0 + _shared_tail_s(running, t_it, num_sms, occ) + idle_cost
+    return grid_order_busy_s(work.order, work.runs, cost) + idle_cost
+
+
+def grid_order_busy_s(order: Order, runs: int, cost: IterationCost) -> float:
+    """The working programs' time of a ragged launch of more than one wave dispatched in grid order (``order``, of
+    ``runs`` runs): the time the last program starts (:func:`_grid_order_schedule`, at the full-occupancy iteration
+    time), its program overhead, and the shared tail of the programs still running then. The batch evaluator's
+    dispatch (decodecalc/batch/dispatch.py, and its C twin) computes this for many launches at once."""
+    t0, occ = cost.program_overhead_s, cost.occupancy
+    t_start, running = _grid_order_schedule(order, t0, cost.t_it(occ, cost.slots), cost.slots, runs)
+    return t_start + t0 + _shared_tail_s(running, cost.t_it, cost.num_sms, occ)
 
 
 #: above this many runs (rows written out) a grid's dispatch is followed run by run only over its last

@@ -96,6 +96,11 @@ def planes_order(per_seq: Sequence[tuple[int, int, int, int]], planes: int, repe
     return tuple(blocks)
 
 
+def order_runs(order: Order) -> int:
+    """Runs of equal programs in a grid order once its rows are written out (what MAX_EXACT_RUNS counts)."""
+    return sum(len(row) * rep for row, rep in order)
+
+
 class WorkShape(Protocol):
     """The per-rank shape the work functions read: a :class:`~decodecalc.workload.Workload`, or the
     calibration :class:`~decodecalc.timemodel.fit.Shape`."""
@@ -156,7 +161,7 @@ class KernelWork:
     @property
     def runs(self) -> int:
         """Runs of equal programs in ``order`` once its rows are written out."""
-        return sum(len(row) * rep for row, rep in self.order)
+        return order_runs(self.order)
 
     @property
     def programs(self) -> int:
