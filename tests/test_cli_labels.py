@@ -39,6 +39,7 @@ def test_inside_the_measured_domain_is_calibrated():
     (["-m", "gemma-2-9b", "--layer", "sliding", "-s", "16384"], "sliding-window layer"),
     (["--sms", "66"], "--sms 66"),
     (["-m", "qwen3-235b-a22b", "--tp", "1", "--system", "vllm"], "query-group size 16"),
+    (["--block-size", "64", "--system", "vllm"], "block size 64: the fit measured 16"),
 ])
 def test_grid_outside_the_domain_is_uncalibrated(args, needle):
     d = js("grid", *args)
@@ -49,6 +50,19 @@ def test_grid_outside_the_domain_is_uncalibrated(args, needle):
         assert any(needle in w for w in s["predicted_warnings"]), s["predicted_warnings"]
     r = run("grid", *args)
     assert r.exit_code == 0 and "(uncalibrated)" in r.stdout and needle in " ".join(r.stdout.split())
+
+
+def test_block_size_is_no_input_of_sglang_and_outside_for_vllm():
+    """vLLM at 32-token blocks was timed and its 2D kernel differs from block 16 (benchmarks/measure_kv_formats_h200.py):
+    outside the domain; SGLang's Triton backend reads token slots, so no block size takes it outside; FlashInfer was
+    captured at block 16 only."""
+    for block in ("16", "32", "128"):
+        d = js("grid", "--block-size", block)
+        assert d["systems"]["sglang"]["predicted_calibrated"] is True
+        assert d["systems"]["vllm"]["predicted_calibrated"] is (block == "16")
+    c = js("compare", "--block-size", "32")
+    fi = next(p for p in c["policies"] if p["name"] == "flashinfer")
+    assert fi["predicted_calibrated"] is False and any("block size 32" in w for w in fi["predicted_warnings"])
 
 
 def test_recommend_fp8_is_uncalibrated_with_a_warning():

@@ -398,6 +398,36 @@ def test_calibration_steps_compute_attention(variant):
     assert err["nan_count"] == 0 and err["max_err_vs_max"] < 5e-3, err
 
 
+@pytest.mark.parametrize("variant, block", [("vllm-2d", 16), ("vllm-3d-S4", 32), ("sglang-static-S2", 16)])
+def test_calibration_steps_with_an_fp8_cache_compute_attention(variant, block):
+    """benchmarks/measure_kv_formats_h200.py's benches: an fp8 KV cache (vLLM's query quantized to fp8 with unit
+    descales, SGLang's stage 1 casting it itself) and 32-token blocks. fp8 products round at e4m3's 3 mantissa bits,
+    so the output is attention of the fp8-rounded inputs within fp8's error, and far from a wrong copy's."""
+    from decodecalc.verify.calibration import ShapeBench
+    from decodecalc.verify.locate import UpstreamVersionWarning
+    from decodecalc.verify.torch_ref import compare, reference_attention
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    system = variant.split("-")[0]
+    _sources_or_skip(system)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UpstreamVersionWarning)
+        kernels = load_vllm(interpret=True) if system == "vllm" else load_sglang(interpret=True)
+    lens = [40, 70]
+    bench = ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16,
+                       kv_dtype=torch.float8_e4m3fn, block_size=block)
+    assert bench.fp8 and bench.kv.k_cache.dtype == torch.float8_e4m3fn and bench.kv.k_cache.shape[1] == block
+    assert bench.kv_bytes == sum(lens) * 2 * 32 * 2  # one byte an element
+    bench.out.fill_(float("nan"))
+    bench.step(variant)(1)
+    q = bench.q.to(torch.float8_e4m3fn).to(torch.float16)
+    k, v = bench.kv.k_cache.to(torch.float16), bench.kv.v_cache.to(torch.float16)
+    err = compare(bench.out, reference_attention(q, k, v, bench.kv.block_tables[1], lens, [1, 1], bench.scale), [1, 1])
+    wrong = compare(bench.out, reference_attention(q, k, v, bench.kv.block_tables[0], lens, [1, 1], bench.scale), [1, 1])
+    assert err["nan_count"] == 0 and err["rel_err_fro"] < 0.2, err
+    assert wrong["rel_err_fro"] > 2 * err["rel_err_fro"], (err, wrong)
+
+
 @pytest.mark.parametrize("launch, engine_kernel", [
     ({"engine": "vllm", "use_3d": True, "segments": 4, "batch_run": 4, "tokens_run": 4}, False),  # graph-padded
     ({"engine": "vllm", "use_3d": False, "segments": 1, "batch_run": 2, "tokens_run": 2}, False),

@@ -13,6 +13,14 @@ and llama3-70b TP8, d=128) and ``benchmarks/results/timemodel-h200-extra.json`` 
 sizes 64, 96, 128, 256; group sizes 1-8 and 12), all bfloat16 queries and KV, one query token,
 block size 16, no sliding window, measured on the H200 (132 SMs). A profile may carry its own
 domain under ``fit: {domain: {...}}`` with the same keys as :class:`Domain`.
+
+Other block sizes stay outside, block 32 included: ``benchmarks/measure_kv_formats_h200.py`` timed vLLM's kernels
+at block 32 beside block 16 on six head layouts (``benchmarks/results/kv-formats-h200.json``, 180 pairs). The 3D
+launches take the same time (the model's prediction does not depend on the block size), but the 2D kernel at group
+sizes 2-8 with several KV heads runs up to 18% faster at block 32 and at 32:8 d128 up to 5% slower, which the model
+does not see. SGLang's Triton backend reads token slots (page size 1), so the block size never takes its prediction
+outside. The same run timed an fp8 KV cache: it runs at 0.77-0.92x the bf16 time where the model predicts
+0.61-0.76x, and stays outside (BENCHMARKS.md, "fp8 KV cache and 32-token blocks").
 """
 
 from __future__ import annotations
@@ -37,12 +45,19 @@ class Domain:
     max_query_len: int = 1
     sliding_window: bool = False
     mla: bool = False
+    block_sizes: tuple[int, ...] = (16,)
 
 
 #: the shapes benchmarks/fit_timemodel.py fitted the packaged profiles on (see the module docstring)
 MEASURED_DTYPES = ("bfloat16",)
 MEASURED_HEAD_SIZES = (64, 96, 128, 256)
 MEASURED_GROUP_SIZES = (1, 2, 4, 5, 6, 7, 8, 12)
+#: the fits' block size (block 32 was measured and left outside: see the module docstring)
+MEASURED_BLOCK_SIZES = (16,)
+#: kernels whose measured launches cover every block size: SGLang's Triton backend reads token slots (page size 1);
+#: FlashMLA's schedule tiles by its own block_size_n (launchers/flashmla.py); FA2 runs paged at multiples of 256 and on
+#: a contiguous cache otherwise, and both were captured (benchmarks/results/capture-fa2-h200*.jsonl)
+BLOCKLESS_KERNELS = frozenset({"sglang", "flashmla", "fa2"})
 
 
 def profile_domain(profile: Any, kernel: str | None = None) -> Domain:
@@ -71,7 +86,8 @@ def profile_domain(profile: Any, kernel: str | None = None) -> Domain:
                   head_sizes=ints("head_sizes", MEASURED_HEAD_SIZES),
                   group_sizes=ints("group_sizes", MEASURED_GROUP_SIZES),
                   max_query_len=int(rec.get("max_query_len", 1) or 1),
-                  sliding_window=bool(rec.get("sliding_window", False)), mla=bool(rec.get("mla", False)))
+                  sliding_window=bool(rec.get("sliding_window", False)), mla=bool(rec.get("mla", False)),
+                  block_sizes=ints("block_sizes", MEASURED_BLOCK_SIZES))
 
 
 def _list(values: tuple[Any, ...]) -> str:
@@ -115,6 +131,8 @@ def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "glo
     if work.max_seqlen_q > d.max_query_len:
         out.append(f"{work.max_seqlen_q} query tokens per sequence (speculative decoding or prefill): the fit "
                    f"measured {d.max_query_len}")
+    if work.block_size not in d.block_sizes and kernel not in BLOCKLESS_KERNELS:
+        out.append(f"block size {work.block_size}: the fit measured {_list(d.block_sizes)}")
     if layer == "sliding" and not d.sliding_window:
         out.append("sliding-window layer: the fit measured full-attention layers only")
     return tuple(out)

@@ -18,6 +18,7 @@ from decodecalc.timemodel.predict import TIE_FRACTION, launch_time_s, model_laun
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
 from decodecalc.launchers.sglang_triton import get_num_kv_splits
 from decodecalc.timemodel.work import LaunchWork, sglang_work, vllm_work
+from decodecalc.workload import DTYPE_BYTES
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +116,8 @@ def measurements_from_rows(rows: Iterable[Mapping[str, Any]], *, num_sms: int = 
         seq_lens = tuple(r["seq_lens"]) if r.get("seq_lens") else (int(r["seq_len"]),) * int(r["batch"])
         shape = Shape(num_heads=int(r["num_q_heads"]), num_kv_heads=int(r["num_kv_heads"]), seq_lens=seq_lens,
                       head_size=int(r["head_dim"]), head_size_v=int(r.get("head_dim_v", r["head_dim"])),
-                      block_size=int(r.get("block_size", 16)))
+                      block_size=int(r.get("block_size", 16)),
+                      kv_bytes_per_element=DTYPE_BYTES[str(r.get("kv_cache_dtype", "bfloat16"))])
         kernel, splits, work, is_default = work_for_variant(shape, r["variant"], num_sms=num_sms, row=r)
         out.append(Measurement(shape=shape, kernel=kernel, variant=r["variant"], splits=splits,
                                time_s=float(r["t_us"]) * 1e-6, work=work, is_default=is_default,

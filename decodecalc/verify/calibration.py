@@ -40,27 +40,37 @@ def cuda_or_error() -> Any:
 
 
 class ShapeBench:
-    """Random bf16 paged KV cache (several disjoint copies, :mod:`decodecalc.verify.kv_cache`) and the
-    step functions of every calibration variant (:mod:`decodecalc.verify.engine`)."""
+    """Random paged KV cache (several disjoint copies, :mod:`decodecalc.verify.kv_cache`; bf16 unless told) and the
+    step functions of every calibration variant (:mod:`decodecalc.verify.engine`).
+
+    ``kv_dtype`` (default: ``dtype``) may be an fp8 dtype: then vLLM's launch gets the query quantized to fp8 with
+    per-tensor descales of one, as ``Attention.forward`` quantizes it on CUDA (0.33.0 attention.py L470-488), and
+    SGLang's the fp8 buffers with ``k_scale = v_scale = 1`` (its grouped stage 1 casts the query to the buffer's
+    dtype, decode_attention.py 0.5.23 L661). ``block_size`` is vLLM's KV block (SGLang reads token slots, page size
+    1, of the same cache)."""
 
     MAX_COPIES = 256
 
     def __init__(self, torch: Any, vk: Any, sk: Any, h: int, h_kv: int, d: int, lens: tuple[int, ...],
-                 sms: int, seed: int, *, device: str = "cuda", dtype: Any = None) -> None:
+                 sms: int, seed: int, *, device: str = "cuda", dtype: Any = None, kv_dtype: Any = None,
+                 block_size: int = 16) -> None:
         from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes
         from decodecalc.verify.timing import copies_for
 
         self.torch, self.vk, self.sk = torch, vk, sk
         self.h, self.h_kv, self.d, self.lens, self.sms = h, h_kv, d, lens, sms
         dev, dt = device, dtype or torch.bfloat16
+        kvd = kv_dtype or dt
         self.device = dev
+        self.fp8 = torch.empty((), dtype=kvd).element_size() == 1
+        self.block_size = block_size
         B = len(lens)
-        self.kv_bytes = kv_bytes(lens, h_kv, d, 2)
+        self.kv_bytes = kv_bytes(lens, h_kv, d, torch.empty((), dtype=kvd).element_size())
         self.copies = copies_for(self.kv_bytes, max_copies=self.MAX_COPIES)
         gen = torch.Generator(device=dev)
         gen.manual_seed(seed)
-        self.kv = build_paged_kv(gen, seq_lens=lens, num_kv_heads=h_kv, head_size=d, block_size=16, dtype=dt,
-                                 device=dev, copies=self.copies)
+        self.kv = build_paged_kv(gen, seq_lens=lens, num_kv_heads=h_kv, head_size=d, block_size=block_size,
+                                 dtype=kvd, device=dev, copies=self.copies)
         self.q = torch.randn((B, h, d), generator=gen, device=dev, dtype=dt)
         self.out = torch.empty((B, h, d), device=dev, dtype=dt)
         self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
@@ -90,6 +100,13 @@ class ShapeBench:
             if t_run > B:  # the padded rows' queries are never read (their length is 0); the real rows are the bench's
                 q = torch.cat([self.q, torch.zeros((t_run - B, h, d), device=dev, dtype=self.q.dtype)])
                 out = torch.empty_like(q)
+            quant: dict[str, Any] = {}
+            if self.fp8:  # the layer's fp8 query and per-tensor descales (all ones: the data are drawn unscaled)
+                one = torch.ones((), dtype=torch.float32, device=dev)
+                q = q.to(kv.k_cache.dtype)
+                quant = dict(q_descale=one.reshape(1), k_descale=one.reshape(1).expand((b_run, h_kv)),
+                             v_descale=one.reshape(1).expand((b_run, h_kv)),
+                             kv_quant_mode=self.vk.KVQuantMode.FP8_PER_TENSOR)
             seq_lens = torch.tensor(list(self.lens) + [0] * (b_run - B), dtype=torch.int32, device=dev)
             cu_q = torch.tensor(list(range(B + 1)) + [B] * (b_run - B), dtype=torch.int32, device=dev)
             tables = kv.block_tables
@@ -106,7 +123,7 @@ class ShapeBench:
                     self.vk, q=q, k=kv.k_cache, v=kv.v_cache, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
                     seqused_k=seq_lens, max_seqlen_k=max(self.lens), block_table=tables[c], softmax_scale=self.scale,
                     seq_threshold_3D=thr, num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm_,
-                    softmax_segm_expsum=ss)
+                    softmax_segm_expsum=ss, **quant)
             vstep.out = out  # type: ignore[attr-defined]  # the step's output rows (the first B are the batch's)
             return vstep
         maxs = int(launch["max_kv_splits"])

@@ -84,8 +84,12 @@ def build_paged_kv(
         if need > CPU_KV_BYTES:
             raise DecodecalcError(f"the KV cache of this workload needs {need / 2**30:,.1f} GiB; on the CPU (Triton "
                                   f"interpreter) verify takes at most {CPU_KV_BYTES / 2**30:.0f} GiB: use tiny shapes")
-    k_cache = torch.randn(shape, generator=generator, device=device, dtype=dtype)
-    v_cache = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+    if torch.empty((), dtype=dtype).element_size() == 1:  # fp8: torch draws no fp8 normals; draw fp16, then cast
+        k_cache = torch.randn(shape, generator=generator, device=device, dtype=torch.float16).to(dtype)
+        v_cache = torch.randn(shape, generator=generator, device=device, dtype=torch.float16).to(dtype)
+    else:
+        k_cache = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+        v_cache = torch.randn(shape, generator=generator, device=device, dtype=dtype)
     perm = torch.randperm(num_blocks - 1, generator=generator, device=device).to(torch.int32) + 1
     rows = len(seq_lens) if table_rows is None else table_rows
     tables = torch.zeros((copies, rows, max(nb)), dtype=torch.int32, device=device)

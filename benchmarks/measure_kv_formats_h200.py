@@ -1,0 +1,120 @@
+"""Time vLLM's and SGLang's decode kernels with an fp8 KV cache and with 32-token KV blocks, beside the bf16,
+16-token launches of the same shapes (issue 18: no fit of decodecalc's H200 profile has seen either format).
+
+    python benchmarks/measure_kv_formats_h200.py [--out benchmarks/results/kv-formats-h200.json] [--dry]
+        [--layouts 0,1,2]
+
+Each layout (per rank) is timed at calibrate --thorough's five batches
+(decodecalc.timemodel.calibration_fit.THOROUGH_BATCHES) in four formats:
+
+* ``bfloat16`` KV, block 16: the format every fit measured, timed in the same run as the pairs' baseline;
+* ``fp8`` (e4m3) KV, block 16: vLLM gets the query quantized to fp8 with per-tensor descales, as its attention
+  layer quantizes it on CUDA; SGLang's stage 1 casts the query to the buffer's dtype itself;
+* ``bfloat16`` and ``fp8`` KV with 32-token blocks: vLLM only (SGLang's Triton backend reads token slots, page
+  size 1, so its block size is not a launch parameter).
+
+vLLM at 2D and 3D with 4-256 segments, SGLang at 1-128 static splits (calibration_fit.THOROUGH_VARIANTS), with
+calibrate's own bench (decodecalc.verify.calibration.ShapeBench: CUDA-graph replay over rotating KV copies, blocks
+in a random order). The rows have calibrate's --save-measurements form plus ``kv_cache_dtype`` and ``block_size``,
+which decodecalc.timemodel.fit.measurements_from_rows reads. The file is rewritten after every shape (a run cut off
+by the device's time limit keeps what it measured). Run on the device with the upstream sources:
+PYTHONPATH=. python3 benchmarks/measure_kv_formats_h200.py (carry upstream/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS  # noqa: E402
+
+#: (h, h_kv, d) per rank: two layouts every fit saw (8:1 and 32:8 at d128), four none saw (16:2 d128 and 64:8 d128,
+#: GQA groups of 8 at 2 and 8 KV heads; 16:8 d256, Gemma-2-9B TP1; 32:4 d64)
+LAYOUTS = ((8, 1, 128), (32, 8, 128), (16, 2, 128), (64, 8, 128), (16, 8, 256), (32, 4, 64))
+#: (KV-cache dtype, block size, engines timed)
+FORMATS = (("bfloat16", 16, ("vllm", "sglang")), ("fp8", 16, ("vllm", "sglang")), ("bfloat16", 32, ("vllm",)),
+           ("fp8", 32, ("vllm",)))
+
+
+def plan_of(layouts: tuple[tuple[int, int, int], ...]) -> list[tuple[tuple[int, int, int], tuple[int, ...], str, int,
+                                                                     tuple[str, ...]]]:
+    """(layout, sequence lengths, KV dtype, block size, variants) of every bench the run builds."""
+    out = []
+    for lay in layouts:
+        for lens in THOROUGH_BATCHES:
+            for kv_dtype, block, engines in FORMATS:
+                variants = tuple(v for v in THOROUGH_VARIANTS if v.split("-")[0] in engines)
+                out.append((lay, lens, kv_dtype, block, variants))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    out_dir = Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "benchmarks" / "results"
+    ap.add_argument("--out", type=Path, default=out_dir / "kv-formats-h200.json")
+    ap.add_argument("--dry", action="store_true", help="list the plan, time nothing")
+    ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default: all)")
+    args = ap.parse_args()
+    chosen = tuple(LAYOUTS[int(i)] for i in args.layouts.split(",")) if args.layouts else LAYOUTS
+    plan = plan_of(chosen)
+    print(f"{sum(len(v) for *_, v in plan)} timings of {len(plan)} benches", flush=True)
+    if args.dry:
+        return 0
+    import torch
+
+    from decodecalc.verify.calibration import ShapeBench
+    from decodecalc.verify.timing import graph_seconds
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    props = torch.cuda.get_device_properties(0)
+    sms = int(props.multi_processor_count)
+    x = torch.zeros(1, device="cuda")
+    launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
+    vk = load_vllm(None, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
+    sk = load_sglang(None, interpret=False)
+    dtypes = {"bfloat16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+    rows: list[dict] = []
+    t0 = time.time()
+
+    def write() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"gpu": "h200", "num_sms": sms, "launch_overhead_s": launch_s,
+                                   "device_name": str(props.name),
+                                   "versions": f"vLLM {vk.source.version} and SGLang {sk.source.version}",
+                                   "torch": torch.__version__, "cases": rows}, indent=1) + "\n")
+        tmp.replace(args.out)
+
+    for si, ((h, h_kv, d), lens, kv_dtype, block, variants) in enumerate(plan):
+        bench = ShapeBench(torch, vk, sk, h, h_kv, d, lens, sms, seed=2000 + si, kv_dtype=dtypes[kv_dtype],
+                           block_size=block)
+        for variant in variants:
+            row = {"variant": variant, "num_q_heads": h, "num_kv_heads": h_kv, "head_dim": d, "batch": len(lens),
+                   "seq_len": max(lens), "kv_bytes": bench.kv_bytes, "model": f"{h}:{h_kv}-d{d}",
+                   "kv_cache_dtype": kv_dtype, "block_size": block}
+            if len(set(lens)) > 1:
+                row["seq_lens"] = list(lens)
+            try:
+                row.update({"t_us": graph_seconds(bench.step(variant), bench.copies) * 1e6, "status": "ok"})
+            except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
+                row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
+            rows.append(row)
+        print(f"{si + 1}/{len(plan)} {h}:{h_kv} d{d} B{len(lens)} {kv_dtype} block {block} {time.time() - t0:.0f} s",
+              flush=True)
+        del bench
+        torch.cuda.empty_cache()
+        write()
+    write()
+    print(f"wrote {args.out} ({len(rows)} rows, {time.time() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""fp8 KV caches and 32-token blocks (issue 18, item 2): the H200 timings of benchmarks/measure_kv_formats_h200.py
+(benchmarks/results/kv-formats-h200.json), the report benchmarks/kv_formats_report.py writes from them, and what the
+measured domain (decodecalc.timemodel.domain) concludes: block 32 inside it for vLLM, fp8 outside."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "results" / "kv-formats-h200.json"
+MD = ROOT / "benchmarks" / "results" / "kv-formats-h200.md"
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return json.loads(DATA.read_text())
+
+
+def _pairs(data: dict, kv: str, block: int, engine: str) -> list[float]:
+    """Measured t(format) / t(bf16, block 16) of every shape and variant (this file's own pairing)."""
+    base = {(r["model"], r["batch"], r["seq_len"], r["variant"]): r["t_us"] for r in data["cases"]
+            if r["kv_cache_dtype"] == "bfloat16" and r["block_size"] == 16}
+    return [r["t_us"] / base[(r["model"], r["batch"], r["seq_len"], r["variant"])] for r in data["cases"]
+            if r["kv_cache_dtype"] == kv and r["block_size"] == block and r["variant"].startswith(engine)]
+
+
+def test_the_run_is_complete_and_paired(data):
+    """Six layouts x five batches: every vLLM variant in four formats, every SGLang one in two, all timed."""
+    assert all(r["status"] == "ok" and r["t_us"] > 0 for r in data["cases"])
+    count = defaultdict(int)
+    for r in data["cases"]:
+        count[(r["variant"].split("-")[0], r["kv_cache_dtype"], r["block_size"])] += 1
+    assert count == {("vllm", kv, b): 180 for kv in ("bfloat16", "fp8") for b in (16, 32)} | {
+        ("sglang", kv, 16): 150 for kv in ("bfloat16", "fp8")}
+    assert len({r["model"] for r in data["cases"]}) == 6
+
+
+def test_block_32_moves_vllms_2d_kernel_only(data):
+    """The domain's reason to keep block 32 outside (decodecalc.timemodel.domain): vLLM's 3D launches take the time they
+    take at block 16, as the model (which has no block-size term) says, but its 2D kernel does not."""
+    base = {(r["model"], r["batch"], r["seq_len"], r["variant"]): r["t_us"] for r in data["cases"]
+            if r["kv_cache_dtype"] == "bfloat16" and r["block_size"] == 16}
+    by: dict[bool, list[float]] = defaultdict(list)
+    for r in data["cases"]:
+        if r["kv_cache_dtype"] == "bfloat16" and r["block_size"] == 32:
+            by[r["variant"] == "vllm-2d"].append(r["t_us"] / base[(r["model"], r["batch"], r["seq_len"], r["variant"])])
+    assert sum(abs(x - 1) <= 0.05 for x in by[False]) >= 0.99 * len(by[False])  # 3D
+    assert min(by[True]) < 0.85 and max(by[True]) > 1.03  # 2D: faster on some layouts, slower on others
+
+
+def test_fp8_is_not_the_halved_bytes_the_model_predicts(data):
+    """The domain's reason to keep fp8 outside: measured, an fp8 cache saves far less than half the time."""
+    from decodecalc.timemodel.fit import measurements_from_rows
+
+    for engine in ("vllm", "sglang"):
+        assert 0.75 < statistics.median(_pairs(data, "fp8", 16, engine)) < 0.95
+    fp8 = [r for r in data["cases"] if r["kv_cache_dtype"] == "fp8"][:3]
+    assert all(m.shape.kv_bytes_per_element == 1 for m in measurements_from_rows(fp8))
+
+
+def test_the_report_is_what_the_data_give():
+    """benchmarks/results/kv-formats-h200.md is the report of the committed data and the packaged profile, and
+    BENCHMARKS.md shows its tables."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import kv_formats_report
+    finally:
+        sys.path.pop(0)
+    text = kv_formats_report.report(json.loads(DATA.read_text()))
+    assert text == MD.read_text(), "re-run benchmarks/kv_formats_report.py"
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(table) > 15 and [line for line in table if line not in bench] == []
+
+
+def test_report_recomputes_the_measured_ratios():
+    """The report's measured-ratio medians equal this file's own pairing of the rows."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import kv_formats_report
+    finally:
+        sys.path.pop(0)
+    d = json.loads(DATA.read_text())
+    rows = kv_formats_report.paired_rows(d)
+    for kv, block, engine in (("fp8", 16, "vllm"), ("fp8", 16, "sglang"), ("bfloat16", 32, "vllm")):
+        mine = statistics.median(_pairs(d, kv, block, engine))
+        theirs = statistics.median(x["meas_ratio"] for x in rows if (x["kv"], x["block"], x["engine"]) == (kv, block,
+                                                                                                          engine))
+        assert theirs == pytest.approx(mine, rel=1e-12)
