@@ -83,6 +83,27 @@ def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def outside_domain(data: dict[str, Any]) -> dict[str, Any]:
+    """The profile's ``fit.outside_domain`` record of this run (decodecalc.timemodel.domain reads it): per format
+    outside the domain and engine, the paired ratio error's rows, median, p10, p90 and the largest in size (fractions,
+    4 decimals), and the GPU they were timed on."""
+    rows = paired_rows(data)
+    out: dict[str, Any] = {"gpu": str(data.get("gpu", "h200")), "source": "benchmarks/measure_kv_formats_h200.py on an H200 (kv-formats-h200.json), "
+                                     "benchmarks/kv_formats_report.py: predicted / measured t(format) / t(bf16, block "
+                                     "16) - 1 of the same shapes", "kv_cache_dtype": {}, "block_size": {}}
+    for kind, pick in (("kv_cache_dtype", lambda x: x["kv"] == "fp8" and x["block"] == 16),
+                       ("block_size", lambda x: x["kv"] == "bfloat16" and x["block"] == 32)):
+        for x in rows:
+            if pick(x):
+                name = "fp8" if kind == "kv_cache_dtype" else x["block"]
+                out[kind].setdefault(name, {}).setdefault(x["engine"], []).append(x["ratio_err"])
+        for per in out[kind].values():
+            for eng, v in per.items():
+                per[eng] = {"rows": len(v), "median": round(statistics.median(v), 4), "p10": round(_q(v, .1), 4),
+                            "p90": round(_q(v, .9), 4), "worst": round(max(v, key=abs), 4)}
+    return out
+
+
 def report(data: dict[str, Any]) -> str:
     rows = paired_rows(data)
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)

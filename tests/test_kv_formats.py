@@ -93,3 +93,41 @@ def test_report_recomputes_the_measured_ratios():
         theirs = statistics.median(x["meas_ratio"] for x in rows if (x["kv"], x["block"], x["engine"]) == (kv, block,
                                                                                                           engine))
         assert theirs == pytest.approx(mine, rel=1e-12)
+
+
+def test_the_profile_records_the_measured_miss(data):
+    """decodecalc/profiles/h200.yaml's fit.outside_domain is benchmarks/kv_formats_report.py's record of this data."""
+    from decodecalc.timemodel.profile_sources import packaged_profile
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import kv_formats_report
+    finally:
+        sys.path.pop(0)
+    assert packaged_profile("h200").fit["outside_domain"] == kv_formats_report.outside_domain(data)
+
+
+def test_warnings_outside_the_domain_name_the_measured_miss():
+    """A prediction outside the domain says what timing that format measured, for the engine and GPU it was timed on
+    only: none for FlashInfer (not timed in fp8), none on another GPU."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from decodecalc.cli import app
+    from decodecalc.timemodel.domain import measured_miss
+    from decodecalc.timemodel.profile_sources import packaged_profile
+
+    r = CliRunner().invoke(app, ["compare", "--kv-cache-dtype", "fp8", "--json"])
+    assert r.exit_code == 0, r.output
+    by = {p["name"]: p for p in json.loads(r.stdout)["policies"]}
+    rec = packaged_profile("h200").fit["outside_domain"]["kv_cache_dtype"]["fp8"]
+    for name in ("vllm", "sglang"):
+        want = f"median {100 * rec[name]['median']:+.1f}%"
+        assert any(want in w and f"{rec[name]['rows']} launches" in w for w in by[name]["predicted_warnings"]), name
+    assert not any("timed on" in w for w in by["flashinfer"]["predicted_warnings"])
+    prof = packaged_profile("h200")
+    assert measured_miss(prof, "block_size", 32, "vllm", "h200")["rows"] == 180
+    assert measured_miss(prof, "block_size", 32, "vllm", "h100-sxm") is None
+    assert measured_miss(prof, "block_size", 64, "vllm", "h200") is None
+    assert measured_miss(SimpleNamespace(fit={}), "kv_cache_dtype", "fp8", "vllm", "h200") is None

@@ -94,6 +94,29 @@ def _list(values: tuple[Any, ...]) -> str:
     return ", ".join(map(str, values))
 
 
+def measured_miss(profile: Any, kind: str, value: Any, kernel: str | None, gpu_name: str) -> Mapping[str, Any] | None:
+    """What timing ``kernel`` outside the domain measured, where the profile records it (``fit.outside_domain``, written
+    by benchmarks/kv_formats_report.py): the paired error of its predictions (``rows``, ``median``, ``p10``, ``p90``,
+    ``worst``: predicted / measured time ratio to the in-domain format of the same shapes, minus 1) for the KV dtype
+    or block size ``value`` (``kind``: kv_cache_dtype, block_size), on the GPU it was timed on only."""
+    fit = getattr(profile, "fit", {}) or {}
+    rec = fit.get("outside_domain") if isinstance(fit, Mapping) else None
+    if not isinstance(rec, Mapping) or rec.get("gpu") != gpu_name or kernel is None:
+        return None
+    per = rec.get(kind)
+    per = per.get(value, per.get(str(value))) if isinstance(per, Mapping) else None
+    miss = per.get(kernel) if isinstance(per, Mapping) else None
+    return miss if isinstance(miss, Mapping) and {"rows", "median", "p10", "p90", "worst"} <= set(miss) else None
+
+
+def _miss_text(miss: Mapping[str, Any] | None, gpu_name: str) -> str:
+    if miss is None:
+        return ""
+    return (f"; timed on {gpu_name} ({miss['rows']} launches), predicted times erred by a median "
+            f"{100 * miss['median']:+.1f}% (p10 {100 * miss['p10']:+.1f}%, p90 {100 * miss['p90']:+.1f}%, worst "
+            f"{100 * miss['worst']:+.0f}%)")
+
+
 def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "global",
                     kernel: str | None = None) -> tuple[str, ...]:
     """Why a prediction for ``work`` on ``gpu`` lies outside ``profile``'s measured domain (empty: inside;
@@ -118,7 +141,9 @@ def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "glo
         if base.hbm_bandwidth_bytes_per_s != gpu.hbm_bandwidth_bytes_per_s:
             out.append("--bandwidth: the fit measured the datasheet part's HBM")
     if work.kv_cache_dtype not in d.kv_cache_dtypes:
-        out.append(f"KV-cache dtype {work.kv_cache_dtype}: the fit measured {_list(d.kv_cache_dtypes)}")
+        miss = measured_miss(profile, "kv_cache_dtype", work.kv_cache_dtype.removesuffix("_e4m3"), kernel, gpu.name)
+        out.append(f"KV-cache dtype {work.kv_cache_dtype}: the fit measured {_list(d.kv_cache_dtypes)}"
+                   + _miss_text(miss, gpu.name))
     if work.dtype not in d.dtypes:
         out.append(f"dtype {work.dtype}: the fit measured {_list(d.dtypes)}")
     if work.head_size not in d.head_sizes or (work.head_size_v != work.head_size and not (mla and d.mla)):
@@ -132,7 +157,8 @@ def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "glo
         out.append(f"{work.max_seqlen_q} query tokens per sequence (speculative decoding or prefill): the fit "
                    f"measured {d.max_query_len}")
     if work.block_size not in d.block_sizes and kernel not in BLOCKLESS_KERNELS:
-        out.append(f"block size {work.block_size}: the fit measured {_list(d.block_sizes)}")
+        miss = measured_miss(profile, "block_size", work.block_size, kernel, gpu.name)
+        out.append(f"block size {work.block_size}: the fit measured {_list(d.block_sizes)}" + _miss_text(miss, gpu.name))
     if layer == "sliding" and not d.sliding_window:
         out.append("sliding-window layer: the fit measured full-attention layers only")
     return tuple(out)
