@@ -2,7 +2,7 @@
 16-token launches of the same shapes (issue 18: no fit of decodecalc's H200 profile has seen either format).
 
     python benchmarks/measure_kv_formats_h200.py [--out benchmarks/results/kv-formats-h200.json] [--dry]
-        [--layouts 0,1,2]
+        [--layouts 0,1,2] [--extra]
 
 Each layout (per rank) is timed at calibrate --thorough's five batches
 (decodecalc.timemodel.calibration_fit.THOROUGH_BATCHES) in four formats:
@@ -38,18 +38,21 @@ from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARI
 #: (h, h_kv, d) per rank: two layouts every fit saw (8:1 and 32:8 at d128), four none saw (16:2 d128 and 64:8 d128,
 #: GQA groups of 8 at 2 and 8 KV heads; 16:8 d256, Gemma-2-9B TP1; 32:4 d64)
 LAYOUTS = ((8, 1, 128), (32, 8, 128), (16, 2, 128), (64, 8, 128), (16, 8, 256), (32, 4, 64))
+#: --extra: six more layouts, bf16 and fp8 at block 16 only (the fp8 families' leave-one-layout-out fit,
+#: benchmarks/leaveout_fp8.py): groups of 16, 4, 8 and 7 at d128, 8 at d64 and d256
+EXTRA_LAYOUTS = ((16, 1, 128), (4, 1, 128), (32, 4, 128), (14, 2, 128), (8, 1, 64), (16, 2, 256))
 #: (KV-cache dtype, block size, engines timed)
 FORMATS = (("bfloat16", 16, ("vllm", "sglang")), ("fp8", 16, ("vllm", "sglang")), ("bfloat16", 32, ("vllm",)),
            ("fp8", 32, ("vllm",)))
 
 
-def plan_of(layouts: tuple[tuple[int, int, int], ...]) -> list[tuple[tuple[int, int, int], tuple[int, ...], str, int,
-                                                                     tuple[str, ...]]]:
+def plan_of(layouts: tuple[tuple[int, int, int], ...], formats: tuple[tuple[str, int, tuple[str, ...]], ...] = FORMATS
+            ) -> list[tuple[tuple[int, int, int], tuple[int, ...], str, int, tuple[str, ...]]]:
     """(layout, sequence lengths, KV dtype, block size, variants) of every bench the run builds."""
     out = []
     for lay in layouts:
         for lens in THOROUGH_BATCHES:
-            for kv_dtype, block, engines in FORMATS:
+            for kv_dtype, block, engines in formats:
                 variants = tuple(v for v in THOROUGH_VARIANTS if v.split("-")[0] in engines)
                 out.append((lay, lens, kv_dtype, block, variants))
     return out
@@ -61,9 +64,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=out_dir / "kv-formats-h200.json")
     ap.add_argument("--dry", action="store_true", help="list the plan, time nothing")
     ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default: all)")
+    ap.add_argument("--extra", action="store_true", help="EXTRA_LAYOUTS, bf16 and fp8 at block 16")
     args = ap.parse_args()
-    chosen = tuple(LAYOUTS[int(i)] for i in args.layouts.split(",")) if args.layouts else LAYOUTS
-    plan = plan_of(chosen)
+    if args.extra:
+        plan = plan_of(EXTRA_LAYOUTS, FORMATS[:2])
+        if args.out == out_dir / "kv-formats-h200.json":
+            args.out = out_dir / "kv-formats-h200-extra.json"
+    else:
+        plan = plan_of(tuple(LAYOUTS[int(i)] for i in args.layouts.split(",")) if args.layouts else LAYOUTS)
     print(f"{sum(len(v) for *_, v in plan)} timings of {len(plan)} benches", flush=True)
     if args.dry:
         return 0

@@ -131,3 +131,21 @@ def test_warnings_outside_the_domain_name_the_measured_miss():
     assert measured_miss(prof, "block_size", 32, "vllm", "h100-sxm") is None
     assert measured_miss(prof, "block_size", 64, "vllm", "h200") is None
     assert measured_miss(SimpleNamespace(fit={}), "kv_cache_dtype", "fp8", "vllm", "h200") is None
+
+
+def test_benchmarks_md_shows_the_fp8_leave_out_folds():
+    """BENCHMARKS.md carries benchmarks/leaveout_fp8.py's fold table as its stored results give it, and every fold
+    left out one whole layout of the twelve."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import leaveout_fp8
+    finally:
+        sys.path.pop(0)
+    res = json.loads((ROOT / "benchmarks" / "results" / "leaveout-fp8-h200.json").read_text())
+    assert len(res["layouts"]) == 12 and len(res["folds"]) == 24
+    for f in res["folds"]:
+        assert f["left_out"] in res["layouts"] and f["fitted"]["rows"] == (30 if f["engine"] == "vllm" else 25)
+        assert f["train_rows"] == 11 * f["fitted"]["rows"]
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    missing = [line for line in leaveout_fp8.markdown(res).splitlines() if line not in bench]
+    assert missing == []
