@@ -58,16 +58,10 @@ def main() -> int:
         return 0
     import torch
 
-    from decodecalc.verify.calibration import ShapeBench
+    from decodecalc.verify.calibration import ShapeBench, bench_device
     from decodecalc.verify.timing import graph_seconds
-    from decodecalc.verify.upstream import load_sglang, load_vllm
 
-    props = torch.cuda.get_device_properties(0)
-    sms = int(props.multi_processor_count)
-    x = torch.zeros(1, device="cuda")
-    launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
-    vk = load_vllm(None, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
-    sk = load_sglang(None, interpret=False)
+    props, sms, launch_s, vk, sk = bench_device(torch)
     rows = []
     t0 = time.time()
     for si, ((h, h_kv, d), lens, variants, slots) in enumerate(plan):

@@ -146,6 +146,19 @@ class ShapeBench:
         return sstep
 
 
+def bench_device(torch: Any) -> tuple[Any, int, float, Any, Any]:
+    """What the H200 measurement scripts (benchmarks/measure_*_h200.py) start from on the local CUDA GPU: its
+    properties, SM count, a tiny kernel's CUDA-graph replay time (the launch overhead), and the upstream vLLM and
+    SGLang kernels (found as ``decodecalc verify`` finds them)."""
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    props = torch.cuda.get_device_properties(0)
+    x = torch.zeros(1, device="cuda")
+    launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
+    vk = load_vllm(None, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
+    return props, int(props.multi_processor_count), launch_s, vk, load_sglang(None, interpret=False)
+
+
 def variant_launch(variant: str, batch: int) -> dict[str, Any]:
     """A calibration variant's launch (:mod:`decodecalc.reports.step_launches`' form) for a batch of ``batch``
     sequences: vLLM 2D (its scratch sized for 16 segments, the kernel ignores it), vLLM 3D with S segments, or
