@@ -77,8 +77,7 @@ def main() -> int:
         return 0
     import torch
 
-    from decodecalc.verify.calibration import ShapeBench, bench_device
-    from decodecalc.verify.timing import graph_seconds
+    from decodecalc.verify.calibration import ShapeBench, bench_device, timed_row
 
     props, sms, launch_s, vk, sk = bench_device(torch)
     dtypes = {"bfloat16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
@@ -97,17 +96,7 @@ def main() -> int:
     for si, ((h, h_kv, d), lens, kv_dtype, block, variants) in enumerate(plan):
         bench = ShapeBench(torch, vk, sk, h, h_kv, d, lens, sms, seed=2000 + si, kv_dtype=dtypes[kv_dtype],
                            block_size=block)
-        for variant in variants:
-            row = {"variant": variant, "num_q_heads": h, "num_kv_heads": h_kv, "head_dim": d, "batch": len(lens),
-                   "seq_len": max(lens), "kv_bytes": bench.kv_bytes, "model": f"{h}:{h_kv}-d{d}",
-                   "kv_cache_dtype": kv_dtype, "block_size": block}
-            if len(set(lens)) > 1:
-                row["seq_lens"] = list(lens)
-            try:
-                row.update({"t_us": graph_seconds(bench.step(variant), bench.copies) * 1e6, "status": "ok"})
-            except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
-                row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
-            rows.append(row)
+        rows += [timed_row(bench, variant, kv_cache_dtype=kv_dtype, block_size=block) for variant in variants]
         print(f"{si + 1}/{len(plan)} {h}:{h_kv} d{d} B{len(lens)} {kv_dtype} block {block} {time.time() - t0:.0f} s",
               flush=True)
         del bench

@@ -58,8 +58,7 @@ def main() -> int:
         return 0
     import torch
 
-    from decodecalc.verify.calibration import ShapeBench, bench_device
-    from decodecalc.verify.timing import graph_seconds
+    from decodecalc.verify.calibration import ShapeBench, bench_device, timed_row
 
     props, sms, launch_s, vk, sk = bench_device(torch)
     rows = []
@@ -73,17 +72,7 @@ def main() -> int:
             for c in range(idx.shape[0]):  # every token of the copy on a random slot of the copy's own
                 idx[c] = idx[c][torch.randperm(idx.shape[1], generator=gen, device="cuda")]
         for variant in variants:
-            row = {"variant": variant, "num_q_heads": h, "num_kv_heads": h_kv, "head_dim": d, "batch": len(lens),
-                   "seq_len": max(lens), "kv_bytes": bench.kv_bytes, "model": f"{h}:{h_kv}-d{d}"}
-            if slots:
-                row["slots"] = slots
-            if len(set(lens)) > 1:
-                row["seq_lens"] = list(lens)
-            try:
-                row.update({"t_us": graph_seconds(bench.step(variant), bench.copies) * 1e6, "status": "ok"})
-            except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
-                row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
-            rows.append(row)
+            rows.append(timed_row(bench, variant, **({"slots": slots} if slots else {})))
         print(f"{si + 1}/{len(plan)} {h}:{h_kv} d{d} B{len(lens)} {slots or ''} {time.time() - t0:.0f} s", flush=True)
         del bench
         torch.cuda.empty_cache()

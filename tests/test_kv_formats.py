@@ -149,3 +149,20 @@ def test_benchmarks_md_shows_the_fp8_leave_out_folds():
     bench = (ROOT / "BENCHMARKS.md").read_text()
     missing = [line for line in leaveout_fp8.markdown(res).splitlines() if line not in bench]
     assert missing == []
+
+
+def test_a_failing_variant_is_a_row_not_a_stopped_run():
+    """verify.calibration.timed_row (the measurement scripts' row): the shape, the caller's fields, and the error that
+    stopped the variant in place of a time."""
+    from types import SimpleNamespace
+
+    from decodecalc.verify.calibration import timed_row
+
+    def step(variant):
+        raise RuntimeError(f"no kernel for {variant}")
+
+    bench = SimpleNamespace(lens=(100, 300), h=16, h_kv=2, d=128, kv_bytes=12345, copies=2, step=step)
+    row = timed_row(bench, "vllm-2d", kv_cache_dtype="fp8", block_size=32)
+    assert row["status"] == "error" and "t_us" not in row and row["error"] == "RuntimeError: no kernel for vllm-2d"
+    assert (row["model"], row["batch"], row["seq_len"], row["seq_lens"]) == ("16:2-d128", 2, 300, [100, 300])
+    assert (row["kv_cache_dtype"], row["block_size"], row["kv_bytes"]) == ("fp8", 32, 12345)

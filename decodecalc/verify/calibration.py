@@ -159,6 +159,22 @@ def bench_device(torch: Any) -> tuple[Any, int, float, Any, Any]:
     return props, int(props.multi_processor_count), launch_s, vk, load_sglang(None, interpret=False)
 
 
+def timed_row(bench: ShapeBench, variant: str, **fields: Any) -> dict[str, Any]:
+    """One row of calibrate's --save-measurements form (plus ``fields``) for ``variant`` on ``bench``: its time, or
+    the error that stopped it (a measurement script times on past one failing variant)."""
+    lens = bench.lens
+    row: dict[str, Any] = {"variant": variant, "num_q_heads": bench.h, "num_kv_heads": bench.h_kv, "head_dim": bench.d,
+                           "batch": len(lens), "seq_len": max(lens), "kv_bytes": bench.kv_bytes,
+                           "model": f"{bench.h}:{bench.h_kv}-d{bench.d}", **fields}
+    if len(set(lens)) > 1:
+        row["seq_lens"] = list(lens)
+    try:
+        row.update({"t_us": graph_seconds(bench.step(variant), bench.copies) * 1e6, "status": "ok"})
+    except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
+        row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return row
+
+
 def variant_launch(variant: str, batch: int) -> dict[str, Any]:
     """A calibration variant's launch (:mod:`decodecalc.reports.step_launches`' form) for a batch of ``batch``
     sequences: vLLM 2D (its scratch sized for 16 segments, the kernel ignores it), vLLM 3D with S segments, or
