@@ -3,7 +3,10 @@
     python benchmarks/kv_formats_report.py [--data benchmarks/results/kv-formats-h200.json]
         [--out benchmarks/results/kv-formats-h200.md]
 
-No fit saw either format: every figure here is out of sample. Each row is paired with the bf16, block-16 timing of
+Every figure here is out of sample: the predictions come from the packaged profile with its fp8 families replaced by
+the bf16 families they fall back to (``unfitted_profile``: the model no fp8 timing went into; SGLang's fp8 family was
+fitted on these rows afterwards, benchmarks/leaveout_fp8.py, and is validated on other layouts by
+benchmarks/validate_fp8.py). Each row is paired with the bf16, block-16 timing of
 the same shape and variant from the same run, so a layout's own error (which the bf16 rows carry too) cancels in
 the *ratio* columns: measured t(format) / t(bf16, 16) against predicted. The *error* columns compare the predicted
 time with the measured one directly (with the residual map: what a user reads). A last table tries one hypothesis
@@ -25,7 +28,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from decodecalc.timemodel.domain import profile_domain  # noqa: E402
 from decodecalc.timemodel.fit import measurements_from_rows  # noqa: E402
+from decodecalc.timemodel.profile import FAMILY_FALLBACKS  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
 from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
 
@@ -53,7 +58,7 @@ def element_rate_work(work: Any) -> Any:
     moves the fp8 bytes (hbm_bytes_per_iter kept)."""
     ks = []
     for k in work.kernels:
-        if k.family.endswith(KV_FAMILIES):
+        if k.family.removesuffix("_fp8").endswith(KV_FAMILIES):
             b = k.bytes_per_iter
             k = dataclasses.replace(k, bytes_per_iter=2 * b, hbm_bytes_per_iter=b if k.hbm_bytes_per_iter is None
                                     else k.hbm_bytes_per_iter)
@@ -61,9 +66,20 @@ def element_rate_work(work: Any) -> Any:
     return dataclasses.replace(work, kernels=tuple(ks))
 
 
-def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every ok row with its measured and predicted time and those of its bf16, block-16 pair."""
+def unfitted_profile() -> Any:
+    """The packaged H200 profile as it was before any fp8 timing: each ``*_fp8`` family predicted as the bf16 family it
+    falls back to (decodecalc.timemodel.profile.FAMILY_FALLBACKS), with that family's map cells."""
     prof = packaged_profile("h200")
+    for name in FAMILY_FALLBACKS:
+        if name.endswith("_fp8"):
+            prof = prof.borrowing(name)
+    return prof
+
+
+def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every ok row with its measured and predicted time (:func:`unfitted_profile`) and those of its bf16, block-16
+    pair."""
+    prof = unfitted_profile()
     rows = [r for r in data["cases"] if r.get("status") == "ok"]
     ms = measurements_from_rows(rows, num_sms=int(data.get("num_sms", 132)))
     out = []
@@ -86,8 +102,10 @@ def paired_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def outside_domain(data: dict[str, Any]) -> dict[str, Any]:
     """The profile's ``fit.outside_domain`` record of this run (decodecalc.timemodel.domain reads it): per format
     outside the domain and engine, the paired ratio error's rows, median, p10, p90 and the largest in size (fractions,
-    4 decimals), and the GPU they were timed on."""
-    rows = paired_rows(data)
+    4 decimals), and the GPU they were timed on. An engine whose kernel domain takes the format in (SGLang's fp8,
+    with its own family) has no record: no prediction of it is outside for that reason."""
+    prof = packaged_profile("h200")
+    rows = [x for x in paired_rows(data) if x["kv"] == "bfloat16" or x["kv"] not in profile_domain(prof, x["engine"]).kv_cache_dtypes]
     out: dict[str, Any] = {"gpu": str(data.get("gpu", "h200")), "source": "benchmarks/measure_kv_formats_h200.py on an H200 (kv-formats-h200.json), "
                                      "benchmarks/kv_formats_report.py: predicted / measured t(format) / t(bf16, block "
                                      "16) - 1 of the same shapes", "kv_cache_dtype": {}, "block_size": {}}
@@ -109,7 +127,7 @@ def report(data: dict[str, Any]) -> str:
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for x in rows:
         groups[(x["engine"], x["kv"], x["block"])].append(x)
-    lines = ["# fp8 KV cache and 32-token blocks on the H200, against the packaged profile", "",
+    lines = ["# fp8 KV cache and 32-token blocks on the H200, against the packaged profile's bf16 families", "",
              f"{len(rows)} timings ({data.get('versions', '')}, {data.get('device_name', '')}); every row out of "
              "sample. Ratio: t(format) / t(bf16, block 16) of the same shape and variant, measured and predicted "
              "(median, p10 to p90); ratio error: predicted ratio / measured ratio - 1; error: predicted time / measured "

@@ -8,8 +8,9 @@ stage 1) get families of their own, started from the packaged bf16 ones; ``fit_p
 the GPU's globals fixed) fits them on the fp8 rows of all layouts but one, and only those families are kept (the merge
 kernels read fp32 partials, the same in both formats). The left-out layout's fp8 rows are then scored by the physics
 alone (the map has no fp8 cells), beside the unfitted model (bf16 families, fp8 bytes) and the bf16 physics on the same
-shapes. Not adopted into the profile yet (BENCHMARKS.md, "fp8 KV cache and 32-token blocks"); the SGLang family fitted on
-every layout is written out for the change that adopts it.
+shapes. The SGLang family fitted on every layout is written out (``sglang_stage1_fp8``) and is the packaged profile's
+(decodecalc/profiles/h200.yaml; tests/test_kv_formats.py checks they agree); benchmarks/validate_fp8.py scores it on
+six layouts no fit saw. vLLM's fp8 families are not adopted: left out, they do little better than none.
 """
 
 from __future__ import annotations

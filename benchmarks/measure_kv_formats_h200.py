@@ -2,7 +2,7 @@
 16-token launches of the same shapes (issue 18: no fit of decodecalc's H200 profile has seen either format).
 
     python benchmarks/measure_kv_formats_h200.py [--out benchmarks/results/kv-formats-h200.json] [--dry]
-        [--layouts 0,1,2] [--extra]
+        [--layouts 0,1,2] [--extra] [--unseen]
 
 Each layout (per rank) is timed at calibrate --thorough's five batches
 (decodecalc.timemodel.calibration_fit.THOROUGH_BATCHES) in four formats:
@@ -16,7 +16,12 @@ Each layout (per rank) is timed at calibrate --thorough's five batches
 vLLM at 2D and 3D with 4-256 segments, SGLang at 1-128 static splits (calibration_fit.THOROUGH_VARIANTS), with
 calibrate's own bench (decodecalc.verify.calibration.ShapeBench: CUDA-graph replay over rotating KV copies, blocks
 in a random order). The rows have calibrate's --save-measurements form plus ``kv_cache_dtype`` and ``block_size``,
-which decodecalc.timemodel.fit.measurements_from_rows reads. The file is rewritten after every shape (a run cut off
+which decodecalc.timemodel.fit.measurements_from_rows reads.
+
+``--unseen`` times six head layouts that none of the runs above timed in fp8 (and no fit saw: the validation of the
+profile's fp8 families, benchmarks/validate_fp8.py), bf16 and fp8 at block 16, both engines, plus SGLang's default
+launch: adaptive split counts (max_kv_splits 8, the engine's default, and 64) written by the engine's split-count kernel
+before every step, rows ``sglang-adaptive`` with ``max_kv_splits`` and ``num_kv_splits``. The file is rewritten after every shape (a run cut off
 by the device's time limit keeps what it measured). Run on the device with the upstream sources:
 PYTHONPATH=. python3 benchmarks/measure_kv_formats_h200.py (carry upstream/).
 """
@@ -41,6 +46,11 @@ LAYOUTS = ((8, 1, 128), (32, 8, 128), (16, 2, 128), (64, 8, 128), (16, 8, 256), 
 #: --extra: six more layouts, bf16 and fp8 at block 16 only (the fp8 families' leave-one-layout-out fit,
 #: benchmarks/leaveout_fp8.py): groups of 16, 4, 8 and 7 at d128, 8 at d64 and d256
 EXTRA_LAYOUTS = ((16, 1, 128), (4, 1, 128), (32, 4, 128), (14, 2, 128), (8, 1, 64), (16, 2, 256))
+#: --unseen: layouts no fp8 run timed, groups 3, 5, 7, 12, 2 and 4 (Llama-3.2-3B, Qwen2.5-14B, Qwen2.5-7B TP1,
+#: Mistral-Large-2 TP8, Gemma-2-9B TP2, Llama-3.2-1B TP1)
+UNSEEN_LAYOUTS = ((24, 8, 128), (40, 8, 128), (28, 4, 128), (12, 1, 128), (8, 4, 256), (32, 8, 64))
+#: --unseen: SGLang's adaptive launch at these max_kv_splits (8: exec_.py's default; 64: a tuned setting)
+ADAPTIVE_MAX_SPLITS = (8, 64)
 #: (KV-cache dtype, block size, engines timed)
 FORMATS = (("bfloat16", 16, ("vllm", "sglang")), ("fp8", 16, ("vllm", "sglang")), ("bfloat16", 32, ("vllm",)),
            ("fp8", 32, ("vllm",)))
@@ -65,18 +75,21 @@ def main() -> int:
     ap.add_argument("--dry", action="store_true", help="list the plan, time nothing")
     ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default: all)")
     ap.add_argument("--extra", action="store_true", help="EXTRA_LAYOUTS, bf16 and fp8 at block 16")
+    ap.add_argument("--unseen", action="store_true", help="UNSEEN_LAYOUTS, bf16 and fp8 at block 16, SGLang adaptive too")
     args = ap.parse_args()
-    if args.extra:
-        plan = plan_of(EXTRA_LAYOUTS, FORMATS[:2])
+    if args.extra or args.unseen:
+        plan = plan_of(UNSEEN_LAYOUTS if args.unseen else EXTRA_LAYOUTS, FORMATS[:2])
         if args.out == out_dir / "kv-formats-h200.json":
-            args.out = out_dir / "kv-formats-h200-extra.json"
+            args.out = out_dir / ("kv-formats-h200-unseen.json" if args.unseen else "kv-formats-h200-extra.json")
     else:
         plan = plan_of(tuple(LAYOUTS[int(i)] for i in args.layouts.split(",")) if args.layouts else LAYOUTS)
-    print(f"{sum(len(v) for *_, v in plan)} timings of {len(plan)} benches", flush=True)
+    adaptive = ADAPTIVE_MAX_SPLITS if args.unseen else ()
+    print(f"{sum(len(v) + len(adaptive) for *_, v in plan)} timings of {len(plan)} benches", flush=True)
     if args.dry:
         return 0
     import torch
 
+    from decodecalc.launchers.sglang_triton import get_num_kv_splits
     from decodecalc.verify.calibration import ShapeBench, bench_device, timed_row
 
     props, sms, launch_s, vk, sk = bench_device(torch)
@@ -97,6 +110,11 @@ def main() -> int:
         bench = ShapeBench(torch, vk, sk, h, h_kv, d, lens, sms, seed=2000 + si, kv_dtype=dtypes[kv_dtype],
                            block_size=block)
         rows += [timed_row(bench, variant, kv_cache_dtype=kv_dtype, block_size=block) for variant in variants]
+        for mx in adaptive:  # the engine's default launch; the counts the model assumes are recorded with the row
+            n_i = get_num_kv_splits(lens, num_head=h, num_kv_head=h_kv, device_core_count=sms, max_kv_splits=mx)
+            launch = {"engine": "sglang", "splits": list(n_i), "max_kv_splits": mx, "adaptive": True}
+            rows.append(timed_row(bench, "sglang-adaptive", launch=launch, engine_split_kernel=True,
+                                  kv_cache_dtype=kv_dtype, block_size=block, max_kv_splits=mx, num_kv_splits=list(n_i)))
         print(f"{si + 1}/{len(plan)} {h}:{h_kv} d{d} B{len(lens)} {kv_dtype} block {block} {time.time() - t0:.0f} s",
               flush=True)
         del bench

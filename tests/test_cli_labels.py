@@ -4,11 +4,14 @@ domain, recommend's tie rule and fastest prediction, sweep -q, escaped error tex
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from decodecalc.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
 
 runner = CliRunner()
 ENV = {"COLUMNS": "80", "NO_COLOR": "1"}
@@ -33,7 +36,10 @@ def test_inside_the_measured_domain_is_calibrated():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--kv-cache-dtype", "fp8"], "KV-cache dtype fp8"),
+    (["--kv-cache-dtype", "fp8", "--system", "vllm"], "KV-cache dtype fp8"),
+    (["-m", "gemma-2-9b", "--kv-cache-dtype", "fp8"], "KV-cache dtype fp8"),
+    (["-m", "phi-3-mini", "--kv-cache-dtype", "fp8", "--system", "sglang"],
+     "KV-cache dtype fp8 at query-group size 1, head size 96: sglang's fp8 fit measured group sizes 2, 3"),
     (["--dtype", "float16"], "dtype float16"),
     (["--num-speculative-tokens", "3", "--system", "vllm"], "4 query tokens per sequence"),
     (["-m", "gemma-2-9b", "--layer", "sliding", "-s", "16384"], "sliding-window layer"),
@@ -65,12 +71,46 @@ def test_block_size_is_no_input_of_sglang_and_outside_for_vllm():
     assert fi["predicted_calibrated"] is False and any("block size 32" in w for w in fi["predicted_warnings"])
 
 
-def test_recommend_fp8_is_uncalibrated_with_a_warning():
+def test_fp8_is_calibrated_for_sglangs_grouped_kernel_only():
+    """SGLang's grouped stage 1 with an fp8 KV cache has its own family (benchmarks/leaveout_fp8.py, validated on
+    layouts no fit saw by benchmarks/validate_fp8.py): inside its kernel domain; vLLM's fp8 stays outside, and so do
+    SGLang's MHA kernel (group 1) and head size 256, which its fp8 fit did not cover."""
+    d = js("grid", "--kv-cache-dtype", "fp8")  # llama3-8b: 32:8, d128
+    assert d["systems"]["sglang"]["predicted_calibrated"] is True and "predicted_warnings" not in d["systems"]["sglang"]
+    assert d["systems"]["vllm"]["predicted_calibrated"] is False
+    assert js("grid", "--kv-cache-dtype", "fp8_e4m3", "--system", "sglang")["systems"]["sglang"]["predicted_calibrated"]
+    e5 = js("grid", "--kv-cache-dtype", "fp8_e5m2", "--system", "sglang")["systems"]["sglang"]
+    assert e5["predicted_calibrated"] is False and any("fp8_e5m2" in w for w in e5["predicted_warnings"])
+    g = js("grid", "-m", "gemma-2-9b", "--kv-cache-dtype", "fp8", "--system", "sglang")["systems"]["sglang"]
+    assert g["predicted_calibrated"] is False and any("head size 256" in w for w in g["predicted_warnings"])
+
+
+def test_recommend_fp8_marks_each_kernel_by_its_own_domain():
     d = js("recommend", "--kv-cache-dtype", "fp8")
     assert d["calibrated"] is False and "fp8" in d["warning"] and d["domain_warnings"]
-    assert all(k["calibrated"] is False for k in d["kernels"].values())
+    assert d["kernels"]["vllm"]["calibrated"] is False and d["kernels"]["sglang"]["calibrated"] is True
+    assert all(w.startswith("vllm: ") for w in d["domain_warnings"])
     r = run("recommend", "--kv-cache-dtype", "fp8")
-    assert "Warning:" in r.stderr and "UNCALIBRATED" in r.stdout
+    assert "Warning:" in r.stderr and "UNCALIBRATED (calibrated for sglang only)" in " ".join(r.stdout.split())
+    both = js("recommend", "--dtype", "float16")  # the same reason for both kernels: one shared list, unprefixed
+    assert both["domain_warnings"] and not any(w.startswith(("vllm: ", "sglang: ")) for w in both["domain_warnings"])
+    assert all(k["calibrated"] is False for k in both["kernels"].values())
+
+
+def test_tune_marks_an_engine_outside_its_domain():
+    """tune checks each engine's kernel against its measured domain (before: only the families), and compares no
+    backend outside its own."""
+    args = ["--requests", str(ROOT / "examples" / "traces" / "azure-code-2023.csv"), "-m", "llama3.1-70b", "--tp", "8",
+            "--heuristics", "none"]
+    d = js("tune", *args, "--kv-cache-dtype", "fp8")
+    assert d["engines"]["vllm"]["calibrated"] is False and "KV-cache dtype fp8" in d["engines"]["vllm"]["domain_warnings"][0]
+    assert d["engines"]["sglang"]["calibrated"] is True and d["engines"]["sglang"]["domain_warnings"] == []
+    assert all("outside the profile's measured domain" in b["note"] for b in d["backends"])
+    plain = js("tune", *args)
+    assert all(e["calibrated"] and e["domain_warnings"] == [] for e in plain["engines"].values())
+    assert any("total_s" in b for b in plain["backends"])
+    r = run("tune", *args, "--kv-cache-dtype", "fp8")
+    assert "uncalibrated: outside the profile's measured domain" in " ".join(r.stdout.split())
 
 
 def test_compare_marks_uncalibrated_predictions():

@@ -34,6 +34,7 @@ from decodecalc.timemodel.work import (
     kv_runs_per_iter,
     reduce_segments_kernel,
     sglang_cells,
+    sglang_stage1_family,
     vllm_3d_cells,
 )
 from decodecalc.workload import Workload
@@ -228,7 +229,7 @@ def _sglang_arrays(base: Workload, lens: np.ndarray, mask: np.ndarray, splits: n
     ne, full, last = sglang_cells(np.maximum(lens, 1), np.maximum(splits, 1), block_n)
     ne = _masked(ne, mask)
     mask2 = np.concatenate([mask, mask], axis=1)
-    stage1 = KernelArrays(family="sglang_mha_stage1" if mha else "sglang_stage1", head_dim=next_power_of_2(d),
+    stage1 = KernelArrays(family=sglang_stage1_family(mha, kvb), head_dim=next_power_of_2(d),
                           bytes_per_iter=block_n * (d + dv) * kvb,
                           iters=_masked(np.concatenate([full, last], axis=1), mask2),
                           counts=np.concatenate([(ne - 1).clip(min=0), _masked(np.ones_like(ne), mask)], axis=1) * ht,

@@ -109,7 +109,10 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
         console.print("    " + cmd, highlight=False, markup=False, soft_wrap=True)
     for extra in e.apply[1:]:
         _say(console, extra, indent="  ", style="dim")
-    if not e.calibrated:
+    if e.domain_warnings:
+        _say(console, f"uncalibrated: outside the profile's measured domain: {'; '.join(e.domain_warnings)}",
+             indent="  ", style="yellow")
+    elif not e.calibrated:
         _say(console, f"the time profile does not calibrate every kernel family {name} uses", indent="  ",
              style="yellow")
 

@@ -315,7 +315,9 @@ def recommend(work: Workload, gpu: GPUSpec, *, kernels: Sequence[str] = KERNELS,
 
     from decodecalc.timemodel.domain import domain_warnings
 
-    outside = domain_warnings(work, gpu, prof)
-    if outside:  # every kernel's predictions share the workload, so none of them is calibrated
-        out = {k: dataclasses.replace(v, calibrated=False) for k, v in out.items()}
+    # each kernel against its own measured domain (SGLang's covers an fp8 KV cache, vLLM's does not)
+    per = {k: domain_warnings(work, gpu, prof, kernel=k) for k in out}
+    out = {k: dataclasses.replace(v, calibrated=False) if per[k] else v for k, v in out.items()}
+    shared = len({w for w in per.values()}) == 1
+    outside = next(iter(per.values())) if shared else tuple(f"{k}: {w}" for k, ws in per.items() for w in ws)
     return Recommendation(gpu=gpu.name, profile=prof, kernels=out, skipped=skipped, domain_warnings=outside)

@@ -44,6 +44,7 @@ from decodecalc.reports.tune_types import (
 )
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
+from decodecalc.timemodel.domain import domain_warnings
 from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
 
@@ -212,9 +213,10 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
             ratios[c.label] = (c.score.mean_step_s / c.stats.mean_step_s, c.score.p99_step_s / c.stats.p99_step_s)
         default, best, cands = measure_all(ctx, engine, options, cands, objective, max_regression)
     words, cmds = _apply(engine, best, default, ctx)
+    outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=engine)
     return EngineTune(
         engine=engine, default=default, best=best, candidates=cands, apply=words, apply_commands=cmds,
-        calibrated=ctx.timer.calibrated(engine),
+        calibrated=ctx.timer.calibrated(engine) and not outside, domain_warnings=outside,
         attention_s_per_1k_tokens={"default": per_1k_tokens(ctx, default.stats), "best": per_1k_tokens(ctx, best.stats)},
         changes=step_changes(ctx, best.times, default.times), range_note=why,
         edge_note=_edge_note(engine, best, options, why),

@@ -17,6 +17,7 @@ from decodecalc.launchers import flash_attn3, flashinfer
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.timemodel import KERNEL_FAMILIES
+from decodecalc.timemodel.domain import domain_warnings
 
 Planner = Callable[[Any, Any], LaunchPlan]
 
@@ -98,6 +99,9 @@ def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
             continue
         key = kernel_of(engine, ctx.work)
         why = _uncalibrated_why(key, ctx.profile)
+        if not why and key in KERNEL_FAMILIES:
+            outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=key)
+            why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""
         planner = _planner(key, engine)
         if why or planner is None:
             out.append(BackendNote(engine=engine, backend=name, how=how, stats=None,

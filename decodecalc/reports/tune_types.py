@@ -84,6 +84,8 @@ class EngineTune:
     range_note: str = ""  # why the searched range ends where it does
     edge_note: str = ""  # the best sits on the edge of the range (and why the range ends there)
     left_out: tuple[str, ...] = ()  # candidates whose scratch the GPU cannot hold
+    #: why the workload lies outside the profile's measured domain for this engine's kernel (timemodel.domain)
+    domain_warnings: tuple[str, ...] = ()
 
     @property
     def saving_vs_default(self) -> float:
@@ -102,7 +104,7 @@ class EngineTune:
                 "calibrated": self.calibrated, "attention_s_per_1k_tokens": dict(self.attention_s_per_1k_tokens),
                 "saving_vs_default": self.saving_vs_default,
                 "steps": self.changes, "range": self.range_note, "edge_of_range": self.edge_note or None,
-                "left_out": list(self.left_out)}
+                "left_out": list(self.left_out), "domain_warnings": list(self.domain_warnings)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,6 +46,9 @@ class Domain:
     sliding_window: bool = False
     mla: bool = False
     block_sizes: tuple[int, ...] = (16,)
+    #: (KV dtype, group sizes, head sizes): a KV dtype beyond the first of ``kv_cache_dtypes`` is calibrated at these
+    #: query-group and head sizes only (the shapes its own families were fitted and validated on)
+    kv_cache_dtype_scopes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
 
 
 #: the shapes benchmarks/fit_timemodel.py fitted the packaged profiles on (see the module docstring)
@@ -62,15 +65,17 @@ BLOCKLESS_KERNELS = frozenset({"sglang", "flashmla", "fa2"})
 
 def profile_domain(profile: Any, kernel: str | None = None) -> Domain:
     """The domain of ``profile`` (a TimeProfile): its own ``fit.domain`` if it records one, else the
-    shapes the packaged profiles are fitted on, measured on the profile's GPU. For a default backend's kernel
-    (``kernel``: flashinfer, flashinfer-tc, fa3, flashmla) the domain its families were fitted on, where the
-    profile records one (``fit.backend_families.domain.<kernel>``, benchmarks/fit_backends_h200.py)."""
+    shapes the packaged profiles are fitted on, measured on the profile's GPU. For a kernel with a domain of its own
+    (``kernel``), that one: a default backend's (flashinfer, flashinfer-tc, fa3, flashmla) the shapes its families were
+    fitted on (``fit.backend_families.domain.<kernel>``, benchmarks/fit_backends_h200.py), an engine kernel's
+    (``fit.kernel_domains.<kernel>``: SGLang's, with its fp8 family, benchmarks/leaveout_fp8.py)."""
     fit: Mapping[str, Any] = getattr(profile, "fit", {}) or {}
     rec = fit.get("domain") if isinstance(fit, Mapping) else None
     backends = fit.get("backend_families") if kernel and isinstance(fit, Mapping) else None
-    per = backends.get("domain") if isinstance(backends, Mapping) else None
-    if isinstance(per, Mapping) and isinstance(per.get(kernel), Mapping):
-        rec = per[kernel]
+    for per in (backends.get("domain") if isinstance(backends, Mapping) else None,
+                fit.get("kernel_domains") if kernel and isinstance(fit, Mapping) else None):
+        if isinstance(per, Mapping) and isinstance(per.get(kernel), Mapping):
+            rec = per[kernel]
     rec = rec if isinstance(rec, Mapping) else {}
 
     def ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -81,13 +86,23 @@ def profile_domain(profile: Any, kernel: str | None = None) -> Domain:
         v = rec.get(key)
         return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) and v else default
 
+    scopes_raw = rec.get("kv_cache_dtype_scopes")
+    scopes = tuple((str(name), tuple(int(g) for g in sc.get("group_sizes") or ()),
+                    tuple(int(x) for x in sc.get("head_sizes") or ()))
+                   for name, sc in (scopes_raw.items() if isinstance(scopes_raw, Mapping) else ())
+                   if isinstance(sc, Mapping))
     return Domain(gpu=str(profile.gpu), num_sms=getattr(profile, "num_sms", None),
                   dtypes=strs("dtypes", MEASURED_DTYPES), kv_cache_dtypes=strs("kv_cache_dtypes", MEASURED_DTYPES),
                   head_sizes=ints("head_sizes", MEASURED_HEAD_SIZES),
                   group_sizes=ints("group_sizes", MEASURED_GROUP_SIZES),
                   max_query_len=int(rec.get("max_query_len", 1) or 1),
                   sliding_window=bool(rec.get("sliding_window", False)), mla=bool(rec.get("mla", False)),
-                  block_sizes=ints("block_sizes", MEASURED_BLOCK_SIZES))
+                  block_sizes=ints("block_sizes", MEASURED_BLOCK_SIZES), kv_cache_dtype_scopes=scopes)
+
+
+def kv_dtype_name(kv_cache_dtype: str) -> str:
+    """The measured format a KV dtype is: ``fp8_e4m3`` is ``fp8`` (the engines' default fp8 KV cache is e4m3)."""
+    return kv_cache_dtype.removesuffix("_e4m3")
 
 
 def _list(values: tuple[Any, ...]) -> str:
@@ -141,9 +156,14 @@ def domain_warnings(work: Workload, gpu: Any, profile: Any, *, layer: str = "glo
         if base.hbm_bandwidth_bytes_per_s != gpu.hbm_bandwidth_bytes_per_s:
             out.append("--bandwidth: the fit measured the datasheet part's HBM")
     if work.kv_cache_dtype not in d.kv_cache_dtypes:
-        miss = measured_miss(profile, "kv_cache_dtype", work.kv_cache_dtype.removesuffix("_e4m3"), kernel, gpu.name)
+        miss = measured_miss(profile, "kv_cache_dtype", kv_dtype_name(work.kv_cache_dtype), kernel, gpu.name)
         out.append(f"KV-cache dtype {work.kv_cache_dtype}: the fit measured {_list(d.kv_cache_dtypes)}"
                    + _miss_text(miss, gpu.name))
+    for name, groups, heads in d.kv_cache_dtype_scopes:
+        if kv_dtype_name(work.kv_cache_dtype) == name and (work.group_size not in groups or work.head_size not in heads):
+            out.append(f"KV-cache dtype {work.kv_cache_dtype} at query-group size {work.group_size}, head size "
+                       f"{work.head_size}: {kernel}'s {name} fit measured group sizes {_list(groups)} at head sizes "
+                       f"{_list(heads)}")
     if work.dtype not in d.dtypes:
         out.append(f"dtype {work.dtype}: the fit measured {_list(d.dtypes)}")
     if work.head_size not in d.head_sizes or (work.head_size_v != work.head_size and not (mla and d.mla)):

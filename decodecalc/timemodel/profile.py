@@ -16,13 +16,15 @@ from decodecalc.timemodel.residuals import ResidualMap, residual_map_from_mappin
 
 #: kernel families the model knows; each has its own FamilyParams in a profile
 FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
+            "sglang_stage1_fp8",
             "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2",
             # the default backends (decodecalc.timemodel.backends): FlashInfer, FA3, FlashMLA
             "flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
             "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine")
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
-FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1", "vllm_reduce_spill": "vllm_reduce"}
+FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1", "vllm_reduce_spill": "vllm_reduce",
+                    "sglang_stage1_fp8": "sglang_stage1"}
 
 #: what a predicted time is the time of (docs/recommend.md, "Regimes"): ``back-to-back``, one system's decode call
 #: repeated in a CUDA graph (how every fit's data was timed), or ``in-graph``, the call inside a decode layer's graph
@@ -55,7 +57,7 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: in
 #: the --kernel names of predict_time_s / recommend and the families of their kernels
 KERNEL_FAMILIES = {
     "vllm": ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill"),
-    "sglang": ("sglang_stage1", "sglang_mha_stage1", "sglang_stage2"),
+    "sglang": ("sglang_stage1", "sglang_mha_stage1", "sglang_stage2", "sglang_stage1_fp8"),
     # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
     "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),
     "reference-sglang": ("ref_sglang_stage1", "ref_sglang_stage2"),
@@ -199,6 +201,14 @@ class TimeProfile:
     #: the regime this profile's predictions are for (REGIMES; :meth:`in_regime`)
     regime: str = "back-to-back"
 
+    def borrowing(self, family: str) -> TimeProfile:
+        """This profile with ``family`` predicted as the family it falls back to (FAMILY_FALLBACKS): that family's
+        numbers and residual-map cells (the prediction a profile fitted before ``family`` existed makes)."""
+        parent = FAMILY_FALLBACKS[family]
+        fams = {**self.families, family: self.families[parent]}
+        rmap = self.residuals.with_family_alias(family, parent) if self.residuals is not None else None
+        return dataclasses.replace(self, families=fams, residuals=rmap)
+
     def in_regime(self, regime: str) -> TimeProfile:
         """This profile predicting for ``regime`` (one of REGIMES). ConfigError where ``in-graph`` is asked of a
         profile without in-graph measurements."""
@@ -304,6 +314,8 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             residuals=residual_map_from_mapping(data["residuals"], origin) if data.get("residuals") is not None else None,
             **_in_graph(data.get("in_graph")),
         )
+        for new in borrowed:  # ... and its parent's map cells: its launches predict as the parent family's did
+            prof = prof.borrowing(new)
     except KeyError as e:
         raise ConfigError(f"time profile {origin}: missing field {e.args[0]!r}") from None
     except ConfigError as e:

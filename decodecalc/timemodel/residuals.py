@@ -33,6 +33,7 @@ Pure Python, no numpy: ``tune`` evaluates tens of thousands of launches, so look
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -246,6 +247,16 @@ class ResidualMap:
             hit = (num / (launches + self.layout_prior_launches) if launches else 0.0, float(launches))
             self._memo[key] = hit
         return hit[0], int(hit[1])
+
+    def with_family_alias(self, family: str, parent: str) -> ResidualMap:
+        """This map with ``parent``'s cells also read by launches of ``family`` (a family that borrows its parent's
+        numbers: decodecalc.timemodel.profile.FAMILY_FALLBACKS), unless it has cells of its own."""
+        own, theirs = f"{family}/", f"{parent}/"
+        if any(c.startswith(own) for c in self.cells) or not any(c.startswith(theirs) for c in self.cells):
+            return self
+        cells = dict(self.cells)
+        cells.update({own + c[len(theirs):]: pts for c, pts in self.cells.items() if c.startswith(theirs)})
+        return dataclasses.replace(self, cells=cells, _memo={})
 
     def cell_for(self, group_cell: str, layout_cell: str) -> str:
         """The cell a launch reads: its layout cell where this map has one, else its group cell."""

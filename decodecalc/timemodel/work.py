@@ -353,6 +353,19 @@ def reduce_segments_occupancy(segments: int, head_size_padded: int) -> int:
     return occupancy(regs, 2048, 4)
 
 
+def sglang_stage1_family(mha: bool, kv_bytes_per_element: int, prefix: str = "sglang") -> str:
+    """The time-model family of SGLang's stage 1: ``_fwd_kernel_stage1`` (MHA) or ``_fwd_grouped_kernel_stage1``, the
+    grouped kernel with a 1-byte (fp8) KV cache its own family (``sglang_stage1_fp8``): Triton compiles it for fp8
+    loads, and on the H200 it runs at 0.65-1.0x its bf16 time where halving the bytes predicts 0.6-0.76x
+    (benchmarks/measure_kv_formats_h200.py, BENCHMARKS.md "fp8 KV cache and 32-token blocks"). decodecalc's reference
+    kernels (``prefix`` ref_sglang) keep one stage-1 family."""
+    if prefix != "sglang":
+        return f"{prefix}_stage1"
+    if mha:
+        return "sglang_mha_stage1"
+    return "sglang_stage1_fp8" if kv_bytes_per_element == 1 else "sglang_stage1"
+
+
 def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits: int | None = None,
                 adaptive: bool = False, prefix: str = "sglang", mha: bool | None = None,
                 aux_kernel: str = SPLIT_COUNT_KERNEL) -> LaunchWork:
@@ -364,8 +377,8 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     of one KV head per program, BLOCK_N 32 keys per iteration, ``tl.dot``; family ``sglang_stage1``)
     or, when num_heads == num_kv_heads (``mha``; from the shape when None), ``_fwd_kernel_stage1``
     (one query head per program, grid (B, h, max_kv_splits), BLOCK_N 64 keys of that head's K and V
-    per iteration, an elementwise product and sum; family ``sglang_mha_stage1``). decodecalc's
-    reference kernels (``prefix`` ref_sglang) keep one stage-1 family. ``adaptive``: a small kernel writes the
+    per iteration, an elementwise product and sum; family ``sglang_mha_stage1``); the family:
+    :func:`sglang_stage1_family`. ``adaptive``: a small kernel writes the
     per-sequence split counts before stage 1 (``aux_kernel``: the engine's split-count kernel, or a copy)."""
     seq_lens = tuple(shape.seq_lens)
     n_i = tuple(splits) if not isinstance(splits, int) else (splits,) * len(seq_lens)
@@ -376,7 +389,7 @@ def sglang_work(shape: WorkShape, *, splits: int | Sequence[int], max_kv_splits:
     if mha is None:
         mha = sg.is_mha(h, h_kv)
     block_n, head_progs = sg.stage1_block_n(h, h_kv), sg.head_tiles(h, h_kv)
-    stage1_family = f"{prefix}_mha_stage1" if mha and prefix == "sglang" else f"{prefix}_stage1"
+    stage1_family = sglang_stage1_family(mha, kvb, prefix)
     per: list[tuple[int, int]] = []  # (trip count, programs)
     idle = 0
     nonempty_per_seq: list[tuple[int, int]] = []

@@ -159,9 +159,12 @@ def bench_device(torch: Any) -> tuple[Any, int, float, Any, Any]:
     return props, int(props.multi_processor_count), launch_s, vk, load_sglang(None, interpret=False)
 
 
-def timed_row(bench: ShapeBench, variant: str, **fields: Any) -> dict[str, Any]:
+def timed_row(bench: ShapeBench, variant: str, *, launch: dict[str, Any] | None = None, engine_split_kernel: bool = False,
+              **fields: Any) -> dict[str, Any]:
     """One row of calibrate's --save-measurements form (plus ``fields``) for ``variant`` on ``bench``: its time, or
-    the error that stopped it (a measurement script times on past one failing variant)."""
+    the error that stopped it (a measurement script times on past one failing variant). ``launch``: time this launch
+    (:meth:`ShapeBench.launch`'s form, e.g. SGLang's adaptive split counts behind the engine's split-count kernel when
+    ``engine_split_kernel``) instead of the calibration variant's."""
     lens = bench.lens
     row: dict[str, Any] = {"variant": variant, "num_q_heads": bench.h, "num_kv_heads": bench.h_kv, "head_dim": bench.d,
                            "batch": len(lens), "seq_len": max(lens), "kv_bytes": bench.kv_bytes,
@@ -169,7 +172,8 @@ def timed_row(bench: ShapeBench, variant: str, **fields: Any) -> dict[str, Any]:
     if len(set(lens)) > 1:
         row["seq_lens"] = list(lens)
     try:
-        row.update({"t_us": graph_seconds(bench.step(variant), bench.copies) * 1e6, "status": "ok"})
+        step = bench.launch(launch, engine_split_kernel) if launch is not None else bench.step(variant)
+        row.update({"t_us": graph_seconds(step, bench.copies) * 1e6, "status": "ok"})
     except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the run
         row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
     return row
