@@ -92,7 +92,7 @@ def test_recommend_fp8_marks_each_kernel_by_its_own_domain():
     assert all(w.startswith("vllm: ") for w in d["domain_warnings"])
     r = run("recommend", "--kv-cache-dtype", "fp8")
     assert "Warning:" in r.stderr and "UNCALIBRATED (calibrated for sglang only)" in " ".join(r.stdout.split())
-    both = js("recommend", "--dtype", "float16")  # the same reason for both kernels: one shared list, unprefixed
+    both = js("recommend", "--sms", "66")  # the same reason for both kernels: one shared list, unprefixed
     assert both["domain_warnings"] and not any(w.startswith(("vllm: ", "sglang: ")) for w in both["domain_warnings"])
     assert all(k["calibrated"] is False for k in both["kernels"].values())
 
