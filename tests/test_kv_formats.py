@@ -204,7 +204,10 @@ def test_validate_fp8_report_is_what_the_data_give():
     assert all(r["num_kv_splits"] and r["max_kv_splits"] in (8, 64) for r in data["cases"]
                if r["variant"] == "sglang-adaptive")
     v = _bench("validate_fp8")
-    assert (ROOT / "benchmarks" / "results" / "validate-fp8-h200.md").read_text() == v.report(data)
+    text = v.report(data)
+    assert (ROOT / "benchmarks" / "results" / "validate-fp8-h200.md").read_text() == text
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    assert [line for line in text.splitlines() if line.startswith("|") and line not in bench] == []
 
 
 def test_the_fp8_family_beats_the_bf16_one_on_layouts_no_fit_saw():

@@ -4,7 +4,8 @@ Pure Python (no torch, no numpy): the CLI imports it for ``recommend``, ``grid``
 
 The model, per kernel family (``vllm_2d``, ``vllm_3d``, ``vllm_reduce``, ``sglang_stage1`` (SGLang's
 grouped GQA/MQA kernel ``_fwd_grouped_kernel_stage1``), ``sglang_mha_stage1`` (SGLang's MHA kernel
-``_fwd_kernel_stage1``: one query head per program, BLOCK_N 64, no tensor-core dot), ``sglang_stage2``,
+``_fwd_kernel_stage1``: one query head per program, BLOCK_N 64, no tensor-core dot), ``sglang_stage1_fp8`` (the
+grouped kernel on an fp8 KV cache: ``work.sglang_stage1_family``), ``sglang_stage2``,
 and the ``ref_*`` families of decodecalc's own kernels):
 
 * A launch is a set of *working programs*; program ``i`` runs ``n_i`` loop iterations, each
