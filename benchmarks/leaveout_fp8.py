@@ -31,13 +31,20 @@ from decodecalc.timemodel.predict import model_launch_time_s  # noqa: E402
 from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-DATA = (RESULTS / "kv-formats-h200.json", RESULTS / "kv-formats-h200-extra.json")
+#: the thorough batches on twelve layouts, and (SGLang only) four short-context batches on the same twelve
+#: (measure_kv_formats_h200.py --short: the regime whole workloads found the first family wrong in)
+DATA = (RESULTS / "kv-formats-h200.json", RESULTS / "kv-formats-h200-extra.json", RESULTS / "kv-formats-h200-short.json")
 KV_FAMILIES = ("vllm_2d", "vllm_3d", "sglang_stage1")
 
 
 def _fp8_families(m: Any) -> Any:
     ks = tuple(dataclasses.replace(k, family=k.family + "_fp8") if k.family in KV_FAMILIES else k for k in m.work.kernels)
     return dataclasses.replace(m, work=dataclasses.replace(m.work, kernels=ks))
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    """A timing's shape and launch (batch and longest length: the thorough and short batches share batch sizes)."""
+    return r["model"], r["batch"], r["seq_len"], r["variant"], r.get("max_kv_splits")
 
 
 def _stats(errs: list[float]) -> dict[str, float]:
@@ -50,7 +57,8 @@ def run() -> dict[str, Any]:
     rows = []
     for path in DATA:
         if path.exists():
-            rows += [r for r in json.loads(path.read_text())["cases"] if r["status"] == "ok" and r["block_size"] == 16]
+            rows += [dict(r, short=path.name.endswith("-short.json")) for r in json.loads(path.read_text())["cases"]
+                     if r["status"] == "ok" and r["block_size"] == 16]
     base = dataclasses.replace(packaged_profile("h200"), residuals=None)
     fams = dict(base.families)
     for f in KV_FAMILIES:  # every fit starts from the bf16 family (not the packaged fp8 one, fitted on all layouts)
@@ -60,7 +68,7 @@ def run() -> dict[str, Any]:
     fp8 = [(r, _fp8_families(m)) for r, m in zip(rows, ms) if r["kv_cache_dtype"] == "fp8"]
     unfitted = {id(m): m for r, m in zip(rows, ms) if r["kv_cache_dtype"] == "fp8"}
     plain = [m for r, m in zip(rows, ms) if r["kv_cache_dtype"] == "fp8"]
-    bf16 = {(r["model"], r["batch"], r["variant"]): m for r, m in zip(rows, ms) if r["kv_cache_dtype"] == "bfloat16"}
+    bf16 = {_key(r): m for r, m in zip(rows, ms) if r["kv_cache_dtype"] == "bfloat16"}
     layouts = sorted({r["model"] for r, _ in fp8})
     folds = []
     for engine in ("vllm", "sglang"):
@@ -77,7 +85,9 @@ def run() -> dict[str, Any]:
                 "fitted": _stats([model_launch_time_s(m.work, prof) / m.time_s - 1 for _, m, _ in test]),
                 "unfitted": _stats([model_launch_time_s(p.work, start) / p.time_s - 1 for _, _, p in test]),
                 "bf16_same_shapes": _stats([model_launch_time_s(b.work, base) / b.time_s - 1 for b in
-                                            (bf16[(r["model"], r["batch"], r["variant"])] for r, _, _ in test)]),
+                                            (bf16[_key(r)] for r, _, _ in test if _key(r) in bf16)]),
+                **({"short": _stats([model_launch_time_s(m.work, prof) / m.time_s - 1 for r, m, _ in test
+                                     if r.get("short")])} if any(r.get("short") for r, _, _ in test) else {}),
             })
             print(f"{engine} {left}: fitted {folds[-1]['fitted']['median']:.3f} / {folds[-1]['fitted']['p90']:.3f}",
                   flush=True)
@@ -92,12 +102,15 @@ def run() -> dict[str, Any]:
 
 def markdown(res: dict[str, Any]) -> str:
     lines = ["| engine | left out | rows | fp8 families fitted: median | p90 | within 5% | unfitted: median | p90 | "
-             "bf16, same shapes: median | p90 |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "bf16, same shapes: median | p90 | fitted, short-context rows: median | p90 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in res["folds"]:
         a, u, b = f["fitted"], f["unfitted"], f["bf16_same_shapes"]
+        sh = f.get("short")
         lines.append(f"| {f['engine']} | {f['left_out']} | {a['rows']} | {100 * a['median']:.1f}% | {100 * a['p90']:.1f}% | "
                      f"{100 * a['within_5']:.0f}% | {100 * u['median']:.1f}% | {100 * u['p90']:.1f}% | "
-                     f"{100 * b['median']:.1f}% | {100 * b['p90']:.1f}% |")
+                     f"{100 * b['median']:.1f}% | {100 * b['p90']:.1f}% | "
+                     + (f"{100 * sh['median']:.1f}% | {100 * sh['p90']:.1f}% |" if sh else "- | - |"))
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,7 @@
 16-token launches of the same shapes (issue 18: no fit of decodecalc's H200 profile has seen either format).
 
     python benchmarks/measure_kv_formats_h200.py [--out benchmarks/results/kv-formats-h200.json] [--dry]
-        [--layouts 0,1,2] [--extra] [--unseen]
+        [--layouts 0,1,2] [--extra] [--unseen] [--short]
 
 Each layout (per rank) is timed at calibrate --thorough's five batches
 (decodecalc.timemodel.calibration_fit.THOROUGH_BATCHES) in four formats:
@@ -21,7 +21,12 @@ which decodecalc.timemodel.fit.measurements_from_rows reads.
 ``--unseen`` times six head layouts that none of the runs above timed in fp8 (and no fit saw: the validation of the
 profile's fp8 families, benchmarks/validate_fp8.py), bf16 and fp8 at block 16, both engines, plus SGLang's default
 launch: adaptive split counts (max_kv_splits 8, the engine's default, and 64) written by the engine's split-count kernel
-before every step, rows ``sglang-adaptive`` with ``max_kv_splits`` and ``num_kv_splits``. The file is rewritten after every shape (a run cut off
+before every step, rows ``sglang-adaptive`` with ``max_kv_splits`` and ``num_kv_splits``.
+
+``--short`` times SGLang with an fp8 KV cache on the twelve fitted layouts at four short-context batches (many
+sequences of a few hundred to a few thousand tokens, as in a chat workload's steps), static and adaptive: the regime
+the thorough batches lack, where whole workloads found the first fp8 family wrong by 15-19% at 8-32 static splits
+(benchmarks/results/validate-tune-fp8-h200.json). Training data for benchmarks/leaveout_fp8.py. The file is rewritten after every shape (a run cut off
 by the device's time limit keeps what it measured). Run on the device with the upstream sources:
 PYTHONPATH=. python3 benchmarks/measure_kv_formats_h200.py (carry upstream/).
 """
@@ -51,17 +56,22 @@ EXTRA_LAYOUTS = ((16, 1, 128), (4, 1, 128), (32, 4, 128), (14, 2, 128), (8, 1, 6
 UNSEEN_LAYOUTS = ((24, 8, 128), (40, 8, 128), (28, 4, 128), (12, 1, 128), (8, 4, 256), (32, 8, 64))
 #: --unseen: SGLang's adaptive launch at these max_kv_splits (8: exec_.py's default; 64: a tuned setting)
 ADAPTIVE_MAX_SPLITS = (8, 64)
+#: --short: short-context batches (uniform 8 x 256, 32 x 512, 128 x 1024; 48 ragged sequences of 100-4,000 tokens)
+SHORT_BATCHES = ((256,) * 8, (512,) * 32, (1024,) * 128, tuple(100 + (k * 83) % 3900 for k in range(48)))
+#: --short: SGLang's static split counts 1-128 (the workloads' candidates)
+SHORT_VARIANTS = tuple(f"sglang-static-S{s}" for s in (1, 2, 4, 8, 16, 32, 64, 128))
 #: (KV-cache dtype, block size, engines timed)
 FORMATS = (("bfloat16", 16, ("vllm", "sglang")), ("fp8", 16, ("vllm", "sglang")), ("bfloat16", 32, ("vllm",)),
            ("fp8", 32, ("vllm",)))
 
 
-def plan_of(layouts: tuple[tuple[int, int, int], ...], formats: tuple[tuple[str, int, tuple[str, ...]], ...] = FORMATS
+def plan_of(layouts: tuple[tuple[int, int, int], ...], formats: tuple[tuple[str, int, tuple[str, ...]], ...] = FORMATS,
+            batches: tuple[tuple[int, ...], ...] = THOROUGH_BATCHES
             ) -> list[tuple[tuple[int, int, int], tuple[int, ...], str, int, tuple[str, ...]]]:
     """(layout, sequence lengths, KV dtype, block size, variants) of every bench the run builds."""
     out = []
     for lay in layouts:
-        for lens in THOROUGH_BATCHES:
+        for lens in batches:
             for kv_dtype, block, engines in formats:
                 variants = tuple(v for v in THOROUGH_VARIANTS if v.split("-")[0] in engines)
                 out.append((lay, lens, kv_dtype, block, variants))
@@ -76,14 +86,20 @@ def main() -> int:
     ap.add_argument("--layouts", default="", help="comma-separated indices into LAYOUTS (default: all)")
     ap.add_argument("--extra", action="store_true", help="EXTRA_LAYOUTS, bf16 and fp8 at block 16")
     ap.add_argument("--unseen", action="store_true", help="UNSEEN_LAYOUTS, bf16 and fp8 at block 16, SGLang adaptive too")
+    ap.add_argument("--short", action="store_true", help="LAYOUTS and EXTRA_LAYOUTS, SGLang fp8 at SHORT_BATCHES")
     args = ap.parse_args()
-    if args.extra or args.unseen:
+    if args.short:
+        plan = [(lay, lens, kv, block, SHORT_VARIANTS) for lay, lens, kv, block, _ in
+                plan_of(LAYOUTS + EXTRA_LAYOUTS, (("fp8", 16, ("sglang",)),), SHORT_BATCHES)]
+        if args.out == out_dir / "kv-formats-h200.json":
+            args.out = out_dir / "kv-formats-h200-short.json"
+    elif args.extra or args.unseen:
         plan = plan_of(UNSEEN_LAYOUTS if args.unseen else EXTRA_LAYOUTS, FORMATS[:2])
         if args.out == out_dir / "kv-formats-h200.json":
             args.out = out_dir / ("kv-formats-h200-unseen.json" if args.unseen else "kv-formats-h200-extra.json")
     else:
         plan = plan_of(tuple(LAYOUTS[int(i)] for i in args.layouts.split(",")) if args.layouts else LAYOUTS)
-    adaptive = ADAPTIVE_MAX_SPLITS if args.unseen else ()
+    adaptive = ADAPTIVE_MAX_SPLITS if args.unseen or args.short else ()
     print(f"{sum(len(v) + len(adaptive) for *_, v in plan)} timings of {len(plan)} benches", flush=True)
     if args.dry:
         return 0

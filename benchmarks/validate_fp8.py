@@ -1,8 +1,10 @@
 """The packaged profile's fp8 KV predictions on six head layouts no fit saw (benchmarks/measure_kv_formats_h200.py
---unseen: 780 H200 timings, bf16 and fp8 at block 16, both engines, SGLang's adaptive launch included).
+--unseen: 780 H200 timings, bf16 and fp8 at block 16, both engines, SGLang's adaptive launch included), and on whole
+workloads of five models (benchmarks/validate_tune_h200.py --kv-cache-dtype fp8: 200 chat steps each, every setting
+tune compares and every heuristic, measured as one CUDA graph per setting; re-predicted here with today's model).
 
     python benchmarks/validate_fp8.py [--data benchmarks/results/kv-formats-h200-unseen.json]
-        [--out benchmarks/results/validate-fp8-h200.md]
+        [--workloads benchmarks/results/validate-tune-fp8-h200.json] [--out benchmarks/results/validate-fp8-h200.md]
 
 Each timing is predicted twice: by the packaged profile (SGLang's grouped stage 1 with an fp8 KV cache runs on its own
 family, ``sglang_stage1_fp8``, fitted by benchmarks/leaveout_fp8.py on twelve other layouts; it has no map cells, so
@@ -35,6 +37,8 @@ from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s  # n
 from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "results" / "kv-formats-h200-unseen.json"
+WORKLOADS = ROOT / "benchmarks" / "results" / "validate-tune-fp8-h200.json"
+PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 OUT = ROOT / "benchmarks" / "results" / "validate-fp8-h200.md"
 
 
@@ -66,7 +70,54 @@ def _cell(s: dict[str, float]) -> str:
             f"{100 * s['worst']:+.0f}%")
 
 
-def report(data: dict[str, Any]) -> str:
+def workload_rows(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """validate_tune_h200.repredict of the fp8 workloads, with the packaged profile and with the unfitted one (the
+    packaged file without its fp8 family, written to a temporary file: the family then borrows the bf16 one)."""
+    import tempfile
+
+    import yaml
+    from validate_tune_h200 import repredict
+
+    raw = yaml.safe_load(PROFILE.read_text())
+    for name in [n for n in raw["families"] if n.endswith("_fp8")]:
+        del raw["families"][name]
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = Path(tmp) / "h200.yaml"
+        bare.write_text(yaml.safe_dump(raw))
+        now, before = repredict(path), repredict(path, bare)
+    return {"packaged": now["rows"], "unfitted": before["rows"], "picks": now["picks"], "picks_unfitted": before["picks"]}
+
+
+def workload_report(path: Path) -> list[str]:
+    got = workload_rows(path)
+    data = json.loads(path.read_text())
+    lines = ["", "## Whole workloads (fp8 KV, chat, 200 steps)", "",
+             ", ".join(f"{c['model']} (TP{c['tp']})" for c in data["cases"])
+             + "; every (workload, setting) total: within 5% of the measured total, median and worst error.", "",
+             "| model (TP) | engine | totals | packaged: within 5% | median | worst | unfitted: within 5% | median | worst |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["model"], r["tp"], r["engine"]) for r in got["packaged"]}, key=lambda k: (k[2], k[0]))
+    for model, tp, engine in keys + [("all", 0, "sglang"), ("all", 0, "vllm")]:
+        cells = []
+        for which in ("packaged", "unfitted"):
+            errs = [r["error"] for r in got[which] if r["engine"] == engine and (model == "all" or
+                                                                                 (r["model"], r["tp"]) == (model, tp))]
+            a = [abs(e) for e in errs]
+            cells.append(f"{sum(e <= 0.05 for e in a)} / {len(a)} | {100 * statistics.median(a):.1f}% | "
+                         f"{100 * max(errs, key=abs):+.1f}%")
+        lines.append(f"| {model if model == 'all' else f'{model} ({tp})'} | {engine} | {len(a)} | {cells[0]} | {cells[1]} |")
+    lines += ["", "tune's pick among the measured settings, measured against the best of them (packaged / unfitted):", "",
+              "| model (TP) | engine | pick | best measured | pick vs best | unfitted pick | unfitted pick vs best |",
+              "|---|---|---|---|---|---|---|"]
+    before = {(p["model"], p["tp"], p["engine"]): p for p in got["picks_unfitted"]}
+    for p in sorted(got["picks"], key=lambda p: (p["engine"], p["model"])):
+        b = before[(p["model"], p["tp"], p["engine"])]
+        lines.append(f"| {p['model']} ({p['tp']}) | {p['engine']} | {p['pick']} | {p['best_measured']} | "
+                     f"{100 * p['pick_vs_best_measured']:+.1f}% | {b['pick']} | {100 * b['pick_vs_best_measured']:+.1f}% |")
+    return lines
+
+
+def report(data: dict[str, Any], workloads: Path | None = WORKLOADS) -> str:
     rows = scored_rows(data)
     layouts = sorted({x["layout"] for x in rows})
     lines = ["# fp8 KV on six head layouts no fit saw (H200)", "",
@@ -102,15 +153,18 @@ def report(data: dict[str, Any]) -> str:
         f8, b16 = [x for x in v if x["kv"] == "fp8"], stats([x["packaged"] for x in v if x["kv"] == "bfloat16"])
         lines.append(f"| {lay} | {_cell(stats([x['packaged'] for x in f8]))} | {_cell(stats([x['unfitted'] for x in f8]))}"
                      f" | {100 * b16['median']:.1f}% | {100 * b16['p90']:.1f}% |")
+    if workloads is not None and workloads.exists():
+        lines += workload_report(workloads)
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--workloads", type=Path, default=WORKLOADS)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    text = report(json.loads(args.data.read_text()))
+    text = report(json.loads(args.data.read_text()), args.workloads)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)

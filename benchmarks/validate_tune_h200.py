@@ -245,7 +245,7 @@ class Pool:
     sequence j reads the first L_j tokens of row j."""
 
     def __init__(self, torch: Any, *, rows: int, length: int, h_kv: int, d: int, dtype: Any, device: str,
-                 copies: int, seed: int) -> None:
+                 copies: int, seed: int) -> None:  # dtype: the KV cache's (fp8 drawn in fp16, then cast)
         from decodecalc.verify.kv_cache import build_paged_kv
 
         gen = torch.Generator(device=device)
@@ -282,6 +282,7 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
         b = len(lens)
         c = k % pool.copies
         spec = entry["specs"][i]
+        fp8 = pool.kv.k_cache.element_size() == 1
         if isinstance(spec, VllmSpec):
             _, thr, S, b_run, t_run, _3d = spec
             key = ("v", i, c, spec)
@@ -304,12 +305,20 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
                 so, sm, se = shared[skey]
                 shared[key] = (q, out, sl, cu, tab.contiguous(), so, sm, se, max(lens), thr, S)
             q, out, sl, cu, tab, so, sm, se, lmax, thr, S = shared[key]
+            quant: dict[str, Any] = {}
+            if fp8:  # the layer's fp8 query and per-tensor descales, as calibrate's bench (verify.calibration.ShapeBench)
+                one = torch.ones((), dtype=torch.float32, device=device).reshape(1)
+                q = q.to(pool.kv.k_cache.dtype)
+                quant = dict(q_descale=one, k_descale=one.expand((tab.shape[0], h_kv)),
+                             v_descale=one.expand((tab.shape[0], h_kv)), kv_quant_mode=vk.KVQuantMode.FP8_PER_TENSOR)
 
-            def vcall(q=q, out=out, sl=sl, cu=cu, tab=tab, so=so, sm=sm, se=se, lmax=lmax, thr=thr, S=S) -> None:
+            def vcall(q=q, out=out, sl=sl, cu=cu, tab=tab, so=so, sm=sm, se=se, lmax=lmax, thr=thr, S=S,
+                      quant=quant) -> None:
                 engine.vllm_unified_attention(
                     vk, q=q, k=pool.kv.k_cache, v=pool.kv.v_cache, out=out, cu_seqlens_q=cu, max_seqlen_q=1,
                     seqused_k=sl, max_seqlen_k=lmax, block_table=tab, softmax_scale=scale, seq_threshold_3D=thr,
-                    num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm, softmax_segm_expsum=se)
+                    num_par_softmax_segments=S, softmax_segm_output=so, softmax_segm_max=sm, softmax_segm_expsum=se,
+                    **quant)
             calls.append(vcall)
         else:
             _, splits, maxs, adaptive = spec
@@ -419,9 +428,9 @@ def in_graph_sequence(torch: Any, calls: list[Any], work: Any, batch: int, *, re
 
 def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *, steps: int, top: int,
              device: str, dtype: Any, gpu: Any, profile: Any, replays: int, smoke: bool,
-             per_step: int = 0, skip: int = 0, in_graph: bool = False) -> dict[str, Any]:
+             per_step: int = 0, skip: int = 0, in_graph: bool = False, kv_cache_dtype: str = "auto") -> dict[str, Any]:
     model = resolve_model(model_name)
-    work = make_workload(model, tp=tp, dtype="float16" if smoke else None)
+    work = make_workload(model, tp=tp, dtype="float16" if smoke else None, kv_cache_dtype=kv_cache_dtype)
     if smoke:
         from decodecalc.traffic import parse_mix
         preset, _ = parse_mix("mix:prompt=40,output=6,sigma=0.3")
@@ -438,12 +447,13 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
     bpad = max(spec.batch_run for e in entries for spec in e["specs"] if isinstance(spec, VllmSpec)) if any(
         e["engine"] == "vllm" for e in entries) else bmax
     rows = max(bmax, bpad)
-    elt = 2
+    elt = work.kv_bytes_per_element
+    kv_dtype = torch.float8_e4m3fn if elt == 1 else dtype
     per_copy = rows * (cdiv(lmax, 16) * 16) * work.num_kv_heads * work.head_size * 2 * elt
     min_step = int(ctx.steps.per_step_sum(ctx.steps.seq_lens).min()) * work.num_kv_heads * work.head_size * 2 * elt
     copies = 1 if smoke else max(1, min(math.ceil(ROTATE_BYTES / max(min_step, 1)), POOL_BUDGET_BYTES // per_copy,
                                         16))
-    pool = Pool(torch, rows=rows, length=lmax, h_kv=work.num_kv_heads, d=work.head_size, dtype=dtype,
+    pool = Pool(torch, rows=rows, length=lmax, h_kv=work.num_kv_heads, d=work.head_size, dtype=kv_dtype,
                 device=device, copies=copies, seed=7)
     if per_step:  # per-step timings of a sample of the shapes instead of workload totals
         n = ctx.steps.num_steps
@@ -505,7 +515,8 @@ def run_case(torch: Any, vk: Any, sk: Any, model_name: str, tp: int, wl: str, *,
                            "pick_vs_best_measured": pick["measured_total_s"] / best["measured_total_s"] - 1.0,
                            "measured_saving_vs_default": 1.0 - pick["measured_total_s"] / default["measured_total_s"],
                            "predicted_saving_vs_default": 1.0 - pick["predicted_total_s"] / default["predicted_total_s"]}
-    case = {"model": model_name, "tp": tp, "workload": wl, "steps": len(order), "skip_steps": skip,
+    case = {"model": model_name, "tp": tp, "workload": wl, "kv_cache_dtype": work.kv_cache_dtype, "steps": len(order),
+            "skip_steps": skip,
             "distinct_shapes": ctx.summary["distinct_shapes"], "kv_copies": copies, "entries": out_entries,
             "summary": summary, "workload_summary": ctx.summary}
     if wl.startswith("trace:"):  # the steps themselves: --repredict needs no trace file (it is not committed)
@@ -581,7 +592,7 @@ def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
         if "entries" not in case:
             continue
         model = resolve_model(case["model"])
-        ctx = exact_context(case_trace(case), make_workload(model, tp=case["tp"]), gpu, profile)
+        ctx = exact_context(case_trace(case), make_workload(model, tp=case["tp"], kv_cache_dtype=case.get("kv_cache_dtype", "auto")), gpu, profile)
         settings = {}
         for x in case["entries"]:
             if x["kind"] in ("default", "tuned", "candidate") and x.get("setting"):
@@ -658,6 +669,8 @@ def main() -> int:
                     "and write the comparison to --out")
     ap.add_argument("--skip-steps", type=int, default=0, metavar="N", help="replay steps N to N + --steps of each "
                     "workload (steps no earlier run used)")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="the workloads' KV-cache dtype (fp8: e4m3, vLLM's query "
+                    "quantized with per-tensor descales as calibrate's bench does)")
     ap.add_argument("--profile", metavar="YAML", help="with --repredict: this time profile instead of the one "
                     "decodecalc resolves for the H200")
     args = ap.parse_args()
@@ -705,7 +718,8 @@ def main() -> int:
             try:
                 case = run_case(torch, vk, sk, name, int(tp or 1), wl, steps=args.steps, top=args.top, device=device,
                                 dtype=dtype, gpu=gpu, profile=profile, replays=args.replays, smoke=args.smoke,
-                                per_step=args.per_step, skip=args.skip_steps, in_graph=args.in_graph)
+                                per_step=args.per_step, skip=args.skip_steps, in_graph=args.in_graph,
+                                kv_cache_dtype=args.kv_cache_dtype)
             except Exception as exc:  # noqa: BLE001 - record it and go on with the next case
                 import traceback
                 traceback.print_exc()
