@@ -177,12 +177,16 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    text = report(json.loads(args.data.read_text()))
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(args.out)
-    print(text)
+    write_report(args.out, report(json.loads(args.data.read_text())))
     return 0
+
+
+def write_report(out: Path, text: str) -> None:
+    """``text`` to ``out`` atomically (a temporary file renamed over it), and to stdout."""
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from kv_formats_report import unfitted_profile  # noqa: E402
+from kv_formats_report import unfitted_profile, write_report  # noqa: E402
 
 from decodecalc.timemodel.domain import profile_domain  # noqa: E402
 from decodecalc.timemodel.fit import measurements_from_rows  # noqa: E402
@@ -164,11 +164,7 @@ def main() -> int:
     ap.add_argument("--workloads", type=Path, default=WORKLOADS)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    text = report(json.loads(args.data.read_text()), args.workloads)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(args.out)
-    print(text)
+    write_report(args.out, report(json.loads(args.data.read_text()), args.workloads))
     return 0
 
 
