@@ -631,7 +631,7 @@ def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
             if not measured or (engine, e.default.label) not in meas:
                 continue
             pick = e.best
-            cands = [meas[(engine, n)] for n in measured]
+            cands = [meas[(engine, n)] for n in sorted(measured)]  # sorted: ties (same launches) resolve alike
             best = min(cands, key=lambda x: x["measured_total_s"])
             got, default = meas[(engine, pick.label)], meas[(engine, e.default.label)]
             picks.append({"model": case["model"], "tp": case["tp"], "workload": case["workload"], "engine": engine,
