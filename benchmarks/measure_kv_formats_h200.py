@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from decodecalc.launchers.sglang_triton import DEFAULT_MAX_KV_SPLITS  # noqa: E402
 from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS  # noqa: E402
 
 #: (h, h_kv, d) per rank: two layouts every fit saw (8:1 and 32:8 at d128), four none saw (16:2 d128 and 64:8 d128,
@@ -54,8 +55,9 @@ EXTRA_LAYOUTS = ((16, 1, 128), (4, 1, 128), (32, 4, 128), (14, 2, 128), (8, 1, 6
 #: --unseen: layouts no fp8 run timed, groups 3, 5, 7, 12, 2 and 4 (Llama-3.2-3B, Qwen2.5-14B, Qwen2.5-7B TP1,
 #: Mistral-Large-2 TP8, Gemma-2-9B TP2, Llama-3.2-1B TP1)
 UNSEEN_LAYOUTS = ((24, 8, 128), (40, 8, 128), (28, 4, 128), (12, 1, 128), (8, 4, 256), (32, 8, 64))
-#: --unseen: SGLang's adaptive launch at these max_kv_splits (8: exec_.py's default; 64: a tuned setting)
-ADAPTIVE_MAX_SPLITS = (8, 64)
+#: --unseen: SGLang's adaptive launch at these max_kv_splits (the engine's default, launchers.sglang_triton; 64: a
+#: tuned setting)
+ADAPTIVE_MAX_SPLITS = (DEFAULT_MAX_KV_SPLITS, 64)
 #: --short: short-context batches (uniform 8 x 256, 32 x 512, 128 x 1024; 48 ragged sequences of 100-4,000 tokens)
 SHORT_BATCHES = ((256,) * 8, (512,) * 32, (1024,) * 128, tuple(100 + (k * 83) % 3900 for k in range(48)))
 #: --short: SGLang's static split counts 1-128 (the workloads' candidates)

@@ -38,7 +38,6 @@ from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "results" / "kv-formats-h200-unseen.json"
 WORKLOADS = ROOT / "benchmarks" / "results" / "validate-tune-fp8-h200.json"
-PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 OUT = ROOT / "benchmarks" / "results" / "validate-fp8-h200.md"
 
 
@@ -58,6 +57,16 @@ def scored_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def training_errors() -> list[float]:
+    """The packaged profile's errors on the SGLang fp8 rows its fp8 family was fitted on (leaveout_fp8.DATA)."""
+    from leaveout_fp8 import DATA as FIT_DATA
+
+    rows = [r for p in FIT_DATA if p.exists() for r in json.loads(p.read_text())["cases"] if r.get("status") == "ok"
+            and r["kv_cache_dtype"] == "fp8" and r["block_size"] == 16 and r["variant"].startswith("sglang")]
+    prof = packaged_profile("h200")
+    return [launch_time_s(m.work, prof) / m.time_s - 1 for m in measurements_from_rows(rows)]
+
+
 def stats(errs: list[float]) -> dict[str, float]:
     """rows, median and p90 of |error|, the share within 5%, the largest error in size (signed)."""
     a = sorted(abs(e) for e in errs)
@@ -71,20 +80,11 @@ def _cell(s: dict[str, float]) -> str:
 
 
 def workload_rows(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """validate_tune_h200.repredict of the fp8 workloads, with the packaged profile and with the unfitted one (the
-    packaged file without its fp8 family, written to a temporary file: the family then borrows the bf16 one)."""
-    import tempfile
-
-    import yaml
+    """validate_tune_h200.repredict of the fp8 workloads, with the packaged profile and with the unfitted one
+    (:func:`kv_formats_report.unfitted_profile`)."""
     from validate_tune_h200 import repredict
 
-    raw = yaml.safe_load(PROFILE.read_text())
-    for name in [n for n in raw["families"] if n.endswith("_fp8")]:
-        del raw["families"][name]
-    with tempfile.TemporaryDirectory() as tmp:
-        bare = Path(tmp) / "h200.yaml"
-        bare.write_text(yaml.safe_dump(raw))
-        now, before = repredict(path), repredict(path, bare)
+    now, before = repredict(path, profile=packaged_profile("h200")), repredict(path, profile=unfitted_profile())
     return {"packaged": now["rows"], "unfitted": before["rows"], "picks": now["picks"], "picks_unfitted": before["picks"]}
 
 
@@ -140,6 +140,9 @@ def report(data: dict[str, Any], workloads: Path | None = WORKLOADS) -> str:
     groups_in, heads_in = scopes.get("fp8", ((), ()))
     inside = [x for x in rows if x["engine"] == "sglang" and x["kv"] == "fp8" and x["g"] in groups_in
               and x["d"] in heads_in]
+    fit_rows = training_errors()
+    lines += ["", f"Beside it, the training figure: the shipped family on the {len(fit_rows)} SGLang fp8 timings it was "
+              f"fitted on (twelve layouts, benchmarks/leaveout_fp8.py's data): {_cell(stats(fit_rows))}."]
     if inside:
         lines += ["", f"Inside SGLang's fp8 domain (fit.kernel_domains.sglang: group sizes {', '.join(map(str, groups_in))}"
                   f" at head sizes {', '.join(map(str, heads_in))}; {len({x['layout'] for x in inside})} of these "

@@ -306,11 +306,10 @@ def build_calls(torch: Any, vk: Any, sk: Any, pool: Pool, ctx: Any, entry: dict[
                 shared[key] = (q, out, sl, cu, tab.contiguous(), so, sm, se, max(lens), thr, S)
             q, out, sl, cu, tab, so, sm, se, lmax, thr, S = shared[key]
             quant: dict[str, Any] = {}
-            if fp8:  # the layer's fp8 query and per-tensor descales, as calibrate's bench (verify.calibration.ShapeBench)
-                one = torch.ones((), dtype=torch.float32, device=device).reshape(1)
-                q = q.to(pool.kv.k_cache.dtype)
-                quant = dict(q_descale=one, k_descale=one.expand((tab.shape[0], h_kv)),
-                             v_descale=one.expand((tab.shape[0], h_kv)), kv_quant_mode=vk.KVQuantMode.FP8_PER_TENSOR)
+            if fp8:  # the layer's fp8 query and per-tensor descales, as calibrate's bench quantizes them
+                from decodecalc.verify.calibration import vllm_fp8_query
+
+                q, quant = vllm_fp8_query(torch, vk, q, pool.kv.k_cache.dtype, tab.shape[0], h_kv)
 
             def vcall(q=q, out=out, sl=sl, cu=cu, tab=tab, so=so, sm=sm, se=se, lmax=lmax, thr=thr, S=S,
                       quant=quant) -> None:
@@ -580,13 +579,13 @@ def recipe_time_s(ctx: Any, entries: list[dict[str, Any]], engine: str, i: int, 
     return splits_time_s(ctx, i, tuple(recipe["splits"]), int(recipe["max_kv_splits"]), adaptive=False)
 
 
-def repredict(path: Path, profile_path: Path | None = None) -> dict[str, Any]:
+def repredict(path: Path, profile_path: Path | None = None, profile: Any = None) -> dict[str, Any]:
     """The comparison from a measured JSON with the time model as it is now (CPU only): per (case, setting)
     predicted vs measured total, tune's pick now among the measured settings (a run of an older, smaller search
     measured only its own), the best measured candidate, the measured saving."""
     data = json.loads(Path(path).read_text())
     gpu = resolve_gpu("h200")
-    profile = resolve_profile(gpu, profile_path=profile_path)
+    profile = profile if profile is not None else resolve_profile(gpu, profile_path=profile_path)
     rows, picks = [], []
     for case in data["cases"]:
         if "entries" not in case:

@@ -87,8 +87,7 @@ def print_recommendation(console: Console, err: Console, res: RecommendResult, t
         print_wrapped(console, f"{k}: not modelled for this step: {why}", style="dim")
     src = rec.profile.path or "built-in"
     state = "calibrated" if rec.calibrated else "UNCALIBRATED"
-    mixed = [k for k, kr in rec.kernels.items() if kr.calibrated] if rec.profile.calibrated else []
-    if mixed and not rec.calibrated:  # some kernels' predictions lie inside the measured domain, some outside
-        state += f" (calibrated for {', '.join(mixed)} only)"
+    if rec.calibrated_kernels and not rec.calibrated:  # some kernels inside their measured domain, some outside
+        state += f" (calibrated for {', '.join(rec.calibrated_kernels)} only)"
     console.print(Text(f"time model: {state} profile {src}", style="dim"))
     print_wrapped(console, rec.profile.regime_note(tuple(rec.kernels)), style="dim")

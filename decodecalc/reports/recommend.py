@@ -121,6 +121,11 @@ class Recommendation:
                 and all(k.calibrated for k in self.kernels.values()))
 
     @property
+    def calibrated_kernels(self) -> tuple[str, ...]:
+        """The kernels whose predictions are calibrated (all, none, or some where each kernel's domain differs)."""
+        return tuple(k for k, kr in self.kernels.items() if kr.calibrated) if self.profile.calibrated else ()
+
+    @property
     def warning(self) -> str | None:
         parts = [] if self.profile.calibrated else [
             f"no calibrated time profile for {self.gpu}: predictions use datasheet figures and H200 latencies "

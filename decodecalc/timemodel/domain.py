@@ -46,7 +46,7 @@ class Domain:
     sliding_window: bool = False
     mla: bool = False
     block_sizes: tuple[int, ...] = (16,)
-    #: (KV dtype, group sizes, head sizes): a KV dtype beyond the first of ``kv_cache_dtypes`` is calibrated at these
+    #: (KV dtype, group sizes, head sizes): a KV dtype of ``kv_cache_dtypes`` named here is calibrated at these
     #: query-group and head sizes only (the shapes its own families were fitted and validated on)
     kv_cache_dtype_scopes: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
 
@@ -71,12 +71,12 @@ def profile_domain(profile: Any, kernel: str | None = None) -> Domain:
     (``fit.kernel_domains.<kernel>``: SGLang's, with its fp8 family, benchmarks/leaveout_fp8.py)."""
     fit: Mapping[str, Any] = getattr(profile, "fit", {}) or {}
     rec = fit.get("domain") if isinstance(fit, Mapping) else None
+    rec = dict(rec) if isinstance(rec, Mapping) else {}
     backends = fit.get("backend_families") if kernel and isinstance(fit, Mapping) else None
     for per in (backends.get("domain") if isinstance(backends, Mapping) else None,
                 fit.get("kernel_domains") if kernel and isinstance(fit, Mapping) else None):
         if isinstance(per, Mapping) and isinstance(per.get(kernel), Mapping):
-            rec = per[kernel]
-    rec = rec if isinstance(rec, Mapping) else {}
+            rec.update(per[kernel])  # a kernel's record overrides the profile's, key by key
 
     def ints(key: str, default: tuple[int, ...]) -> tuple[int, ...]:
         v = rec.get(key)

@@ -295,9 +295,8 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
         uncal = fit.get("uncalibrated_families")
         if uncal is not None and not (isinstance(uncal, list) and all(isinstance(f, str) for f in uncal)):
             raise ConfigError(f"'fit.uncalibrated_families' must be a list of family names, got {uncal!r:.60}")
+        # an older profile: each family added since borrows its parent's numbers and map cells, uncalibrated
         borrowed = [new for new, old in FAMILY_FALLBACKS.items() if new not in fams and old in fams]
-        for new in borrowed:  # an older profile: the new family borrows its parent's numbers, uncalibrated
-            fams[new] = fams[FAMILY_FALLBACKS[new]]
         if borrowed:
             fit["uncalibrated_families"] = sorted({*(fit.get("uncalibrated_families") or ()), *borrowed})
         prof = TimeProfile(
@@ -314,7 +313,7 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
             residuals=residual_map_from_mapping(data["residuals"], origin) if data.get("residuals") is not None else None,
             **_in_graph(data.get("in_graph")),
         )
-        for new in borrowed:  # ... and its parent's map cells: its launches predict as the parent family's did
+        for new in borrowed:  # its launches predict as the parent family's did
             prof = prof.borrowing(new)
     except KeyError as e:
         raise ConfigError(f"time profile {origin}: missing field {e.args[0]!r}") from None

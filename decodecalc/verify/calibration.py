@@ -101,12 +101,8 @@ class ShapeBench:
                 q = torch.cat([self.q, torch.zeros((t_run - B, h, d), device=dev, dtype=self.q.dtype)])
                 out = torch.empty_like(q)
             quant: dict[str, Any] = {}
-            if self.fp8:  # the layer's fp8 query and per-tensor descales (all ones: the data are drawn unscaled)
-                one = torch.ones((), dtype=torch.float32, device=dev)
-                q = q.to(kv.k_cache.dtype)
-                quant = dict(q_descale=one.reshape(1), k_descale=one.reshape(1).expand((b_run, h_kv)),
-                             v_descale=one.reshape(1).expand((b_run, h_kv)),
-                             kv_quant_mode=self.vk.KVQuantMode.FP8_PER_TENSOR)
+            if self.fp8:
+                q, quant = vllm_fp8_query(torch, self.vk, q, kv.k_cache.dtype, b_run, h_kv)
             seq_lens = torch.tensor(list(self.lens) + [0] * (b_run - B), dtype=torch.int32, device=dev)
             cu_q = torch.tensor(list(range(B + 1)) + [B] * (b_run - B), dtype=torch.int32, device=dev)
             tables = kv.block_tables
@@ -144,6 +140,15 @@ class ShapeBench:
         sstep.out = self.out  # type: ignore[attr-defined]
         sstep.num_kv_splits = ns  # type: ignore[attr-defined]
         return sstep
+
+
+def vllm_fp8_query(torch: Any, vk: Any, q: Any, kv_dtype: Any, rows: int, h_kv: int) -> tuple[Any, dict[str, Any]]:
+    """vLLM's attention layer on an fp8 KV cache (CUDA): the query quantized to the cache's dtype, and the kernel's
+    per-tensor descales (all ones: the benches draw their data unscaled) for ``rows`` sequences of ``h_kv`` KV heads,
+    with ``KVQuantMode.FP8_PER_TENSOR``. Returns (query, keyword arguments of unified_attention)."""
+    one = torch.ones((), dtype=torch.float32, device=q.device).reshape(1)
+    return q.to(kv_dtype), dict(q_descale=one, k_descale=one.expand((rows, h_kv)), v_descale=one.expand((rows, h_kv)),
+                                kv_quant_mode=vk.KVQuantMode.FP8_PER_TENSOR)
 
 
 def bench_device(torch: Any) -> tuple[Any, int, float, Any, Any]:
