@@ -138,7 +138,8 @@ def workload(shape: dict, block: int):
         h, h_kv = shape["heads"]
         model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
                                     num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
-    return make_workload(model, tp=shape["tp"], seq_lens=tuple(shape["seq_lens"]), block_size=block)
+    return make_workload(model, tp=shape["tp"], seq_lens=tuple(shape["seq_lens"]), block_size=block,
+                         kv_cache_dtype=shape.get("kv_cache_dtype", "auto"))
 
 
 #: split sweeps for the time model (several split counts per shape): FA3's num_splits (static bound; the

@@ -92,7 +92,7 @@ def measurements_from(paths) -> list[Measurement]:
                     continue  # only runs whose launch the model reproduces (today: all of them)
                 shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=w.seq_lens,
                               head_size=w.head_size, head_size_v=w.head_size_v, block_size=w.block_size,
-                              query_lens=w.query_lens)
+                              query_lens=w.query_lens, kv_bytes_per_element=w.kv_bytes_per_element)
                 out.append(Measurement(shape=shape, kernel=r["backend"], variant=variant,
                                        splits=max(plan.splits or (1,)), time_s=t * 1e-6,
                                        work=backend_work(plan, w, r["backend"]), is_default=not knobs,

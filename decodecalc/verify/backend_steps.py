@@ -34,8 +34,26 @@ def _pages(w: Workload, page: int) -> list[int]:
 
 
 def _kv_bytes(w: Workload) -> int:
-    per_tok = w.num_kv_heads * (w.head_size + (0 if w.model.is_mla else w.head_size_v)) * 2
+    per_tok = w.num_kv_heads * (w.head_size + (0 if w.model.is_mla else w.head_size_v)) * w.kv_bytes_per_element
     return sum(w.seq_lens) * per_tok
+
+
+def kv_torch_dtype(w: Workload) -> Any:
+    """The torch dtype of ``w``'s KV cache: the query dtype, or the fp8 format its ``kv_cache_dtype`` names (``fp8`` is
+    e4m3, as in vLLM and SGLang)."""
+    import torch
+
+    kv = w.kv_cache_dtype
+    if kv.startswith("fp8"):
+        return torch.float8_e5m2 if kv == "fp8_e5m2" else torch.float8_e4m3fn
+    return torch.float16 if kv == "float16" else torch.bfloat16
+
+
+def _random_cache(shape: tuple[int, ...], dtype: Any, g: Any) -> Any:
+    """A KV cache of ``shape`` in ``dtype``, drawn in bf16 (torch draws no fp8 values) and cast."""
+    import torch
+
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=g).to(dtype)
 
 
 def _copies(w: Workload, copies: int | None) -> int:
@@ -48,18 +66,19 @@ def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False
                     seed: int = 0, fixed_split_size: int | None = None, disable_split_kv: bool = False,
                     workspace_bytes: int = 256 << 20) -> Step:
     """``BatchDecodeWithPagedKVCacheWrapper`` (NHD, page size w.block_size), planned once, run per copy
-    (``workspace_bytes``: its float workspace; a workload replay holding a wrapper per step asks for less)."""
+    (``workspace_bytes``: its float workspace; a workload replay holding a wrapper per step asks for less). An fp8
+    KV cache is planned with ``kv_data_type`` fp8 and a bf16 query, as SGLang and vLLM call it (scales 1)."""
     import flashinfer
     import torch
 
     dev, dt = "cuda", torch.bfloat16
+    kv_dt = kv_torch_dtype(w)
     g = torch.Generator(device=dev).manual_seed(seed)
     page, B = w.block_size, w.batch
     pages = _pages(w, page)
     n_pages = sum(pages)
     c = _copies(w, copies)
-    caches = [torch.randn(n_pages, 2, page, w.num_kv_heads, w.head_size, device=dev, dtype=dt, generator=g)
-              for _ in range(c)]
+    caches = [_random_cache((n_pages, 2, page, w.num_kv_heads, w.head_size), kv_dt, g) for _ in range(c)]
     indptr = torch.tensor([0, *itertools_acc(pages)], dtype=torch.int32, device=dev)
     indices = torch.randperm(n_pages, device=dev, generator=g).to(torch.int32)
     last = torch.tensor([L - (p - 1) * page for L, p in zip(w.seq_lens, pages)], dtype=torch.int32, device=dev)
@@ -76,14 +95,14 @@ def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False
     if fixed_split_size is not None or disable_split_kv:  # tensor-core plan only (flashinfer decode.py L1696)
         knobs = {"fixed_split_size": fixed_split_size, "disable_split_kv": disable_split_kv}
     wrapper.plan(indptr, indices, last, w.num_heads, w.num_kv_heads, w.head_size, page,
-                 q_data_type=dt, kv_data_type=dt, **knobs)
+                 q_data_type=dt, kv_data_type=kv_dt, **knobs)
 
     def run(i: int) -> None:
         wrapper.run(q, caches[i % c], out=out)
 
     return Step(run=run, copies=c, kv_bytes=_kv_bytes(w),
                 info={"flashinfer_version": flashinfer.__version__, "cuda_graph_plan": cuda_graph,
-                      "backend": getattr(wrapper, "_backend", None)})
+                      "backend": getattr(wrapper, "_backend", None), "kv_data_type": str(kv_dt)})
 
 
 def itertools_acc(xs: list[int]) -> list[int]:
@@ -111,36 +130,43 @@ def _block_table(w: Workload, page: int, dev: str, g: Any) -> tuple[Any, int]:
 def fa3_step(w: Workload, *, num_splits: int = 0, copies: int | None = None, seed: int = 0) -> Step:
     """vLLM's FA3 decode call: varlen q (one token per request), paged KV, ``seqused_k``, causal, with the
     scheduler metadata vLLM precomputes (``get_scheduler_metadata``); ``num_splits`` 0 = heuristic,
-    32 = vLLM's bound under full CUDA graphs."""
+    32 = vLLM's bound under full CUDA graphs. An fp8 KV cache runs as vLLM 0.33.0 runs FA3 on it
+    (vllm/v1/attention/backends/flash_attn.py): the query quantized to the cache's fp8 dtype, the scheduler
+    metadata for that dtype, q/k/v descales of shape (num_seqs, num_kv_heads) (1 here), a bf16 output."""
     import torch
 
     ops = load_ops("fa3")
     dev, dt = "cuda", torch.bfloat16
+    kv_dt = kv_torch_dtype(w)
+    fp8 = w.kv_cache_dtype.startswith("fp8")
     g = torch.Generator(device=dev).manual_seed(seed)
     page, B = w.block_size, w.batch
     bt, n_pages = _block_table(w, page, dev, g)
     c = _copies(w, copies)
-    ks = [torch.randn(n_pages, page, w.num_kv_heads, w.head_size, device=dev, dtype=dt, generator=g) for _ in range(c)]
-    vs = [torch.randn(n_pages, page, w.num_kv_heads, w.head_size_v, device=dev, dtype=dt, generator=g) for _ in range(c)]
-    q = torch.randn(w.num_tokens, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
+    ks = [_random_cache((n_pages, page, w.num_kv_heads, w.head_size), kv_dt, g) for _ in range(c)]
+    vs = [_random_cache((n_pages, page, w.num_kv_heads, w.head_size_v), kv_dt, g) for _ in range(c)]
+    q = _random_cache((w.num_tokens, w.num_heads, w.head_size), kv_dt if fp8 else dt, g)
     out = torch.empty(w.num_tokens, w.num_heads, w.head_size_v, device=dev, dtype=dt)
+    descale = torch.ones(B, w.num_kv_heads, device=dev, dtype=torch.float32) if fp8 else None
     cu_q = torch.tensor([0, *itertools_acc(list(w.query_lens))], dtype=torch.int32, device=dev)
     seqused = torch.tensor(w.seq_lens, dtype=torch.int32, device=dev)
     maxq, maxk = w.max_seqlen_q, w.max_seqlen_k
-    md = ops.get_scheduler_metadata(B, maxq, maxk, w.num_heads, w.num_kv_heads, w.head_size, w.head_size_v, dt,
+    md = ops.get_scheduler_metadata(B, maxq, maxk, w.num_heads, w.num_kv_heads, w.head_size, w.head_size_v,
+                                    kv_dt if fp8 else dt,
                                     seqused, cu_q, None, None, None, None, page, 0, True, -1, -1, False,
                                     num_splits, None, 0)
     scale = w.head_size ** -0.5
 
     def run(i: int) -> None:
         ops.fwd(q, ks[i % c], vs[i % c], None, None, None, out, cu_q, None, None, None, seqused, maxq, maxk, bt,
-                None, None, None, None, None, None, None, None, scale, True, -1, -1, 0.0, True, md, num_splits,
-                None, 0, None, 1, 0, None)
+                None, None, None, None, None, descale, descale, descale, scale, True, -1, -1, 0.0, True, md,
+                num_splits, None, 0, None, 1, 0, None)
 
     def readback() -> dict[str, Any]:
         return {"scheduler_metadata": md.tolist()[:4 * B + 8] if md is not None else None}
 
-    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w), info={"num_splits_arg": num_splits}, readback=readback)
+    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w), info={"num_splits_arg": num_splits, "kv_data_type": str(kv_dt)},
+                readback=readback)
 
 
 def flashmla_step(w: Workload, *, copies: int | None = None, seed: int = 0) -> Step:
