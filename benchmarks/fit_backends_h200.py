@@ -67,36 +67,34 @@ def measurements_from(paths) -> list[Measurement]:
     gpu = resolve_gpu("h200")
     out: list[Measurement] = []
     for path in map(Path, paths):
-        with path.open(encoding="utf-8") as fh:
-            for line in fh:
-                r = json.loads(line)
-                t = (r.get("timing") or {}).get("t_us")
-                if "error" in r or not t or r["backend"] not in BACKEND_KERNELS:
-                    continue
-                w = workload(r["shape"], r["block_size"])
-                knobs = r.get("knobs")
-                if knobs:
-                    plan = P.knob_plan(r["backend"], w, gpu, knobs)
-                    variant = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
-                else:
-                    from decodecalc.launchers.registry import PolicyOptions
-                    from decodecalc.reports.compare import evaluate
+        for r in P.read_capture_records(path):
+            t = (r.get("timing") or {}).get("t_us")
+            if "error" in r or not t or r["backend"] not in BACKEND_KERNELS:
+                continue
+            w = workload(r["shape"], r["block_size"])
+            knobs = r.get("knobs")
+            if knobs:
+                plan = P.knob_plan(r["backend"], w, gpu, knobs)
+                variant = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+            else:
+                from decodecalc.launchers.registry import PolicyOptions
+                from decodecalc.reports.compare import evaluate
 
-                    res = evaluate(P.BACKENDS[r["backend"]][0], w, gpu,
-                                   PolicyOptions(vllm=P._vllm_settings(r["cuda_graph"])))
-                    plan = res.plan
-                    variant = "default-cuda-graph" if r["cuda_graph"] else "default"
-                launches = [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
-                                                if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
-                if plan is None or not P.compare_launches(plan, launches)["match"]:
-                    continue  # only runs whose launch the model reproduces (today: all of them)
-                shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=w.seq_lens,
-                              head_size=w.head_size, head_size_v=w.head_size_v, block_size=w.block_size,
-                              query_lens=w.query_lens, kv_bytes_per_element=w.kv_bytes_per_element)
-                out.append(Measurement(shape=shape, kernel=r["backend"], variant=variant,
-                                       splits=max(plan.splits or (1,)), time_s=t * 1e-6,
-                                       work=backend_work(plan, w, r["backend"]), is_default=not knobs,
-                                       model=r["shape"]["model"]))
+                res = evaluate(P.BACKENDS[r["backend"]][0], w, gpu,
+                               PolicyOptions(vllm=P._vllm_settings(r["cuda_graph"])))
+                plan = res.plan
+                variant = "default-cuda-graph" if r["cuda_graph"] else "default"
+            launches = [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
+                                            if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
+            if plan is None or not P.compare_launches(plan, launches)["match"]:
+                continue  # only runs whose launch the model reproduces (today: all of them)
+            shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=w.seq_lens,
+                          head_size=w.head_size, head_size_v=w.head_size_v, block_size=w.block_size,
+                          query_lens=w.query_lens, kv_bytes_per_element=w.kv_bytes_per_element)
+            out.append(Measurement(shape=shape, kernel=r["backend"], variant=variant,
+                                   splits=max(plan.splits or (1,)), time_s=t * 1e-6,
+                                   work=backend_work(plan, w, r["backend"]), is_default=not knobs,
+                                   model=r["shape"]["model"]))
     return out
 
 

@@ -11,14 +11,16 @@ from decodecalc.workload import Workload, make_workload
 
 
 def workload_of(record: dict) -> Workload:
-    """The per-rank step a capture record ran: a library model, optionally with its heads replaced."""
+    """The per-rank step a capture record ran: a library model, optionally with its heads replaced, on the KV
+    cache dtype it ran with."""
     s = record["shape"]
     model = resolve_model(s["model"])
     if s.get("heads"):
         h, h_kv = s["heads"]
         model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
                                     num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
-    return make_workload(model, tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=record["block_size"])
+    return make_workload(model, tp=s["tp"], seq_lens=tuple(s["seq_lens"]), block_size=record["block_size"],
+                         kv_cache_dtype=s.get("kv_cache_dtype", "auto"))
 
 
 def launches_of(record: dict) -> list[P.ProfiledLaunch]:

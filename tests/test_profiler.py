@@ -4,7 +4,6 @@ FlashMLA builds) must still be what the launchers predict."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,14 @@ from decodecalc.yamlio import load_yaml_file
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "benchmarks" / "results" / "capture-backends-h200.jsonl"
 SWEEP = ROOT / "benchmarks" / "results" / "sweep-backends-h200.jsonl"
+#: benchmarks/measure_backends_fp8_h200.py: FlashInfer 0.7.2.post1 and vLLM 0.33.0's FA3 on bf16 and fp8 KV caches
+FP8_FI = ROOT / "benchmarks" / "results" / "fp8-backends-flashinfer-h200.jsonl.gz"
+FP8_FA3 = ROOT / "benchmarks" / "results" / "fp8-backends-fa3-h200.jsonl.gz"
 H200 = resolve_gpu("h200")
 
 
 def _records(path: Path = CAPTURE) -> list[dict]:
-    with path.open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
+    return P.read_capture_records(path)
 
 
 @pytest.mark.parametrize("backend", ["flashinfer", "flashinfer-tc", "fa3", "flashmla"])
@@ -53,16 +54,33 @@ def test_occupancy_data_follows_from_the_captured_registers() -> None:
             assert occ == row["occupancy"], (table, key)
     # and the captured registers, threads and shared memory are the ones recorded
     seen = {}
-    for r in _records() + _records(SWEEP):
+    for r in _records() + _records(SWEEP) + _records(FP8_FI):
         if r["backend"] == "flashinfer" and "error" not in r:
             w = workload_of(r)
             main = next(x for x in r["launches"] if x["role"] == "main")
-            seen[f"{w.head_size}/{w.group_size}"] = (main["registers_per_thread"], main["block"][0] * main["block"][1]
+            seen[FI.decode_variant(w)] = (main["registers_per_thread"], main["block"][0] * main["block"][1]
                                                      * main["block"][2], main["shared_memory_bytes"])
             # and the grid follows from that occupancy
             assert P.predict_and_compare("flashinfer", w, H200, launches_of(r), cuda_graph=r["cuda_graph"])["match"]
     assert seen == {k: (v["registers_per_thread"], v["threads"], v["shared_memory_bytes"])
                     for k, v in data["flashinfer_decode"].items()}
+
+
+@pytest.mark.parametrize("backend", ["flashinfer", "flashinfer-tc"])
+def test_fp8_kv_launches_match_the_model(backend: str) -> None:
+    """Every FlashInfer launch of the fp8-KV run (bf16 and e4m3 caches, 18 head layouts) has the predicted grid:
+    the CUDA-core kernel's e4m3 template has its own registers per thread, hence its own occupancy (5-7 CTAs/SM
+    against 9 for bf16 on the same layout)."""
+    recs = [r for r in _records(FP8_FI) if r["backend"] == backend and "error" not in r]
+    assert {r["shape"]["kv_cache_dtype"] for r in recs} == {"bfloat16", "fp8"} and len(recs) >= 300
+    bad = [(r["shape"]["layout"], r["shape"]["kv_cache_dtype"], r["shape"]["seq_lens"][:2]) for r in recs
+           if not P.predict_and_compare(backend, workload_of(r), H200, launches_of(r),
+                                        cuda_graph=r["cuda_graph"])["match"]]
+    assert not bad, bad[:5]
+    if backend == "flashinfer":
+        occ = {FI.decode_variant(workload_of(r)): FI.plan_flashinfer(workload_of(r), H200).details["occupancy"]
+               for r in recs}
+        assert occ["128/8"] == 9 and occ["128/8/e4m3"] == 7 and occ["128/16/e4m3"] == 5
 
 
 def test_h200_default_uses_the_measured_occupancy() -> None:

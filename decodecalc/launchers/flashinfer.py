@@ -158,6 +158,14 @@ GROUP_SIZES = (1, 2, 3, 4, 6, 8, 16)
 SRC_GROUPS = "flashinfer 0.7.2.post1 include/flashinfer/utils.cuh L142-167 DISPATCH_GQA_GROUP_SIZE"
 
 
+def decode_variant(w: Workload) -> str:
+    """The occupancy.yaml key of the CUDA-core decode kernel compiled for ``w``: ``head_dim/group_size``, plus
+    ``/e4m3`` for an fp8 KV cache (another template instance: 16-byte vectors of 16 KV elements, its own
+    registers per thread; bf16 query either way, as vLLM and SGLang call it)."""
+    key = f"{w.head_size}/{w.group_size}"
+    return key + "/e4m3" if w.kv_bytes_per_element == 1 else key
+
+
 def _check(w: Workload, gpu: GPUSpec, system: str, check_platform: bool) -> None:
     require_vendor(gpu, "nvidia", system, check_platform)
     require_not_mla(w, system)
@@ -180,12 +188,12 @@ def plan_flashinfer(
     if w.group_size not in GROUP_SIZES:
         raise UnsupportedError(f"{system}: group size {w.group_size} (query heads per KV head) not compiled; "
                                f"compiled: {', '.join(map(str, GROUP_SIZES))} ({SRC_GROUPS})")
-    measured = measured_occupancy(gpu, "flashinfer_decode", f"{w.head_size}/{w.group_size}") \
-        if occupancy is None else None
+    variant = decode_variant(w)
+    measured = measured_occupancy(gpu, "flashinfer_decode", variant) if occupancy is None else None
     if measured is not None:
-        occ = ex.add("occupancy", measured[0], "occupancy.yaml[architecture][head_dim/group_size]: "
+        occ = ex.add("occupancy", measured[0], "occupancy.yaml[architecture][decode_variant]: "
                      "cudaOccupancyMaxActiveBlocksPerMultiprocessor measured for this build", measured[1],
-                     architecture=gpu.arch, head_dim=w.head_size, group_size=w.group_size)
+                     architecture=gpu.arch, decode_variant=variant)
     elif occupancy is None:
         occ = ex.add("occupancy", occupancy_lower_bound(threads, smem, gpu.compute_capability),
                      "lower bound of cudaOccupancyMaxActiveBlocksPerMultiprocessor: min(threads, CTAs, smem, 255-register limits)",

@@ -207,6 +207,17 @@ def ctas_per_sm(threads: int, registers_per_thread: int, smem_bytes: int, *, max
 # comparison with the model
 
 
+def read_capture_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a capture JSONL file (one JSON object per line), plain or gzip-compressed (``.gz``: the
+    larger result files are committed compressed)."""
+    import gzip
+
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
 def _strip(grid: tuple[int, ...]) -> tuple[int, ...]:
     g = list(grid)
     while len(g) > 1 and g[-1] == 1:
