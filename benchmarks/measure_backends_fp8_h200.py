@@ -11,8 +11,9 @@ two ragged batches). Every (backend, layout, shape) runs with a bf16 and an fp8 
 session's drift cancels in their ratio: FlashInfer with an eager plan and, every other shape, a CUDA-graph plan; FA3
 with its heuristic split count (eager) and with vLLM's 32 under full CUDA graphs. Each run is profiled (the launch is
 compared with decodecalc's plan, decodecalc.verify.backend_steps.run_case) and timed back to back under CUDA graphs
-over rotating KV copies. Writes ``fp8-backends.jsonl`` (committed gzip-compressed as ``fp8-backends-{flashinfer,fa3}-h200.jsonl.gz``) (capture_backends_h200's records, ``shape.kv_cache_dtype``
-added) and a summary; a time guard stops starting new cases near ``--budget-s``.
+over rotating KV copies. Writes ``fp8-backends.jsonl`` (capture_backends_h200's records, ``shape.kv_cache_dtype``
+added; committed gzip-compressed as ``benchmarks/results/fp8-backends-{flashinfer,fa3}-h200.jsonl.gz``) and a
+summary; a time guard stops starting new cases near ``--budget-s``.
 """
 
 from __future__ import annotations

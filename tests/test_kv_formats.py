@@ -111,7 +111,7 @@ def test_the_profile_records_the_measured_miss(data):
 
 def test_warnings_outside_the_domain_name_the_measured_miss():
     """A prediction outside the domain says what timing that format measured, for the engine and GPU it was timed on
-    only: none for FlashInfer (not timed in fp8), none on another GPU."""
+    only: none on another GPU; FlashInfer and FA3 have fp8 families of their own (inside)."""
     from types import SimpleNamespace
 
     from typer.testing import CliRunner
@@ -127,7 +127,13 @@ def test_warnings_outside_the_domain_name_the_measured_miss():
     want = f"median {100 * rec['vllm']['median']:+.1f}%"
     assert any(want in w and f"{rec['vllm']['rows']} launches" in w for w in by["vllm"]["predicted_warnings"])
     assert "sglang" not in rec and by["sglang"]["predicted_calibrated"] is True  # its fp8 family: inside its domain
-    assert not any("timed on" in w for w in by["flashinfer"]["predicted_warnings"])
+    # FlashInfer's and FA3's fp8 families (benchmarks/fit_backends_fp8_h200.py): inside their own domains too
+    for name in ("flashinfer", "flashinfer-tc", "fa3"):
+        assert by[name]["predicted_calibrated"] is True and not by[name].get("predicted_warnings"), name
+    odd = CliRunner().invoke(app, ["compare", "--kv-cache-dtype", "fp8", "--json", "-m", "llama3-8b", "--tp", "4"])
+    assert odd.exit_code == 0, odd.output  # 8:2 d128, group 4 as measured: inside; no vLLM-style measured miss
+    fi = {p["name"]: p for p in json.loads(odd.stdout)["policies"]}["flashinfer"]
+    assert not any("timed on" in w for w in fi.get("predicted_warnings") or ())
     prof = packaged_profile("h200")
     assert measured_miss(prof, "block_size", 32, "vllm", "h200")["rows"] == 180
     assert measured_miss(prof, "block_size", 32, "vllm", "h100-sxm") is None

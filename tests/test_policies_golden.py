@@ -152,6 +152,9 @@ def test_fa3_8b_paged():
     # section 2.1 row "FA3 (varlen, paged, page 16 -> paged-non-TMA, blockN = 128)"
     p = plan_flash_attn3(W8B, H200)
     assert p.details["kBlockN"] == 128 and p.details["num_splits_static"] == 14
+    # vLLM's fork (vllm-project/flash-attention@617264c1 hopper/heuristics.h L10-14, tile_size.h L41-42): hdim 128
+    # with seqlen_q * g = 4 <= 64 runs one MMA warp group, tile 64 x 128 (the reference's 128 x 128 is upstream's)
+    assert p.details["use_one_mma_wg"] is True and p.details["kBlockM"] == 64
     assert p.grid == (132,) and p.details["tiles"] == 80  # 1 m-block x 8 heads x 10 splits
     assert p.splits == (10,) and p.tokens_per_split == (256,)
     assert per_token_head(p, W8B) == 7224 and per_token_head(p, W8B, used=True) == 5160
@@ -164,8 +167,10 @@ def test_fa3_8b_non_paged_float32_edge():
     assert p.details["kBlockN"] == 176 and p.details["num_splits_static"] == 13
     assert p.splits == (13,) and p.nonempty_splits == (8,) and p.tokens_per_split == (352,)
     assert per_token_head(p, W8B) == 6708
-    q = plan_flash_attn3(W8B, H200, paged=False, varlen=False)
-    assert q.grid == (1, 13 * 8, 1)
+    # the reference's non-varlen grid (1, 13 * 8, 1) is upstream's: vLLM's fork is built varlen only
+    # (vllm-project/flash-attention@617264c1 CMakeLists.txt L310, hopper/static_switch.h L130-137)
+    with pytest.raises(UnsupportedError, match="varlen"):
+        plan_flash_attn3(W8B, H200, paged=False, varlen=False)
 
 
 def test_fa3_70b_float_tie():

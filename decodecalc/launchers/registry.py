@@ -187,7 +187,7 @@ _register(Policy(
         f"contiguous KV cache: upstream FA2 pages must be multiples of 256 (block size {w.block_size})"],
     length_key=flash_attn2.length_key))
 _register(Policy(
-    "fa3", "FlashAttention-3 (as vLLM drives it)", "flash-attention@0251105a hopper/", "cuda",
+    "fa3", "FlashAttention-3 (as vLLM drives it)", "vllm-project/flash-attention@617264c1 hopper/ (vLLM's fork)", "cuda",
     "no (static bound from max length, dynamic splits from the batch's total blocks); yes with VLLM_BATCH_INVARIANT",
     build=_fa3, live_rows=_group, tile_keys=_const("kBlockN", 128), notes=_fa3_notes))
 #: what FlashInfer's two paths share: a tile holds one KV head's query group and one page of keys

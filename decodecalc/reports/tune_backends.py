@@ -16,7 +16,7 @@ from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import flash_attn3, flashinfer
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.reports.tune_stats import Stats
-from decodecalc.timemodel import KERNEL_FAMILIES
+from decodecalc.timemodel import KERNEL_FAMILIES, kernel_families
 from decodecalc.timemodel.domain import domain_warnings
 
 Planner = Callable[[Any, Any], LaunchPlan]
@@ -76,14 +76,20 @@ _PATH_NOTE = {"flashinfer-tc": "tensor-core decode, as the engine runs it (launc
               "flashinfer": "CUDA-core decode, as the engine runs it (launchers/flashinfer.py engine_uses_tensor_cores)"}
 
 
-def _uncalibrated_why(key: str, profile: Any) -> str:
-    """Why ``key``'s kernels have no calibrated time in ``profile`` ("" when they have one)."""
+def _uncalibrated_why(key: str, profile: Any, kv_bytes_per_element: int | None = None) -> str:
+    """Why ``key``'s kernels have no calibrated time in ``profile`` on a KV cache of ``kv_bytes_per_element``
+    bytes ("" when they have one); names the families that miss."""
     if key not in KERNEL_FAMILIES:
         return "the time model has no kernel family for it yet"
     uncal = set(profile.fit.get("uncalibrated_families", ()) or ())
-    if profile.calibrated and all(f in profile.families and f not in uncal for f in KERNEL_FAMILIES[key]):
+    fams = kernel_families(key, kv_bytes_per_element)
+    missed = [f for f in fams if f not in profile.families or f in uncal]
+    if profile.calibrated and not missed:
         return ""
-    return f"no calibrated time for it in the {profile.gpu} profile ({profile.path or 'built-in'})"
+    where = f"the {profile.gpu} profile ({profile.path or 'built-in'})"
+    if not profile.calibrated or len(missed) == len(fams):
+        return f"no calibrated time for it in {where}"
+    return f"no calibrated time for its {', '.join(missed)} kernels in {where}"
 
 
 #: another backend's total is estimated to this many times the target error (0.3%: it is compared at the per-cent
@@ -98,7 +104,7 @@ def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
         if engine not in engines:
             continue
         key = kernel_of(engine, ctx.work)
-        why = _uncalibrated_why(key, ctx.profile)
+        why = _uncalibrated_why(key, ctx.profile, ctx.work.kv_bytes_per_element)
         if not why and key in KERNEL_FAMILIES:
             outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=key)
             why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""

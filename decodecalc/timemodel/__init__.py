@@ -63,6 +63,7 @@ from decodecalc.timemodel.profile import (
     FamilyParams,
     TimeProfile,
     occupancy,
+    kernel_families,
     profile_from_mapping,
 )
 from decodecalc.timemodel.profile_sources import (
@@ -84,7 +85,7 @@ from decodecalc.timemodel.work import (
 
 __all__ = [
     "TIE_FRACTION", "FAMILIES", "FAMILY_FALLBACKS", "KERNEL_FAMILIES", "PROFILE_SCHEMA", "FamilyParams", "KernelWork", "LaunchWork", "WorkShape",
-    "TimeProfile", "datasheet_profile", "dump_profile", "kernel_time_s", "launch_time_s", "load_profile_file",
+    "TimeProfile", "datasheet_profile", "dump_profile", "kernel_families", "kernel_time_s", "launch_time_s", "load_profile_file",
     "occupancy", "packaged_profile", "Prediction", "predict_plan", "predict_time_s", "profile_from_mapping", "resolve_profile", "robust_time_s",
     "sglang_work", "user_profile_dir", "vllm_work", "work_for_plan",
 ]

@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
@@ -58,6 +60,26 @@ FA2_BLEND_POWER = 4.0  # FA2's split kernels, chosen the same way (of 0 = max, 2
 #: iterations, (fixed, per 64 query rows of the CTA); chosen on the H200 training shapes (upstream's scheduler
 #: weighs a piece as 5 blocks, fixed_overhead_num_blocks, whatever its rows)
 MLA_PIECE_ITERS = (5.0, 3.0)
+
+
+def flashinfer_family(tensor_cores: bool, kv_bytes_per_element: int) -> str:
+    """The time-model family of FlashInfer's decode kernel: the CUDA-core or tensor-core path, each with its own
+    family on an fp8 KV cache (another template instance: the CUDA-core kernel converts e4m3 to the bf16 query's
+    type in registers at 16 elements a vector, the tensor-core one before its MMAs; measured t(fp8)/t(bf16) on the
+    same launch 1.31 and 0.98 on the H200, benchmarks/results/fit-backends-fp8-h200.json), where bytes alone would
+    predict 0.5-0.6."""
+    base = "flashinfer_tc" if tensor_cores else "flashinfer_decode"
+    return base + "_fp8" if kv_bytes_per_element == 1 else base
+
+
+def fa3_family(details: Mapping[str, Any], kv_bytes_per_element: int) -> str:
+    """The time-model family of FA3's FlashAttnFwdSm90 for a plan's ``details``: bf16 ``fa3_fwd``; on an fp8 KV cache
+    (the fork's in-kernel dequantization, query quantized to e4m3) ``fa3_fwd_fp8`` for the one-MMA-warpgroup decode
+    tiles (``use_one_mma_wg``: d 64 or 128, g <= 64; 64 x 128 / 64 x 96) and ``fa3_fwd_fp8_wide`` for the
+    two-warpgroup tiles (d 256: 128 x 128), two kernels with different pipelines (launchers.flash_attn3)."""
+    if kv_bytes_per_element != 1:
+        return "fa3_fwd"
+    return "fa3_fwd_fp8" if details.get("use_one_mma_wg") else "fa3_fwd_fp8_wide"
 
 
 def _hist(pairs: list[tuple[int, int]], scale: int = 1) -> tuple[tuple[int, int], ...]:
@@ -163,7 +185,7 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
         add_block(blocks, row_runs((cdiv(u * page, step), 1) for u in line), h_kv)
         order = tuple(blocks)
     occ = 2 if tensor_cores else int(main.constexprs.get("occupancy") or 0) or None  # PrefillPlanImpl: 2 CTAs/SM
-    kernels = [KernelWork(family="flashinfer_tc" if tensor_cores else "flashinfer_decode", iters=iters,
+    kernels = [KernelWork(family=flashinfer_family(tensor_cores, kvb), iters=iters,
                           bytes_per_iter=unit_bytes, idle_programs=max(0, main.programs - working),
                           head_dim=next_power_of_2(d), occupancy=occ, order=order,
                           blend_power=TC_BLEND_POWER if tensor_cores else 0.0)]
@@ -192,7 +214,7 @@ def fa3_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
         pairs += [(u, n * mb) for u, n in _pieces(nb, ne, cdiv(tps, kbn))]
         empty += (s - ne) * mb
     persistent = bool(det.get("varlen"))  # VarlenDynamicPersistentTileScheduler: one CTA per SM
-    kernels = [KernelWork(family="fa3_fwd", iters=_hist(pairs), bytes_per_iter=kbn * (d + dv) * kvb,
+    kernels = [KernelWork(family=fa3_family(det, kvb), iters=_hist(pairs), bytes_per_iter=kbn * (d + dv) * kvb,
                           idle_programs=empty, head_dim=next_power_of_2(d), occupancy=1 if persistent else None,
                           persistent=persistent)]
     comb = _kernel(plan, KernelKind.FA3_COMBINE)

@@ -20,11 +20,14 @@ FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_st
             "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2",
             # the default backends (decodecalc.timemodel.backends): FlashInfer, FA3, FlashMLA
             "flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
-            "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine")
+            "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine",
+            # the same backends on an fp8 KV cache (timemodel.backends.flashinfer_family, fa3_family)
+            "flashinfer_decode_fp8", "flashinfer_tc_fp8", "fa3_fwd_fp8", "fa3_fwd_fp8_wide")
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
 FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1", "vllm_reduce_spill": "vllm_reduce",
-                    "sglang_stage1_fp8": "sglang_stage1"}
+                    "sglang_stage1_fp8": "sglang_stage1", "flashinfer_decode_fp8": "flashinfer_decode",
+                    "flashinfer_tc_fp8": "flashinfer_tc", "fa3_fwd_fp8": "fa3_fwd", "fa3_fwd_fp8_wide": "fa3_fwd"}
 
 #: what a predicted time is the time of (docs/recommend.md, "Regimes"): ``back-to-back``, one system's decode call
 #: repeated in a CUDA graph (how every fit's data was timed), or ``in-graph``, the call inside a decode layer's graph
@@ -61,12 +64,28 @@ KERNEL_FAMILIES = {
     # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
     "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),
     "reference-sglang": ("ref_sglang_stage1", "ref_sglang_stage2"),
-    "flashinfer": ("flashinfer_decode", "flashinfer_merge"),
-    "flashinfer-tc": ("flashinfer_tc", "flashinfer_merge"),
-    "fa3": ("fa3_fwd", "fa3_combine"),
+    "flashinfer": ("flashinfer_decode", "flashinfer_merge", "flashinfer_decode_fp8"),
+    "flashinfer-tc": ("flashinfer_tc", "flashinfer_merge", "flashinfer_tc_fp8"),
+    "fa3": ("fa3_fwd", "fa3_combine", "fa3_fwd_fp8", "fa3_fwd_fp8_wide"),
     "flashmla": ("flashmla_fwd", "flashmla_combine"),
     "fa2": ("fa2_fwd", "fa2_fwd_plain", "fa2_combine"),
 }
+
+#: families that run only on a KV cache of one element size (bytes); the others run on any
+FAMILY_KV_BYTES = {"sglang_stage1_fp8": 1, "flashinfer_decode_fp8": 1, "flashinfer_tc_fp8": 1, "fa3_fwd_fp8": 1,
+                   "fa3_fwd_fp8_wide": 1, "sglang_stage1": 2, "flashinfer_decode": 2, "flashinfer_tc": 2, "fa3_fwd": 2}
+
+
+def kernel_families(kernel: str, kv_bytes_per_element: int | None = None) -> tuple[str, ...]:
+    """The families ``kernel``'s launches use (KERNEL_FAMILIES), only those that run on a KV cache of
+    ``kv_bytes_per_element`` bytes when it is given (a bf16 workload never uses an fp8 family, and the other way
+    round)."""
+    fams = KERNEL_FAMILIES.get(kernel, ())
+    if kv_bytes_per_element is None:
+        return fams
+    kvb = 1 if kv_bytes_per_element == 1 else 2
+    return tuple(f for f in fams if FAMILY_KV_BYTES.get(f, kvb) == kvb)
+
 
 PROFILE_SCHEMA = 1
 

@@ -244,6 +244,35 @@ def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any
     return {"match": ok, "kernels": rows}
 
 
+def fa3_measured_splits(readback: dict[str, Any] | None, plan: Any) -> tuple[int, ...] | None:
+    """The per-request split counts FA3's prepare kernel wrote into the scheduler metadata the run read back, when the
+    launch splits dynamically (varlen, more than one split, at most 992 requests), else None. The metadata is int32
+    vectors of ``round_up(B, 4)``: the packed query lengths, then (dynamic splits only) the split counts
+    (vllm-project/flash-attention@617264c1 hopper/flash_api.cpp L1080-1090, ``num_splits_dynamic_ptr`` L704)."""
+    from decodecalc.derived import cdiv
+    from decodecalc.launchers.flash_attn3 import PREPARE_VARLEN_MAX_BATCHES_1CTA
+
+    md = (readback or {}).get("scheduler_metadata")
+    det = getattr(plan, "details", {}) or {}
+    B = len(plan.splits or ())
+    dynamic = det.get("varlen") and int(det.get("num_splits_static") or 1) > 1 and B <= PREPARE_VARLEN_MAX_BATCHES_1CTA
+    b4 = cdiv(B, 4) * 4
+    if not dynamic or not isinstance(md, list) or len(md) < b4 + B:
+        return None
+    return tuple(int(x) for x in md[b4:b4 + B])
+
+
+def fa3_splits_check(plan: Any, readback: dict[str, Any] | None) -> dict[str, Any] | None:
+    """FA3's predicted per-request split counts against the ones its prepare kernel computed (None when the run
+    did not split dynamically or read nothing back): the grid is persistent (one CTA per SM), so the splits are
+    what tells a right launch from a wrong one."""
+    got = fa3_measured_splits(readback, plan)
+    if got is None:
+        return None
+    pred = tuple(plan.splits)
+    return {"predicted": list(pred), "measured": list(got), "match": pred == got}
+
+
 def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any:
     """The launcher's plan for an explicit split setting (eager plan): FlashInfer tensor cores'
     fixed_split_size / disable_split_kv, FA3's and FA2's num_splits."""

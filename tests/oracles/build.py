@@ -24,9 +24,11 @@ FA2 = "flash_attn-2.8.3.post2/csrc/flash_attn"
 FI = "flashinfer_python-0.7.2.post1/include"
 VLLM11 = "vllm-0.11.0"
 VLLM33 = "vllm-0.33.0"
-# FlashAttention-3 (hopper/) ships in no release archive on the package index: a checkout's files are
-# copied here by hand (docs/oracles.md), and the FA3 oracle is built only when they are present.
-FA3 = "flash-attention-0251105a/hopper"
+# FlashAttention-3 (hopper/) as vLLM builds it: vllm-project/flash-attention (vLLM's fork) at 617264c1, the
+# closest commit available to the b273a026 vLLM 0.33 pins. It ships in no release archive on the package
+# index: a checkout's files are copied here by hand (docs/oracles.md), and the FA3 oracle is built only when
+# they are present.
+FA3 = "vllm-flash-attention-617264c1/hopper"
 
 
 class ExtractError(RuntimeError):
@@ -166,20 +168,28 @@ def vllm_rocm_snippets(src: Path) -> dict[str, str]:
 
 
 def fa3_snippets(src: Path) -> dict[str, str]:
-    """FlashAttention-3 hopper/flash_api.cpp: the functions mha_fwd calls to decide the launch and the
-    statements with which it adjusts the window and causality (heuristics.h and tile_size.h are
-    included whole by the driver)."""
+    """vLLM's FlashAttention-3 fork, hopper/flash_api.cpp: the functions mha_fwd calls to decide the launch,
+    the statements with which it adjusts the window and causality, and those that set the split count and
+    PackGQA (heuristics.h with use_one_mma_wg, tile_size.h and flash.h are included whole by the driver)."""
     api = src / "flash_api.cpp"
+    mha_fwd = r"^mha_fwd\("
     return {
-        "fa3_functions.inc": snippet(api, r"^inline int round_up_headdim\(", brace=True)
+        "fa3_functions.inc": define(api, "PREPARE_VARLEN_MAX_BATCHES_1CTA")
+        + snippet(api, r"^inline int round_up_headdim\(", brace=True)
         + snippet(api, r"^inline int round_up_headdimv\(", brace=True)
         + snippet(api, r"^inline bool get_pagedkv_tma\(", brace=True)
         + snippet(api, r"^inline bool get_pack_gqa\(", brace=True)
         + snippet(api, r"^inline int get_num_splits\(", brace=True),
         "fa3_window.inc": lines_between(api, r"if \(window_size_left >= seqlen_k - 1\)",
-                                        r"if \(is_causal\) \{ window_size_right = 0; \}", after=r"^mha_fwd\("),
+                                        r"^\s*is_causal = window_size_left < 0 && window_size_right == 0;",
+                                        after=mha_fwd),
         "fa3_causal_local.inc": lines_between(api, r"params.is_causal = window_size_left < 0",
-                                              r"params.is_local = ", after=r"^void set_params_fprop\("),
+                                              r"params.window_size_right = window_size_right;",
+                                              after=r"^void set_params_fprop\("),
+        # use_prepare_varlen .. pagedkv_tma, num_splits, pack_gqa (PACKGQA_ONLY), no split above 992 sequences
+        "fa3_splits.inc": lines_between(api, r"bool const use_prepare_varlen = is_varlen;",
+                                        r"if \(use_prepare_varlen && params.b > PREPARE_VARLEN_MAX_BATCHES_1CTA\)",
+                                        after=mha_fwd),
     }
 
 

@@ -1,0 +1,211 @@
+"""Fit the default backends' fp8-KV families (issue 18, item 2) on twelve head layouts and judge them on six that no
+fit saw.
+
+    python benchmarks/fit_backends_fp8_h200.py [--write-profile]
+
+Data: benchmarks/measure_backends_fp8_h200.py's H200 runs (fp8-backends-flashinfer-h200.jsonl.gz,
+fp8-backends-fa3-h200.jsonl.gz): FlashInfer's CUDA-core and tensor-core decode and vLLM's FA3, each shape on a bf16
+and an fp8 (e4m3) cache back to back, over FIT_LAYOUTS and UNSEEN_LAYOUTS (measure_backends_fp8_h200.py). Only runs
+whose launch decodecalc's plan reproduces are used (the launchers decide the work: timemodel.backends).
+
+What is fitted: the families an fp8 cache runs (timemodel.backends.flashinfer_family, fa3_family:
+flashinfer_decode_fp8, flashinfer_tc_fp8, fa3_fwd_fp8 for FA3's one-MMA-warpgroup tiles, fa3_fwd_fp8_wide for its
+d-256 tiles), each started from its bf16 family and fitted on the fp8 rows of FIT_LAYOUTS only; every other family
+(the merge and combine kernels, which read fp32 partials either way) and the GPU's globals are held. Scored on the
+fp8 rows of UNSEEN_LAYOUTS (whole head layouts left out, never a random split), beside:
+
+* ``before``: the same rows predicted by the bf16 families with fp8 bytes (what ships without this fit);
+* ``bf16``: the bf16 rows of the same run by the shipped bf16 families (most of these 18 layouts no bf16 fit saw);
+* ``ratio``: the measured t(fp8) / t(bf16) of the same launch, per backend (a session's drift cancels in it).
+
+The backends' families have no residual map, so every figure is the physics alone. A family whose left-out median
+misses 5% or whose p90 misses 15% (fit_backends_h200's goals) is listed in the profile's uncalibrated_families;
+issue 18's goals (3% / 8%) are reported beside. ``--write-profile`` puts the families, this record
+(``fit.backend_fp8_families``) and the fp8 scopes of the three kernels' domains (``fit.kernel_domains``) into
+decodecalc/profiles/h200.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.fit_backends_h200 import PROFILE, hbm_ceilings, measurements_from  # noqa: E402
+from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
+from decodecalc.timemodel import packaged_profile  # noqa: E402
+from decodecalc.timemodel.fit import Measurement, _fit_group, abs_pct_errors, percentile  # noqa: E402
+from decodecalc.timemodel.profile import FAMILY_FALLBACKS  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = (RESULTS / "fp8-backends-flashinfer-h200.jsonl.gz", RESULTS / "fp8-backends-fa3-h200.jsonl.gz")
+OUT = RESULTS / "fit-backends-fp8-h200.json"
+#: per backend kernel, its fp8 families (fitted one at a time on their own rows)
+FP8_FAMILIES = {"flashinfer": ("flashinfer_decode_fp8",), "flashinfer-tc": ("flashinfer_tc_fp8",),
+                "fa3": ("fa3_fwd_fp8", "fa3_fwd_fp8_wide")}
+#: fit_backends_h200's goals (a miss: uncalibrated) and issue 18's
+GOAL_MEDIAN, GOAL_P90 = 0.05, 0.15
+ISSUE_MEDIAN, ISSUE_P90 = 0.03, 0.08
+
+
+def layout_of(m: Measurement) -> tuple[int, int, int]:
+    return m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size
+
+
+def main_family(m: Measurement) -> str:
+    return m.work.kernels[0].family
+
+
+def stats(prof: Any, ms: list[Measurement]) -> dict[str, float]:
+    """Absolute relative errors of ``prof`` on ``ms`` (median, p90, max) and the signed median."""
+    if not ms:
+        return {"rows": 0}
+    e = abs_pct_errors(prof, ms)
+    from decodecalc.timemodel.predict import model_launch_time_s
+
+    signed = [model_launch_time_s(m.work, prof) / m.time_s - 1 for m in ms]
+    return {"rows": len(ms), "median_abs_err": round(percentile(e, 0.5), 4), "p90_abs_err": round(percentile(e, 0.9), 4),
+            "max_abs_err": round(max(e), 4), "median_signed_err": round(statistics.median(signed), 4),
+            "within_5": round(sum(x <= 0.05 for x in e) / len(e), 3)}
+
+
+def fp8_ratios(ms: list[Measurement]) -> dict[str, float]:
+    """Per backend kernel: the median measured t(fp8) / t(bf16) over the shapes timed on both caches."""
+    by: dict[tuple[str, str, str], dict[int, float]] = {}
+    for m in ms:
+        by.setdefault((m.kernel, m.shape.key, m.variant), {})[m.shape.kv_bytes_per_element] = m.time_s
+    out: dict[str, list[float]] = {}
+    for (k, _, _), t in by.items():
+        if 1 in t and 2 in t:
+            out.setdefault(k, []).append(t[1] / t[2])
+    return {k: round(statistics.median(v), 3) for k, v in sorted(out.items())}
+
+
+def start_profile(train: list[Measurement]) -> Any:
+    """The shipped profile with each fp8 family set to its bf16 family's numbers (FAMILY_FALLBACKS) and the HBM
+    ceiling its fp8 training rows reached: the fit's start and the ``before`` model."""
+    base = packaged_profile("h200")
+    assert base is not None
+    fams = dict(base.families)
+    ceilings = hbm_ceilings(train)
+    for fam_list in FP8_FAMILIES.values():
+        for f in fam_list:
+            parent = fams[FAMILY_FALLBACKS[f]]
+            fams[f] = dataclasses.replace(parent, hbm_bandwidth_bytes_per_s=ceilings.get(f, parent.hbm_bandwidth_bytes_per_s))
+    return dataclasses.replace(base, families=fams)
+
+
+def run(max_evals: int = 1500) -> tuple[dict[str, Any], Any]:
+    ms = measurements_from(DATA)
+    fp8 = [m for m in ms if m.shape.kv_bytes_per_element == 1]
+    bf16 = [m for m in ms if m.shape.kv_bytes_per_element != 1]
+    fit_rows = [m for m in fp8 if layout_of(m) in FIT_LAYOUTS]
+    unseen_rows = [m for m in fp8 if layout_of(m) in UNSEEN_LAYOUTS]
+    before = start_profile(fit_rows)
+    prof = before
+    fitted: dict[str, dict[str, Any]] = {}
+    for kernel, fams in FP8_FAMILIES.items():
+        for fam in fams:
+            rows = [m for m in fit_rows if m.kernel == kernel and main_family(m) == fam]
+            if not rows:
+                continue
+            prof, loss = _fit_group(rows, prof, [fam], False, 2, max_evals)
+            fitted[fam] = {"kernel": kernel, "fit_rows": len(rows), "loss": round(loss, 5)}
+            print(f"{fam}: {len(rows)} rows, loss {loss:.4f}", flush=True)
+    per_family: dict[str, Any] = {}
+    uncal: list[str] = []
+    for fam, rec in fitted.items():
+        kern = rec["kernel"]
+        tr = [m for m in fit_rows if m.kernel == kern and main_family(m) == fam]
+        te = [m for m in unseen_rows if m.kernel == kern and main_family(m) == fam]
+        un = stats(prof, te)
+        miss = bool(te) and (un["median_abs_err"] > GOAL_MEDIAN or un["p90_abs_err"] > GOAL_P90)
+        if miss or not te:
+            uncal.append(fam)
+        per_family[fam] = {
+            **rec, "training": stats(prof, tr), "unseen": un, "before_unseen": stats(before, te),
+            "calibrated": not miss and bool(te),
+            "issue_goals_met": bool(te) and un["median_abs_err"] <= ISSUE_MEDIAN and un["p90_abs_err"] <= ISSUE_P90,
+            "layouts": sorted({"%d:%d-d%d" % layout_of(m) for m in tr + te}),
+        }
+    bf16_stats = {k: {"fit_layouts": stats(prof, [m for m in bf16 if m.kernel == k and layout_of(m) in FIT_LAYOUTS]),
+                      "unseen_layouts": stats(prof, [m for m in bf16 if m.kernel == k and layout_of(m) in UNSEEN_LAYOUTS])}
+                  for k in FP8_FAMILIES}
+    domains = {k: {"group_sizes": sorted({m.shape.num_heads // m.shape.num_kv_heads for m in fp8 if m.kernel == k}),
+                   "head_sizes": sorted({m.shape.head_size for m in fp8 if m.kernel == k})} for k in FP8_FAMILIES}
+    doc = {
+        "data": [p.name for p in DATA], "rows": len(ms), "fp8_rows": len(fp8), "fit_rows": len(fit_rows),
+        "unseen_rows": len(unseen_rows),
+        "fit_layouts": ["%d:%d-d%d" % x for x in FIT_LAYOUTS], "unseen_layouts": ["%d:%d-d%d" % x for x in UNSEEN_LAYOUTS],
+        "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90, "issue_median": ISSUE_MEDIAN, "issue_p90": ISSUE_P90},
+        "families": per_family, "bf16_families": bf16_stats, "fp8_over_bf16_measured": fp8_ratios(ms),
+        "uncalibrated_families": sorted(uncal), "fp8_domains": domains,
+        "params": {f: prof.families[f].as_dict() for f in fitted},
+        "regime": "back-to-back (calls of one plan in a CUDA graph over rotating KV copies)",
+        "map": "none (the backends' families have no residual map: physics only)",
+    }
+    return doc, prof
+
+
+def write_profile(prof: Any, doc: dict[str, Any], dest: Path = PROFILE) -> None:
+    """The shipped profile with the fp8 families, their record and the fp8 scopes of the three kernels' domains;
+    everything else as the file has it."""
+    from decodecalc.timemodel import dump_profile, load_profile_file
+
+    on_disk = load_profile_file(dest)
+    fams = {**on_disk.families, **{f: prof.families[f] for f in doc["params"]}}
+    fit = dict(on_disk.fit)
+    fit["backend_fp8_families"] = {
+        "source": "benchmarks/fit_backends_fp8_h200.py on " + ", ".join(doc["data"]) + ": fitted on "
+                  + ", ".join(doc["fit_layouts"]) + "; judged on " + ", ".join(doc["unseen_layouts"]),
+        "unseen": {f: r["unseen"] for f, r in doc["families"].items()},
+        "before_unseen": {f: r["before_unseen"] for f, r in doc["families"].items()},
+    }
+    old = [f for f in (fit.get("uncalibrated_families") or []) if f not in doc["params"]]
+    fit["uncalibrated_families"] = sorted({*old, *doc["uncalibrated_families"]})
+    kd = {k: dict(v) for k, v in (fit.get("kernel_domains") or {}).items()}
+    for kernel, dom in doc["fp8_domains"].items():
+        rec = kd.setdefault(kernel, {})
+        rec["kv_cache_dtypes"] = ["bfloat16", "fp8", "fp8_e4m3"]
+        rec["kv_cache_dtype_scopes"] = {"fp8": dom}
+        rec["note"] = ("fp8: the layouts benchmarks/fit_backends_fp8_h200.py fitted and judged its families on "
+                       "(fit.backend_fp8_families)")
+    fit["kernel_domains"] = kd
+    text = dump_profile(dataclasses.replace(on_disk, families=fams, fit=fit))
+    tmp = dest.with_suffix(".yaml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(dest)
+    if dest == PROFILE:
+        from tools.update_profile_cache import refresh
+
+        refresh(dest)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--write-profile", action="store_true")
+    ap.add_argument("--max-evals", type=int, default=1500)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    doc, prof = run(args.max_evals)
+    tmp = args.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(args.out)
+    print(json.dumps({f: {"unseen": r["unseen"], "before": r["before_unseen"]} for f, r in doc["families"].items()},
+                     indent=1))
+    print(json.dumps({"bf16": doc["bf16_families"], "ratio": doc["fp8_over_bf16_measured"],
+                      "uncalibrated": doc["uncalibrated_families"]}, indent=1))
+    if args.write_profile:
+        write_profile(prof, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
