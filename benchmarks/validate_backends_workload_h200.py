@@ -48,13 +48,14 @@ PATHS = ("flashinfer", "flashinfer-tc", "fa3")
 WORKSPACE = 32 << 20
 
 
-def case_steps(model: str, tp: int, wl: str, steps: int, profile: Any = None) -> tuple[Any, list[list[int]]]:
-    """tune's exact context of the case (under ``profile``, default the shipped one) and its steps' KV lengths
-    (validate_tune_h200.py's replay)."""
+def case_steps(model: str, tp: int, wl: str, steps: int, profile: Any = None,
+               kv_cache_dtype: str = "auto") -> tuple[Any, list[list[int]]]:
+    """tune's exact context of the case (under ``profile``, default the shipped one; on a KV cache of
+    ``kv_cache_dtype``) and its steps' KV lengths (validate_tune_h200.py's replay)."""
     from benchmarks.validate_tune_h200 import exact_context, step_lens, workload_trace
 
     gpu = resolve_gpu("h200")
-    work = make_workload(resolve_model(model), tp=tp)
+    work = make_workload(resolve_model(model), tp=tp, kv_cache_dtype=kv_cache_dtype)
     ctx = exact_context(workload_trace(wl, steps), work, gpu, profile or packaged_profile("h200"))
     return ctx, [step_lens(ctx, i) for i in range(ctx.steps.num_steps)]
 
@@ -74,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
     for model, tp, wl in cases:
         if time.time() - t0 > args.budget_s:
             break
-        _, lens = case_steps(model, tp, wl, args.steps)
+        _, lens = case_steps(model, tp, wl, args.steps, kv_cache_dtype=args.kv_cache_dtype)
         case: dict[str, Any] = {"model": model, "tp": tp, "workload": wl, "steps": len(lens), "seq_lens": lens,
-                                "measured_total_s": {}}
+                                "kv_cache_dtype": args.kv_cache_dtype, "measured_total_s": {}}
         for path in args.paths.split(","):
             if P.missing_backend(path):
                 case["measured_total_s"][path] = None
@@ -84,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
             try:
                 steps = []
                 for ls in lens:
-                    w = make_workload(resolve_model(model), tp=tp, seq_lens=tuple(ls), block_size=16)
+                    w = make_workload(resolve_model(model), tp=tp, seq_lens=tuple(ls), block_size=16,
+                                      kv_cache_dtype=args.kv_cache_dtype)
                     if path == "fa3":
                         steps.append(S.fa3_step(w, num_splits=32, copies=1))
                     else:
@@ -109,19 +111,21 @@ def predicted_totals(case: dict[str, Any], profile: Any = None) -> dict[str, flo
     exact)."""
     from decodecalc.reports.tune_backends import _planner
 
-    ctx, lens = case_steps(case["model"], case["tp"], case["workload"], case["steps"], profile)
+    ctx, lens = case_steps(case["model"], case["tp"], case["workload"], case["steps"], profile,
+                           case.get("kv_cache_dtype", "auto"))
     assert [list(x) for x in lens] == case["seq_lens"], "the workload's steps changed since the run"
     return {path: float(ctx.timer.backend(path, "vllm", _planner(path, "vllm")).time.sum()) for path in PATHS}
 
 
 def triton_defaults(paths: list[Path]) -> dict[tuple, dict[str, tuple[float, float]]]:
-    """(model, workload) -> engine -> (predicted, measured) default total, from validate_tune_h200.py runs."""
+    """(model, workload, KV dtype) -> engine -> (predicted, measured) default total, from validate_tune_h200.py
+    runs."""
     out: dict[tuple, dict[str, tuple[float, float]]] = {}
     for p in paths:
         for c in json.loads(p.read_text())["cases"]:
             for e in c["entries"]:
                 if e["kind"] == "default":
-                    out.setdefault((c["model"], c["workload"]), {})[e["engine"]] = (e["predicted_total_s"],
+                    out.setdefault((c["model"], c["workload"], c.get("kv_cache_dtype", "auto")), {})[e["engine"]] = (e["predicted_total_s"],
                                                                                    e["measured_total_s"])
     return out
 
@@ -140,13 +144,14 @@ def compare(path: Path | list[Path], triton: list[Path], write: bool = False, pr
         pred = predicted_totals(case, profile)
         meas = {k: v for k, v in case["measured_total_s"].items() if v}
         both = {k: (pred[k], meas[k]) for k in meas}
-        for engine, pm in tri.get((case["model"], case["workload"]), {}).items():
+        kv = case.get("kv_cache_dtype", "auto")
+        for engine, pm in tri.get((case["model"], case["workload"], kv), {}).items():
             both[f"{engine} (Triton default)"] = pm
-        row = {"model": case["model"], "tp": case["tp"], "workload": case["workload"],
+        row = {"model": case["model"], "tp": case["tp"], "workload": case["workload"], "kv_cache_dtype": kv,
                "totals": {k: {"predicted_s": p, "measured_s": m, "error": p / m - 1} for k, (p, m) in both.items()},
                "picks": {}}
         # per engine, what tune compares: its Triton default, FlashInfer on the path the engine runs, FA3
-        w = make_workload(resolve_model(case["model"]), tp=case["tp"])
+        w = make_workload(resolve_model(case["model"]), tp=case["tp"], kv_cache_dtype=kv)
         for engine in ("vllm", "sglang"):
             path = "flashinfer-tc" if engine_uses_tensor_cores(engine, w) else "flashinfer"
             opts = {k: both[k] for k in (f"{engine} (Triton default)", path, "fa3") if k in both}
@@ -182,7 +187,8 @@ def table(summary: dict[str, Any]) -> str:
         cells = [f"{r['totals'][k]['error']:+.1%}" if k in r["totals"] else "-" for k in names]
         picks = [f"{p['fastest_predicted']} / {p['fastest_measured']} ({p['excess']:+.1%})" if (p := r["picks"].get(e))
                  else "-" for e in ("vllm", "sglang")]
-        lines.append(f"| {r['model']} ({r['tp']}), {r['workload']} | " + " | ".join(cells + picks) + " |")
+        kv = "" if r.get("kv_cache_dtype", "auto") == "auto" else f", {r['kv_cache_dtype']} KV"
+        lines.append(f"| {r['model']} ({r['tp']}), {r['workload']}{kv} | " + " | ".join(cells + picks) + " |")
     return "\n".join(lines)
 
 
@@ -194,6 +200,7 @@ def main() -> int:
     ap.add_argument("--paths", default=",".join(PATHS), help="which of " + ", ".join(PATHS))
     ap.add_argument("--cases", default="", help="MODEL:TP:WORKLOAD;... instead of CASES")
     ap.add_argument("--replays", type=int, default=3)
+    ap.add_argument("--kv-cache-dtype", default="auto", help="auto (bf16) or fp8: the KV cache every step runs on")
     ap.add_argument("--budget-s", type=float, default=400.0)
     ap.add_argument("--compare", metavar="JSON")
     ap.add_argument("--triton", nargs="*", default=[], metavar="JSON",

@@ -157,14 +157,12 @@ def test_fa3_split_counts_match_its_prepare_kernel(path: Path) -> None:
     """FA3 runs on a persistent grid (one CTA per SM), so its grid cannot tell a wrong split count: the per-request
     splits its prepare kernel wrote into the scheduler metadata (read back by the run) are compared instead, for
     every committed FA3 run that split dynamically (bf16 and fp8 caches; vLLM's fork at 617264c1)."""
-    from decodecalc.verify.backend_steps import fa3_default_plan
-
     checked, bad = 0, []
     for r in _records(path):
         if r["backend"] != "fa3" or "error" in r:
             continue
         w = workload_of(r)
-        plan = P.knob_plan("fa3", w, H200, r["knobs"]) if r.get("knobs") else fa3_default_plan(w, H200, r["cuda_graph"])
+        plan = P.knob_plan("fa3", w, H200, r["knobs"]) if r.get("knobs") else P.fa3_default_plan(w, H200, r["cuda_graph"])
         check = P.fa3_splits_check(plan, r.get("readback"))
         if check is not None:
             checked += 1
@@ -174,11 +172,9 @@ def test_fa3_split_counts_match_its_prepare_kernel(path: Path) -> None:
 
 
 def test_fa3_splits_check_detects_a_wrong_split_count() -> None:
-    from decodecalc.verify.backend_steps import fa3_default_plan
-
     rec = next(r for r in _records(FP8_FA3) if r["backend"] == "fa3" and r.get("readback")
-               and P.fa3_splits_check(fa3_default_plan(workload_of(r), H200, r["cuda_graph"]), r["readback"]))
-    plan = fa3_default_plan(workload_of(rec), H200, rec["cuda_graph"])
+               and P.fa3_splits_check(P.fa3_default_plan(workload_of(r), H200, r["cuda_graph"]), r["readback"]))
+    plan = P.fa3_default_plan(workload_of(rec), H200, rec["cuda_graph"])
     assert P.fa3_splits_check(plan, rec["readback"])["match"]
     wrong = dataclasses.replace(plan, splits=tuple(s + 1 for s in plan.splits))
     assert P.fa3_splits_check(wrong, rec["readback"])["match"] is False

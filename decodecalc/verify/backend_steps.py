@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import UnsupportedError
-from decodecalc.verify.profiler import (_vllm_settings, compare_launches, fa3_splits_check, knob_plan, load_fa2,
+from decodecalc.verify.profiler import (compare_launches, fa3_default_plan, fa3_splits_check, knob_plan, load_fa2,
                                        load_ops, missing_backend, predict_and_compare, profile_launches)
 from decodecalc.workload import Workload
 
@@ -279,10 +279,3 @@ def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, t
             rec["match"] = bool(rec["match"]) and check["match"]
     return rec
 
-
-def fa3_default_plan(w: Workload, gpu: Any, cuda_graph: bool) -> Any:
-    """The plan compare evaluates for FA3 with the run's CUDA-graph setting (vLLM's 32 splits under graphs)."""
-    from decodecalc.launchers.registry import PolicyOptions
-    from decodecalc.reports.compare import evaluate
-
-    return evaluate("fa3", w, gpu, PolicyOptions(vllm=_vllm_settings(cuda_graph))).plan

@@ -301,6 +301,14 @@ def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[Prof
     return {"prediction": res.to_json(), **compare_launches(res.plan, launches)}
 
 
+def fa3_default_plan(w: Workload, gpu: Any, cuda_graph: bool) -> Any:
+    """The plan compare evaluates for FA3 with the run's CUDA-graph setting (vLLM's 32 splits under graphs)."""
+    from decodecalc.launchers.registry import PolicyOptions
+    from decodecalc.reports.compare import evaluate
+
+    return evaluate("fa3", w, gpu, PolicyOptions(vllm=_vllm_settings(cuda_graph))).plan
+
+
 def _vllm_settings(cuda_graph: bool) -> Any:
     import dataclasses
 
