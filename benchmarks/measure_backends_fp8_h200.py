@@ -44,6 +44,11 @@ SHAPES: list[tuple[int, int] | list[int]] = [(1, 512), (1, 8192), (1, 32768), (4
                                              (16, 8192), (64, 512), (64, 4096), (256, 1024),
                                              [256 + (i * 7919) % 8192 for i in range(24)],
                                              [100 + (i * 6151) % 3000 for i in range(100)]]
+#: --short: continuous batching's chat-like steps (batch 8-96 x contexts 50-800, uniform and ragged), on FIT_LAYOUTS
+#: only, each under the plan the engines' CUDA graphs use (FlashInfer's CUDA-graph plan, FA3's 32 splits): the regime
+#: whole chat workloads run in, which SHAPES (512 tokens and up) barely cover
+SHORT_SHAPES: list[tuple[int, int] | list[int]] = [(b, L) for b in (8, 32, 96) for L in (50, 200, 800)] + [
+    [50 + (i * 389) % 750 for i in range(32)], [50 + (i * 571) % 750 for i in range(96)], (64, 400)]
 KV_DTYPES = ("bfloat16", "fp8")
 #: errors in a row after which a backend's remaining runs are not started (a library that does not build or load)
 MAX_ERROR_STREAK = 6
@@ -60,15 +65,15 @@ def shape_dict(layout: tuple[int, int, int], sh: tuple[int, int] | list[int], kv
             "layout": f"{h}:{h_kv}-d{d}", "tag": tag}
 
 
-def plan_cases(which: str, backends: list[str]) -> list[tuple[str, dict, bool]]:
+def plan_cases(which: str, backends: list[str], short: bool = False) -> list[tuple[str, dict, bool]]:
     """(backend, shape, cuda_graph) of every run, the bf16 and fp8 runs of one case adjacent, the cases in a stable
-    hash order (a time-out leaves a spread of layouts, shapes and backends)."""
+    hash order (a time-out leaves a spread of layouts, shapes and backends); ``short``: SHORT_SHAPES on FIT_LAYOUTS."""
     cases = []
-    for lay in layouts(which):
-        tag = "fit" if lay in FIT_LAYOUTS else "unseen"
-        for i, sh in enumerate(SHAPES):
+    for lay in (FIT_LAYOUTS if short else layouts(which)):
+        tag = "fit-short" if short else "fit" if lay in FIT_LAYOUTS else "unseen"
+        for i, sh in enumerate(SHORT_SHAPES if short else SHAPES):
             for b in backends:
-                graphs = (False, True) if b == "fa3" or i % 2 == 0 else (False,)
+                graphs = (True,) if short else (False, True) if b == "fa3" or i % 2 == 0 else (False,)
                 for cg in graphs:
                     cases.append((b, [shape_dict(lay, sh, kv, tag) for kv in KV_DTYPES], cg))
     cases.sort(key=lambda c: hashlib.sha256(json.dumps([c[0], c[1][0], c[2]]).encode()).hexdigest())
@@ -120,6 +125,7 @@ def main() -> int:
     ap.add_argument("--backends", default="flashinfer,flashinfer-tc,fa3")
     ap.add_argument("--budget-s", type=float, default=500.0)
     ap.add_argument("--replays", type=int, default=5)
+    ap.add_argument("--short", action="store_true", help="SHORT_SHAPES on FIT_LAYOUTS (writes fp8-backends-short.jsonl)")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
@@ -145,9 +151,10 @@ def main() -> int:
     warm_flashinfer_jit(backends)
     print(f"flashinfer JIT warm-up done at {time.time() - t0:.0f}s", flush=True)
     done, failed, skipped, streak = 0, {}, {}, {}
-    path = out / "fp8-backends.jsonl"
+    stem = "fp8-backends-short" if args.short else "fp8-backends"
+    path = out / f"{stem}.jsonl"
     with path.open("w") as lines:
-        for backend, shape, cg in plan_cases(args.layouts, backends):
+        for backend, shape, cg in plan_cases(args.layouts, backends, args.short):
             if time.time() - t0 > args.budget_s:
                 break
             if backend in failed:
@@ -183,7 +190,7 @@ def main() -> int:
                "per_backend": {b: {"runs": sum(r["backend"] == b for r in recs),
                                    "matched": sum(r["backend"] == b and r.get("match") is True for r in recs),
                                    "errors": sum(r["backend"] == b and "error" in r for r in recs)} for b in backends}}
-    (out / "fp8-backends-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / f"{stem}-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(summary["per_backend"]), flush=True)
     return 0
 

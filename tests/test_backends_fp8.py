@@ -109,3 +109,26 @@ def test_fp8_domain_is_scoped_to_the_measured_layouts() -> None:
     assert domain_warnings(inside, H200, prof, kernel="flashinfer") == ()
     odd = _w(heads=(40, 4))  # g 10: no fp8 run
     assert any("fp8" in x and "group size 10" in x for x in domain_warnings(odd, H200, prof, kernel="flashinfer-tc"))
+
+
+def test_uncalibrated_note_names_the_family_and_its_left_out_figures() -> None:
+    from decodecalc.timemodel.profile import uncalibrated_note
+
+    prof = packaged_profile("h200")
+    rec = prof.fit["backend_fp8_families"]["unseen"]["fa3_fwd_fp8"]
+    note = uncalibrated_note(prof, {"fa3_fwd_fp8"})
+    assert note.startswith("fa3_fwd_fp8: left-out median") and f"{100 * rec['median_abs_err']:.1f}%" in note
+    fa2 = uncalibrated_note(prof, {"fa2_fwd", "fa2_combine"})
+    assert fa2.startswith("fa2_combine, fa2_fwd: fa2's held-out median") and fa2.count("missed") == 1
+    assert uncalibrated_note(prof, {"vllm_2d"}) == "vllm_2d: no fit of this profile calibrated it"
+
+
+def test_benchmarks_md_shows_the_committed_fp8_record() -> None:
+    from benchmarks.fit_backends_fp8_h200 import markdown
+
+    rec = json.loads(RECORD.read_text())
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert markdown(rec) in text
+    # the record's status column is the profile's
+    uncal = set(packaged_profile("h200").fit["uncalibrated_families"])
+    assert {f for f, r in rec["families"].items() if not r["calibrated"]} == uncal & set(rec["families"])

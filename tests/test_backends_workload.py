@@ -119,3 +119,17 @@ def test_flashinfer_short_steps_alone_as_benchmarks_says():
         assert f"{name} median {percentile(a, 0.5):.1%}, p90 {percentile(a, 0.9):.1%}" in text, kernel
         assert f"(mean {sum(e) / len(e):+.1%})" in text, kernel
     assert sum(m.kernel == "flashinfer" for m in ms) == 18 and sum(m.kernel == "flashinfer-tc" for m in ms) == 36
+
+
+def test_the_fp8_table_is_the_committed_fp8_run():
+    """BENCHMARKS.md's "The backends on an fp8 KV cache": the five fp8 chat workloads (validate_backends_workload_h200.py
+    --kv-cache-dtype fp8) under the shipped profile, the Triton defaults as validate-tune-fp8-h200.json recorded them."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        got = compare(RESULTS / "validate-backends-workload-h200-fp8.json", [RESULTS / "validate-tune-fp8-h200.json"])
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert table(got) in text
+    assert f"{got['within_5pct']} of {got['backend_totals']} backend totals within 5%" in " ".join(text.split())
+    assert got["cases"] == 5 and got["picks"] == 10
+    assert all(r["kv_cache_dtype"] == "fp8" and ", fp8 KV |" in table(got) for r in got["rows"])
+    # the CUDA-core kernel is not compiled for groups 7 and 12: those cases have no FlashInfer CUDA-core total
+    assert {r["model"] for r in got["rows"] if "flashinfer" not in r["totals"]} == {"qwen2.5-7b", "mistral-large"}

@@ -105,9 +105,12 @@ def test_tune_marks_an_engine_outside_its_domain(tmp_path):
     d = js("tune", *args, "--kv-cache-dtype", "fp8")
     assert d["engines"]["vllm"]["calibrated"] is False and "KV-cache dtype fp8" in d["engines"]["vllm"]["domain_warnings"][0]
     assert d["engines"]["sglang"]["calibrated"] is True and d["engines"]["sglang"]["domain_warnings"] == []
-    # FlashInfer's fp8 path and FA3 have fp8 families fitted and judged on left-out head layouts
-    # (benchmarks/fit_backends_fp8_h200.py): compared, with a total, like the bf16 run
-    assert all("total_s" in b for b in d["backends"]), [b.get("note") for b in d["backends"]]
+    # FlashInfer's fp8 paths and FA3 have fp8 families fitted and judged on left-out head layouts
+    # (benchmarks/fit_backends_fp8_h200.py): compared with a total where the family met the fit's goals, else the note
+    # names the family that missed
+    assert any("total_s" in b for b in d["backends"])
+    assert all("total_s" in b or "no calibrated time for its fa3_fwd_fp8" in b["note"]
+               or "no calibrated time for its flashinfer_decode_fp8" in b["note"] for b in d["backends"]), d["backends"]
     plain = js("tune", *args)
     assert all(e["calibrated"] and e["domain_warnings"] == [] for e in plain["engines"].values())
     assert any("total_s" in b for b in plain["backends"])

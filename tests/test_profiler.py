@@ -179,3 +179,21 @@ def test_fa3_splits_check_detects_a_wrong_split_count() -> None:
     wrong = dataclasses.replace(plan, splits=tuple(s + 1 for s in plan.splits))
     assert P.fa3_splits_check(wrong, rec["readback"])["match"] is False
     assert P.fa3_splits_check(plan, {"scheduler_metadata": None}) is None
+
+
+def test_verify_prints_fa3_split_check() -> None:
+    import io
+
+    from rich.console import Console
+
+    from decodecalc.render.verify import print_profiled
+    from decodecalc.verify.environment import Environment
+
+    env = Environment(device="cuda", interpret=False, torch="2.11", triton="3.6", gpu_name="NVIDIA H200")
+    buf = io.StringIO()
+    rec = {"kernels": [{"role": "main", "match": True}],
+           "splits_check": {"predicted": list(range(1, 11)), "measured": list(range(1, 11)), "match": True}}
+    print_profiled("fa3", env, rec, True, console=Console(file=buf, width=200))
+    out = buf.getvalue()
+    assert "splits per request (scheduler metadata): predicted [1, 2, 3, 4, 5, 6, 7, 8, ... (10)]" in out
+    assert "match: True" in out

@@ -135,6 +135,11 @@ def print_verify(results: Sequence[RunResult], work: Workload, env: Environment,
                   "[bold red]mismatch or failed run: see the red cells (predicted != observed)[/]")
 
 
+def _head(xs: Any, n: int = 8) -> str:
+    xs = list(xs)
+    return "[" + ", ".join(map(str, xs[:n])) + (f", ... ({len(xs)})" if len(xs) > n else "") + "]"
+
+
 def print_profiled(backend: str, env: Environment, rec: Mapping[str, Any], ok: bool,
                    console: Console | None = None) -> None:
     """``--system flashinfer|fa3|...``: the launches the CUDA profiler captured, one line each."""
@@ -142,5 +147,9 @@ def print_profiled(backend: str, env: Environment, rec: Mapping[str, Any], ok: b
     console.print(f"[bold]verify[/] {escape(backend)} on {escape(env.gpu_name)} (CUDA profiler)", highlight=False)
     for row in rec.get("kernels", []):
         console.print("  " + ", ".join(f"{k}: {v}" for k, v in row.items()), highlight=False, markup=False)
+    check = rec.get("splits_check")
+    if check:  # FA3's persistent grid hides the split counts: its prepare kernel's are read back
+        console.print(f"  splits per request (scheduler metadata): predicted {_head(check['predicted'])}, measured "
+                      f"{_head(check['measured'])}, match: {check['match']}", highlight=False, markup=False)
     console.print("[green]all launches match the prediction[/]" if ok else
                   "[bold red]mismatch or no prediction: see --json[/]")

@@ -147,8 +147,13 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
         warnings = (f"no calibrated time profile for {gpu.name}: datasheet figures and H200 latencies; run "
                     "'decodecalc calibrate' on this GPU", *warnings)
     elif not p.calibrated:
-        warnings = ("a kernel family of this launch is not calibrated in the profile "
-                    f"({prof.path or 'built-in'}); re-run 'decodecalc calibrate'", *warnings)
+        from decodecalc.timemodel.profile import uncalibrated_note
+
+        uncal = set(prof.fit.get("uncalibrated_families", ()) or ())
+        fams = {k.family for k in timemodel.work_for_plan(plan, work, kernel).kernels} & uncal
+        why = uncalibrated_note(prof, fams) if fams else "re-run 'decodecalc calibrate'"
+        warnings = (f"a kernel family of this launch is not calibrated in the profile ({prof.path or 'built-in'}): "
+                    f"{why}", *warnings)
     return Prediction(time_s=p.time_s, calibrated=p.calibrated and not warnings, warnings=tuple(warnings),
                       model_time_s=p.model_time_s,
                       residual_factor=p.correction.factor if p.correction else 1.0,

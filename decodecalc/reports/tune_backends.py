@@ -89,7 +89,9 @@ def _uncalibrated_why(key: str, profile: Any, kv_bytes_per_element: int | None =
     where = f"the {profile.gpu} profile ({profile.path or 'built-in'})"
     if not profile.calibrated or len(missed) == len(fams):
         return f"no calibrated time for it in {where}"
-    return f"no calibrated time for its {', '.join(missed)} kernels in {where}"
+    from decodecalc.timemodel.profile import uncalibrated_note
+
+    return f"no calibrated time for its {', '.join(missed)} kernels in {where} ({uncalibrated_note(profile, missed)})"
 
 
 #: another backend's total is estimated to this many times the target error (0.3%: it is compared at the per-cent

@@ -87,6 +87,34 @@ def kernel_families(kernel: str, kv_bytes_per_element: int | None = None) -> tup
     return tuple(f for f in fams if FAMILY_KV_BYTES.get(f, kvb) == kvb)
 
 
+#: fit records that hold a family's left-out figures: (fit key, the key of its per-family table, the script that wrote it)
+_FAMILY_RECORDS = (("backend_fp8_families", "unseen", "benchmarks/fit_backends_fp8_h200.py"),)
+
+
+def uncalibrated_note(profile: Any, families: Any) -> str:
+    """Why ``families`` (marked uncalibrated in ``profile``'s fit) are: each one's left-out median / p90 error where a
+    fit record of the profile holds it (families sharing one record named together), else that no fit of this
+    profile calibrated it."""
+    fit = getattr(profile, "fit", {}) or {}
+    by_reason: dict[str, list[str]] = {}
+    for fam in sorted(families):
+        reason = ""
+        for key, table, script in _FAMILY_RECORDS:
+            rec = ((fit.get(key) or {}).get(table) or {}).get(fam) if isinstance(fit.get(key), Mapping) else None
+            if isinstance(rec, Mapping) and "median_abs_err" in rec:
+                reason = (f"left-out median {100 * rec['median_abs_err']:.1f}%, p90 {100 * rec['p90_abs_err']:.1f}% "
+                          f"missed the fit's 5% / 15% goals ({script})")
+                break
+        if not reason:  # a default backend's bf16 families: the held-out record is per kernel
+            kern = next((k for k, fs in KERNEL_FAMILIES.items() if fam in fs and FAMILY_KV_BYTES.get(fam, 2) == 2), None)
+            rec = ((fit.get("backend_families") or {}).get("heldout") or {}).get(kern) if kern else None
+            if isinstance(rec, Mapping) and "median_abs_err" in rec:
+                reason = (f"{kern}'s held-out median {100 * rec['median_abs_err']:.1f}%, p90 "
+                          f"{100 * rec['p90_abs_err']:.1f}% missed the fit's 5% / 15% goals (benchmarks/fit_backends_h200.py)")
+        by_reason.setdefault(reason or "no fit of this profile calibrated it", []).append(fam)
+    return "; ".join(f"{', '.join(fams)}: {reason}" for reason, fams in by_reason.items())
+
+
 PROFILE_SCHEMA = 1
 
 
