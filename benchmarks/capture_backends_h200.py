@@ -205,6 +205,8 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=5)
     ap.add_argument("--no-warm", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="split sweeps for the time model and other group sizes")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="with --sweep: the KV cache of the swept shapes (fp8: "
+                    "writes sweep-fp8.jsonl)")
     ap.add_argument("--mla-run", type=int, default=1, choices=(1, 2), help="FlashMLA shape list: run 1 or run 2")
     ap.add_argument("--validate", action="store_true", help="the validation shapes (VALIDATE_CONFIGS) instead")
     ap.add_argument("--short-tiles", action="store_true", help="steps of many short tiles (SHORT_TILE_CONFIGS), "
@@ -233,7 +235,8 @@ def main() -> int:
             if b == "flashinfer":
                 plan += [(b, sh, False, None) for sh in GROUP_SHAPES]
             for kn in SWEEP_KNOBS.get(b, []):
-                plan += [(b, sh, False, kn) for sh in SWEEP_SHAPES]
+                plan += [(b, sh if args.kv_cache_dtype == "auto" else {**sh, "kv_cache_dtype": args.kv_cache_dtype},
+                          False, kn) for sh in SWEEP_SHAPES]
     for b in (backends if args.short_tiles else []):
         plan += [(b, sh, True, None) for sh in short_tile_shapes()]
     for b in ([] if args.sweep or args.short_tiles or not args.validate else backends):
@@ -255,7 +258,8 @@ def main() -> int:
         for b in list(by_b):
             if by_b[b]:
                 order.append(by_b[b].pop(0))
-    stem = "sweep" if args.sweep else "short-tiles" if args.short_tiles else "captures"
+    stem = ("sweep" + ("" if args.kv_cache_dtype == "auto" else f"-{args.kv_cache_dtype}") if args.sweep
+            else "short-tiles" if args.short_tiles else "captures")
     lines = (out / f"{stem}.jsonl").open("w")
     done = 0
     failed_load: dict[str, str] = {}

@@ -18,7 +18,9 @@ fp8 rows of UNSEEN_LAYOUTS (whole head layouts left out, never a random split), 
 * ``bf16``: the bf16 rows of the same run by the shipped bf16 families (most of these 18 layouts no bf16 fit saw);
 * ``ratio``: the measured t(fp8) / t(bf16) of the same launch, per backend (a session's drift cancels in it).
 
-The backends' families have no residual map, so every figure is the physics alone. A family whose left-out median
+The training rows also hold SHORT_DATA (chat-like steps on FIT_LAYOUTS); SWEEP_DATA (split settings other than the
+engines' defaults) is scored only, for the recommended split. The backends' families have no residual map, so every
+figure is the physics alone. A family whose left-out median
 misses 5% or whose p90 misses 15% (fit_backends_h200's goals) is listed in the profile's uncalibrated_families;
 issue 18's goals (3% / 8%) are reported beside. ``--write-profile`` puts the families, this record
 (``fit.backend_fp8_families``) and the fp8 scopes of the three kernels' domains (``fit.kernel_domains``) into
@@ -41,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.fit_backends_h200 import PROFILE, hbm_ceilings, measurements_from  # noqa: E402
 from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.fit import Measurement, _fit_group, abs_pct_errors, percentile  # noqa: E402
+from decodecalc.timemodel.fit import (Measurement, _fit_group, abs_pct_errors, percentile,  # noqa: E402
+                                      recommendation_quality)
 from decodecalc.timemodel.profile import FAMILY_FALLBACKS  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -50,6 +53,9 @@ DATA = (RESULTS / "fp8-backends-flashinfer-h200.jsonl.gz", RESULTS / "fp8-backen
 #: data too, added after whole fp8 chat workloads (validate_backends_workload_h200.py --kv-cache-dtype fp8) came out
 #: 8-13% fast with the families fitted on DATA alone
 SHORT_DATA = (RESULTS / "fp8-backends-short-flashinfer-h200.jsonl.gz", RESULTS / "fp8-backends-short-fa3-h200.jsonl.gz")
+#: validation only, never fitted on: FA3's num_splits 1-128 and FlashInfer tensor cores' fixed_split_size / disable_split_kv
+#: on 47 fp8 shapes (capture_backends_h200.py --sweep --kv-cache-dtype fp8, 2026-12-04): is the recommended split right?
+SWEEP_DATA = (RESULTS / "sweep-fp8-backends-h200.jsonl.gz",)
 OUT = RESULTS / "fit-backends-fp8-h200.json"
 #: per backend kernel, its fp8 families (fitted one at a time on their own rows)
 FP8_FAMILIES = {"flashinfer": ("flashinfer_decode_fp8",), "flashinfer-tc": ("flashinfer_tc_fp8",),
@@ -155,6 +161,10 @@ def run(max_evals: int = 1500) -> tuple[dict[str, Any], Any]:
     bf16_stats = {k: {"fit_layouts": stats(prof, [m for m in bf16 if m.kernel == k and layout_of(m) in FIT_LAYOUTS]),
                       "unseen_layouts": stats(prof, [m for m in bf16 if m.kernel == k and layout_of(m) in UNSEEN_LAYOUTS])}
                   for k in FP8_FAMILIES}
+    sweep = measurements_from(SWEEP_DATA)
+    sweep_doc = {k: {"runs": stats(prof, [m for m in sweep if m.kernel == k]),
+                     "recommendation": recommendation_quality(prof, [m for m in sweep if m.kernel == k]).get(k)}
+                 for k in ("fa3", "flashinfer-tc")}
     domains = {k: {"group_sizes": sorted({m.shape.num_heads // m.shape.num_kv_heads for m in fp8 if m.kernel == k}),
                    "head_sizes": sorted({m.shape.head_size for m in fp8 if m.kernel == k})} for k in FP8_FAMILIES}
     doc = {
@@ -164,7 +174,7 @@ def run(max_evals: int = 1500) -> tuple[dict[str, Any], Any]:
         "fit_layouts": ["%d:%d-d%d" % x for x in FIT_LAYOUTS], "unseen_layouts": ["%d:%d-d%d" % x for x in UNSEEN_LAYOUTS],
         "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90, "issue_median": ISSUE_MEDIAN, "issue_p90": ISSUE_P90},
         "families": per_family, "bf16_families": bf16_stats, "fp8_over_bf16_measured": fp8_ratios(ms),
-        "uncalibrated_families": sorted(uncal), "fp8_domains": domains,
+        "uncalibrated_families": sorted(uncal), "fp8_domains": domains, "sweep": sweep_doc,
         "params": {f: prof.families[f].as_dict() for f in fitted},
         "regime": "back-to-back (calls of one plan in a CUDA graph over rotating KV copies)",
         "map": "none (the backends' families have no residual map: physics only)",

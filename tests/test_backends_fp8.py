@@ -132,3 +132,23 @@ def test_benchmarks_md_shows_the_committed_fp8_record() -> None:
     # the record's status column is the profile's
     uncal = set(packaged_profile("h200").fit["uncalibrated_families"])
     assert {f for f, r in rec["families"].items() if not r["calibrated"]} == uncal & set(rec["families"])
+
+
+def test_the_fp8_split_sweep_is_recomputed_and_in_benchmarks_md() -> None:
+    """The fp8 sweep (never fitted on): the recommended split and the runs' errors the record states follow from the
+    committed timings with the shipped profile, and BENCHMARKS.md quotes them."""
+    from benchmarks.fit_backends_fp8_h200 import SWEEP_DATA, stats
+    from benchmarks.fit_backends_h200 import measurements_from
+    from decodecalc.timemodel.fit import recommendation_quality
+
+    rec = json.loads(RECORD.read_text())["sweep"]
+    prof = packaged_profile("h200")
+    ms = measurements_from(SWEEP_DATA)
+    text = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
+    for kernel in ("fa3", "flashinfer-tc"):
+        sub = [m for m in ms if m.kernel == kernel]
+        assert stats(prof, sub) == rec[kernel]["runs"]
+        got = recommendation_quality(prof, sub)[kernel]
+        assert got["shapes"] == rec[kernel]["recommendation"]["shapes"] == 47
+        assert got["worst"] == pytest.approx(rec[kernel]["recommendation"]["worst"], rel=1e-9)
+        assert f"worst {got['worst']:.3f}" in text
