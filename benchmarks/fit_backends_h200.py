@@ -36,7 +36,7 @@ from decodecalc.timemodel import KERNEL_FAMILIES, packaged_profile  # noqa: E402
 from decodecalc.timemodel.backends import BACKEND_KERNELS, backend_work  # noqa: E402
 from decodecalc.timemodel.fit import (Measurement, Shape, _fit_group, error_summary, fit_profile,  # noqa: E402
                                       recommendation_quality)
-from decodecalc.timemodel.profile import FamilyParams  # noqa: E402
+from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FamilyParams  # noqa: E402
 from decodecalc.verify import profiler as P  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -51,7 +51,7 @@ NEW_FAMILIES = ("flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_f
 #: FA2's kernels (capture-fa2-h200.jsonl: 247-255 registers x 128 threads and 64-80 KiB shared memory -> 2; the
 #: combine kernel 52-58 registers x 128 threads -> 8)
 OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2_fwd_plain": 2, "fa2_combine": 8}
-GOAL_MEDIAN, GOAL_P90, GOAL_PICK = 0.05, 0.15, 1.15
+GOAL_MEDIAN, GOAL_P90, GOAL_PICK = CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, 1.15
 
 
 def held_out(key: str, fraction: float = 0.25) -> bool:

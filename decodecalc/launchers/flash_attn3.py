@@ -174,6 +174,17 @@ def blocks_per_sm(total_blocks: int, num_head: int, num_sm: int) -> int:
     return int(-(-x // 1))
 
 
+def metadata_num_splits(metadata: list[int], batch: int) -> tuple[int, ...] | None:
+    """The per-request split counts in FA3's scheduler metadata (what ``get_scheduler_metadata`` returns, or the
+    buffer mha_fwd fills) of a call that splits dynamically, None when it is too short to hold them: int32 vectors of
+    ``round_up(B, 4)`` entries (16-byte alignment), the packed query lengths first, then the split counts
+    (``num_splits_dynamic_ptr``; flash_api.cpp L1080-1090, L704)."""
+    b4 = cdiv(batch, 4) * 4
+    if len(metadata) < b4 + batch:
+        return None
+    return tuple(int(x) for x in metadata[b4:b4 + batch])
+
+
 def combine_grid(B: int, h: int, dv: int, max_seqlen_q: int, total_q: int) -> tuple[tuple[int, ...], int, int]:
     """(grid, kBlockM, kBlockK) of FlashAttnFwdCombine for a varlen call: ``run_mha_fwd_combine``
     (flash_api.cpp L436-462), flash_fwd_combine_launch_template.h L68, and the StaticVarlenTileScheduler
@@ -356,5 +367,5 @@ def plan_flash_attn3(
         explain=ex.items(),
         details={"num_splits_static": S_static, "kBlockM": kM_k, "kBlockN": kN_k, "pagedkv_tma": tma,
                  "pack_gqa": pack_gqa, "use_one_mma_wg": one_wg_k, "element_size": elem, "tiles": tiles,
-                 "varlen": varlen, "source": SRC_API},
+                 "varlen": varlen, "dynamic_splits": S_static > 1, "source": SRC_API},
     )

@@ -149,8 +149,7 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
     elif not p.calibrated:
         from decodecalc.timemodel.profile import uncalibrated_note
 
-        uncal = set(prof.fit.get("uncalibrated_families", ()) or ())
-        fams = {k.family for k in timemodel.work_for_plan(plan, work, kernel).kernels} & uncal
+        fams = p.uncalibrated_families
         why = uncalibrated_note(prof, fams) if fams else "re-run 'decodecalc calibrate'"
         warnings = (f"a kernel family of this launch is not calibrated in the profile ({prof.path or 'built-in'}): "
                     f"{why}", *warnings)

@@ -370,6 +370,7 @@ class Prediction:
     correction: Correction | None  # the profile's residual correction for this launch; None: the profile has no map
     calibrated: bool  # from a calibrated profile of this GPU and of these kernels
     regime_s: float = 0.0  # the per-launch cost of the profile's regime (TimeProfile.regime_launch_s)
+    uncalibrated_families: frozenset[str] = frozenset()  # the launch's families the profile marks uncalibrated
 
 
 def predict_plan(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,
@@ -378,13 +379,13 @@ def predict_plan(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str
     ``kernel``: vllm | sglang | reference (decodecalc's own kernels, in the plan's layout)."""
     prof = profile if profile is not None else resolve_profile(gpu)
     lw = work_for_plan(plan, workload, kernel)
-    uncal = set(prof.fit.get("uncalibrated_families", ()) or ())
-    calibrated = prof.calibrated and not (uncal & {k.family for k in lw.kernels})
+    uncal = frozenset(prof.fit.get("uncalibrated_families", ()) or ()) & {k.family for k in lw.kernels}
+    calibrated = prof.calibrated and not uncal
     model = model_launch_time_s(lw, prof)
     corr = prof.residuals.correction(lw, prof) if prof.residuals is not None else None
     regime_s = prof.regime_launch_s(lw.kernel)
     return Prediction(time_s=model * (corr.factor if corr else 1.0) + regime_s, model_time_s=model, correction=corr,
-                      calibrated=calibrated, regime_s=regime_s)
+                      calibrated=calibrated, regime_s=regime_s, uncalibrated_families=uncal)
 
 
 def predict_time_s(plan: LaunchPlan, workload: Workload, gpu: GPUSpec, kernel: str, *,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import UnsupportedError
-from decodecalc.verify.profiler import (compare_launches, fa3_default_plan, fa3_splits_check, knob_plan, load_fa2,
+from decodecalc.verify.profiler import (compare_launches, default_result, fa3_splits_check, knob_plan, load_fa2,
                                        load_ops, missing_backend, predict_and_compare, profile_launches)
 from decodecalc.workload import Workload
 
@@ -268,14 +268,12 @@ def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, t
         rec.update({"prediction": {"grid": list(plan.grid), "splits": list(plan.splits)},
                     **compare_launches(plan, launches)})
     else:
-        rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, occupancy=occupancy))
-        plan = None
+        res = default_result(backend, w, gpu, cuda_graph=cuda_graph, occupancy=occupancy)
+        rec.update(predict_and_compare(backend, w, gpu, launches, cuda_graph=cuda_graph, result=res))
+        plan = res.plan
     if backend == "fa3" and rec.get("match") is not None:
-        if plan is None:
-            plan = fa3_default_plan(w, gpu, cuda_graph)
         check = fa3_splits_check(plan, rec.get("readback"))
         if check is not None:
             rec["splits_check"] = check
             rec["match"] = bool(rec["match"]) and check["match"]
     return rec
-

@@ -246,20 +246,13 @@ def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any
 
 def fa3_measured_splits(readback: dict[str, Any] | None, plan: Any) -> tuple[int, ...] | None:
     """The per-request split counts FA3's prepare kernel wrote into the scheduler metadata the run read back, when the
-    launch splits dynamically (varlen, more than one split, at most 992 requests), else None. The metadata is int32
-    vectors of ``round_up(B, 4)``: the packed query lengths, then (dynamic splits only) the split counts
-    (vllm-project/flash-attention@617264c1 hopper/flash_api.cpp L1080-1090, ``num_splits_dynamic_ptr`` L704)."""
-    from decodecalc.derived import cdiv
-    from decodecalc.launchers.flash_attn3 import PREPARE_VARLEN_MAX_BATCHES_1CTA
+    plan splits dynamically (``dynamic_splits``), else None (launchers.flash_attn3.metadata_num_splits reads them)."""
+    from decodecalc.launchers.flash_attn3 import metadata_num_splits
 
     md = (readback or {}).get("scheduler_metadata")
-    det = getattr(plan, "details", {}) or {}
-    B = len(plan.splits or ())
-    dynamic = det.get("varlen") and int(det.get("num_splits_static") or 1) > 1 and B <= PREPARE_VARLEN_MAX_BATCHES_1CTA
-    b4 = cdiv(B, 4) * 4
-    if not dynamic or not isinstance(md, list) or len(md) < b4 + B:
+    if not (getattr(plan, "details", {}) or {}).get("dynamic_splits") or not isinstance(md, list):
         return None
-    return tuple(int(x) for x in md[b4:b4 + B])
+    return metadata_num_splits(md, len(plan.splits))
 
 
 def fa3_splits_check(plan: Any, readback: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -288,14 +281,21 @@ def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any
     raise UnsupportedError(f"{backend}: no split setting to sweep")
 
 
-def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[ProfiledLaunch], *,
-                        cuda_graph: bool, occupancy: int | None = None) -> dict[str, Any]:
-    """The compare report's row for this backend (same options as the run) and the launch comparison."""
+def default_result(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool, occupancy: int | None = None) -> Any:
+    """The compare report's evaluation of this backend with the run's options (vLLM's settings under CUDA graphs:
+    FA3's 32 splits)."""
     from decodecalc.launchers.registry import PolicyOptions
     from decodecalc.reports.compare import evaluate
 
-    res = evaluate(BACKENDS[backend][0], w, gpu,
-                   PolicyOptions(vllm=_vllm_settings(cuda_graph), flashinfer_occupancy=occupancy))
+    return evaluate(BACKENDS[backend][0], w, gpu,
+                    PolicyOptions(vllm=_vllm_settings(cuda_graph), flashinfer_occupancy=occupancy))
+
+
+def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[ProfiledLaunch], *,
+                        cuda_graph: bool, occupancy: int | None = None, result: Any = None) -> dict[str, Any]:
+    """The compare report's row for this backend (same options as the run; ``result``: that evaluation, when the
+    caller has it) and the launch comparison."""
+    res = result if result is not None else default_result(backend, w, gpu, cuda_graph=cuda_graph, occupancy=occupancy)
     if res.plan is None:
         return {"prediction": {"applicable": False, "reason": res.reason}, "match": None}
     return {"prediction": res.to_json(), **compare_launches(res.plan, launches)}
@@ -303,10 +303,7 @@ def predict_and_compare(backend: str, w: Workload, gpu: Any, launches: list[Prof
 
 def fa3_default_plan(w: Workload, gpu: Any, cuda_graph: bool) -> Any:
     """The plan compare evaluates for FA3 with the run's CUDA-graph setting (vLLM's 32 splits under graphs)."""
-    from decodecalc.launchers.registry import PolicyOptions
-    from decodecalc.reports.compare import evaluate
-
-    return evaluate("fa3", w, gpu, PolicyOptions(vllm=_vllm_settings(cuda_graph))).plan
+    return default_result("fa3", w, gpu, cuda_graph=cuda_graph).plan
 
 
 def _vllm_settings(cuda_graph: bool) -> Any:
