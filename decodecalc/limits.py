@@ -15,6 +15,10 @@ from decodecalc.errors import ConfigError
 MAX_FILE_BYTES = 1 << 20
 #: bytes read from one YAML file (a model is under 1 kB, a profile 4 kB; YAML parses at about 0.4 MB/s)
 MAX_YAML_BYTES = 1 << 18
+#: a calibration's saved timings (calibrate --save-measurements; the compiled backends' 2,300 runs take about 2 MB
+#: and 400,000 values), read by calibrate --from-measurements
+MAX_MEASUREMENTS_BYTES = 16 << 20
+MAX_MEASUREMENTS_VALUES = 2_000_000
 #: nesting of mappings and lists in one file (HF configs nest 3 deep)
 MAX_FILE_DEPTH = 32
 #: values in one file, counting every use of a YAML alias (no "billion laughs")

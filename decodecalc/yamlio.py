@@ -69,10 +69,14 @@ def load_yaml_file(path: Path, what: str = "") -> Any:
     return data
 
 
-def load_json_file(path: Path, what: str = "") -> Any:
-    """Read and parse one JSON file within the same limits as YAML files."""
+def load_json_file(path: Path, what: str = "", *, max_bytes: int = MAX_FILE_BYTES,
+                   max_values: int = MAX_FILE_VALUES) -> Any:
+    """Read and parse one JSON file within the same limits as YAML files (or the larger ``max_bytes`` and
+    ``max_values`` of a file decodecalc wrote itself); a ``.gz`` name is read gzip-compressed, ``max_bytes`` then
+    counting its text."""
     label = f"{what} {path}".strip()
-    text = read_text_capped(Path(path), label)
+    text = _read_gzip_capped(Path(path), label, max_bytes) if str(path).endswith(".gz") else \
+        read_text_capped(Path(path), label, max_bytes)
     try:
         data = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
@@ -81,8 +85,29 @@ def load_json_file(path: Path, what: str = "") -> Any:
         raise ConfigError(f"{label}: nested deeper than the supported {MAX_FILE_DEPTH}") from None
     except (ValueError, OverflowError) as exc:  # an integer over Python's 4300-digit limit, NaN/Infinity
         raise ConfigError(f"{label}: unreadable value ({_short(exc)})") from None
-    check_tree(data, label)
+    check_tree(data, label, max_values=max_values)
     return data
+
+
+def _read_gzip_capped(path: Path, label: str, limit: int) -> str:
+    import gzip
+    import zlib
+
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError(f"cannot read {label}: not a regular file")
+        with gzip.open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ConfigError(f"cannot read {label}: not a gzip file ({_short(exc)})") from None
+    if len(raw) > limit:
+        raise ConfigError(f"{label}: file is over the supported {limit:,} bytes uncompressed")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: not UTF-8 text") from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -94,7 +119,7 @@ def _short(exc: BaseException) -> str:
     return text[:120]
 
 
-def check_tree(data: Any, label: str, *, aliases: bool = False) -> None:
+def check_tree(data: Any, label: str, *, aliases: bool = False, max_values: int = MAX_FILE_VALUES) -> None:
     """Walk a parsed file once per distinct node (aliases share nodes) and enforce the limits.
 
     Counts values as if every alias were expanded (memoised per node, so the walk itself stays
@@ -120,8 +145,8 @@ def check_tree(data: Any, label: str, *, aliases: bool = False) -> None:
                         size += 1
                 on_path.discard(key)
                 sizes[key], depths[key] = size, depth
-                if size > MAX_FILE_VALUES:
-                    raise ConfigError(f"{label}: {_field(where)}holds more than the supported {MAX_FILE_VALUES:,} "
+                if size > max_values:
+                    raise ConfigError(f"{label}: {_field(where)}holds more than the supported {max_values:,} "
                                       "values" + (" (counting each use of a YAML alias)" if aliases else ""))
                 if depth >= MAX_FILE_DEPTH:
                     raise ConfigError(f"{label}: {_field(where)}nested deeper than the supported {MAX_FILE_DEPTH}")

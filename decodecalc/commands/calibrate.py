@@ -31,8 +31,15 @@ OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile 
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
 ScratchOpt = Annotated[bool, typer.Option("--from-scratch", help="Start the fit from neutral values instead of the "
                                           "packaged profile's (nothing fitted to another timing).")]
-FromOpt = Annotated[Optional[Path], typer.Option("--from-measurements", help="No GPU: fit the timings a calibration "
-                                                 "saved with --save-measurements.")]
+FromOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--from-measurements", metavar="<path>",
+    help="No GPU: fit the timings a calibration saved with --save-measurements (repeat to fit several runs' timings "
+         "together, e.g. one with FlashInfer installed and one with vLLM's FA3).")]
+BackendsOpt = Annotated[Optional[str], typer.Option(
+    "--backends", metavar="<list>",
+    help="Also time the compiled backends and fit their families (bf16 and fp8 KV): auto (default: each of "
+         "flashinfer, flashinfer-tc, fa3 that is installed), none, or a comma-separated list. FlashInfer's two paths "
+         "take about 4 minutes on the H200 (their JIT compile included), FA3 about 1.")]
 ModelsOpt = Annotated[Optional[list[str]], typer.Option(
     "--model", "-m", metavar="<str>",
     help="Also time this model's head layout per rank (40 timings; repeat for several models): the map gets cells of "
@@ -73,6 +80,7 @@ def register(app: typer.Typer) -> None:
         max_requests: MaxRequestsOpt = None,
         concurrency: ConcurrencyOpt = None,
         sample_steps: SampleOpt = None,
+        backends: BackendsOpt = None,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
         the profile that `recommend`, `grid`, `compare` and `tune` then use. With one --model and its traffic
@@ -92,11 +100,19 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("--quick with --thorough: choose one (three shapes, or fifty)")
         if keep_physics and (from_scratch or quick or thorough):
             raise ConfigError("--keep-physics with --from-scratch, --quick or --thorough: --keep-physics fits nothing")
-        if keep_physics and not model and from_measurements is None:
+        from decodecalc.timemodel.backend_fit import parse_backends
+
+        parse_backends(backends)  # a bad name fails before anything is timed
+        if keep_physics and backends not in (None, "none"):
+            raise ConfigError(f"--backends {backends} with --keep-physics: --keep-physics fits nothing")
+        if from_measurements and backends is not None:
+            raise ConfigError(f"--backends {backends} with --from-measurements: the saved timings say which backends "
+                              "were timed")
+        if keep_physics and not model and not from_measurements:
             raise ConfigError("--keep-physics needs --model: it times only the models' own head layouts")
         given = [n for n, v in (("--workload", workload), ("--requests", requests), ("--steps", steps),
                                 ("--metrics", metrics)) if v is not None]
-        if given and from_measurements is not None:
+        if given and from_measurements:
             raise ConfigError(f"{given[0]} with --from-measurements: the saved timings say which workload was sampled")
         if given and len(model or ()) != 1:
             raise ConfigError(f"{given[0]} needs exactly one --model (the model serving that traffic), got "
@@ -118,14 +134,22 @@ def register(app: typer.Typer) -> None:
         note = "the starting profile's"
         if from_scratch:
             base, note = neutral_start(base), "the packaged profile's"
-        if from_measurements is not None:
+        if from_measurements:
             if save_measurements is not None:
                 raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")
             if layouts:
                 raise ConfigError("--model with --from-measurements: the saved timings say which layouts were timed")
-            data = load_json_file(from_measurements, "calibration measurements")
-            prof = calibration_from_measurements(data, gpu=spec, base=base, source=str(from_measurements),
-                                                 start_note=note, keep_physics=keep_physics, cold=from_scratch)
+            from decodecalc.timemodel.calibration_fit import merge_measurements
+
+            from decodecalc.limits import MAX_MEASUREMENTS_BYTES, MAX_MEASUREMENTS_VALUES
+
+            data, source = merge_measurements([(load_json_file(p, "calibration measurements",
+                                                               max_bytes=MAX_MEASUREMENTS_BYTES,
+                                                               max_values=MAX_MEASUREMENTS_VALUES), str(p))
+                                               for p in from_measurements])
+            prof = calibration_from_measurements(data, gpu=spec, base=base, source=source, start_note=note,
+                                                 keep_physics=keep_physics, cold=from_scratch,
+                                                 progress=_fit_lines())
             _written(dest, prof)
             return
         sample = None
@@ -141,6 +165,16 @@ def register(app: typer.Typer) -> None:
                                           max_requests=max_requests, concurrency=concurrency, progress=report)
             layouts = []  # the workload's steps replace the layout's calibrate shapes
         cuda_or_error()  # a clear error before any progress bar
+        from decodecalc.verify.backend_calibration import resolve_backends
+
+        timed_backends: list[str] = []
+        skipped: dict[str, str] = {}
+        if not keep_physics and (not quick or backends not in (None, "auto", "none")):
+            # --quick: the Triton kernels' three shapes only, unless backends are named
+            timed_backends, skipped = resolve_backends(backends)
+        if skipped:
+            typer.echo("backends not timed (their families keep the starting profile's values, uncalibrated): "
+                       + "; ".join(f"{b}: {why}" for b, why in skipped.items()), err=True)
         console = Console(stderr=True)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as bar:
@@ -157,7 +191,9 @@ def register(app: typer.Typer) -> None:
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
                                       progress=progress, start_note=note, thorough=thorough, measured=measured,
-                                      layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample)
+                                      layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample,
+                                      backends=timed_backends,
+                                      fit_progress=lambda line: bar.update(task, description=f"fitting: {line}"))
         _written(dest, prof)
 
 
@@ -198,6 +234,13 @@ def _workload_sample(model_id: str, tp: int, gpu: str, k: int, *, workload: str 
     return workload_sample(result, k, model=model_id, tp=tp, source=source)
 
 
+def _fit_lines() -> Any:
+    """A fit's progress lines on stderr (the backends' families take a minute or two to fit)."""
+    import sys
+
+    return lambda line: print(f"fitting: {line}", file=sys.stderr, flush=True)
+
+
 def _written(dest: Path, prof: Any) -> None:
     from decodecalc.commands.output import write_atomic
     from decodecalc.timemodel import dump_profile
@@ -209,6 +252,17 @@ def _written(dest: Path, prof: Any) -> None:
                f"90th percentile {fit.get('p90_abs_err', 0):.1%} (the physics alone: "
                f"{fit.get('physics_median_abs_err', 0):.1%}, {fit.get('physics_p90_abs_err', 0):.1%}; the rest is the "
                f"residual map of these timings, in sample)")
+    cal = fit.get("backend_calibration")
+    if cal:
+        fams = cal["families"]
+        typer.echo(f"  backends: {cal['source'].split(': ', 1)[-1]}; each judged out of sample, by a fit that left its head "
+                   f"layout out ({len(cal['left_out_folds'])} folds: {'; '.join(cal['left_out_folds'])}):")
+        for fam, r in fams.items():
+            lo = r["left_out"]
+            where = (f"{lo['median_abs_err']:.1%} median, {lo['p90_abs_err']:.1%} p90 on {lo['rows']} runs of {r['layouts']} layouts"
+                     if lo.get("rows") else "no left-out run")
+            typer.echo(f"    {fam} ({r['kernel']}, {r['rows']} runs): {where} -> "
+                       f"{'calibrated' if r['calibrated'] else 'uncalibrated'}")
     wl = fit.get("workload")
     if wl:
         typer.echo(f"  {wl['source']} ({wl['model']} TP{wl['tp']}): {wl['timings']} timings of {len(wl['sampled_steps'])} "

@@ -85,8 +85,10 @@ def neutral_start(base: TimeProfile) -> TimeProfile:
     at neutral values, no residual map. The other backends' families are kept as they are (calibrate does not time
     them, so its profile lists them as uncalibrated)."""
     fams = {f: (FamilyParams(**DEFAULT_FAMILY) if f.startswith(TRITON_PREFIXES) else p) for f, p in base.families.items()}
+    # the kept families' record (their source and measured domain) stays with them
+    kept = {k: base.fit[k] for k in ("backend_families",) if isinstance(base.fit, Mapping) and k in base.fit}
     return dataclasses.replace(base, families=fams, idle_program_s=NEUTRAL_IDLE_PROGRAM_S,
-                               hbm_bandwidth_bytes_per_s=NEUTRAL_HBM_BYTES_PER_S, residuals=None, fit={},
+                               hbm_bandwidth_bytes_per_s=NEUTRAL_HBM_BYTES_PER_S, residuals=None, fit=kept,
                                calibrated=False, source="a cold start (no parameter fitted to a timing)")
 
 
@@ -98,7 +100,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                          launch_overhead_s: float | None, device_name: str = "", versions: str = "",
                          search_occupancy: bool = True, start_note: str = "the starting profile's",
                          keep_physics: bool = False, layouts: Sequence[Sequence[int]] = (),
-                         cold: bool = False, workload: Mapping[str, Any] | None = None) -> TimeProfile:
+                         cold: bool = False, workload: Mapping[str, Any] | None = None,
+                         backend_records: Sequence[Mapping[str, Any]] = (),
+                         progress: Any = None) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
     cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
@@ -109,7 +113,11 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     these timings (every one of them: a layout's own offset, where ``base`` pools it with its group size).
     ``workload``: the ``workload`` record of ``calibrate --workload`` (:meth:`decodecalc.timemodel.step_rows.
     WorkloadSample.saved`): its sampled steps under the engines' own launches give the layout cells instead of the
-    layouts' calibrate shapes (the measured better source: decodecalc.reports.step_launches)."""
+    layouts' calibrate shapes (the measured better source: decodecalc.reports.step_launches).
+    ``backend_records``: the compiled backends' timed runs (``calibrate --backends``,
+    :mod:`decodecalc.verify.backend_calibration`): FlashInfer's and FA3's families fitted on them over the new
+    physics (:func:`decodecalc.timemodel.backend_fit.calibrate_backends`, from neutral values when ``cold``), each
+    judged on head layouts that fit left out; ``progress``: called with a line per fitted group."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     _enough(rows, len(ms), "measurements")
     steps = workload_measurements(workload) if workload else []
@@ -119,7 +127,16 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     where = f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings on {device_name or gpu.name}"
     step_where = (f"{len(steps)} timings of {len(workload['sampled_steps'])} sampled steps of {workload['source']} "
                   f"({workload['model']} TP{workload['tp']}) on {device_name or gpu.name}" if workload else "")
-    if not ms and not steps:
+    backends = None
+    if backend_records:
+        if keep_physics:
+            raise ConfigError("backend timings with --keep-physics: --keep-physics fits nothing")
+        from decodecalc.timemodel.backend_fit import record_measurements
+
+        backends = record_measurements(backend_records, gpu)
+        _enough(backend_records, len(backends), "backend runs")
+    backend_fit = None
+    if not ms and not steps and not backends:
         raise DecodecalcError("calibration failed: nothing was timed")
     if keep_physics:
         physics, before_cells = dataclasses.replace(start, residuals=None), start
@@ -127,18 +144,24 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         fitted = add_layout_cells(start, physics, steps or ms, step_where or where, local=bool(steps))
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
-        physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s)
+        physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s) if ms else start
+        if backends is not None:  # the compiled backends' families over the new GPU-wide values
+            from decodecalc.timemodel.backend_fit import CALIBRATE_MAX_EVALS, calibrate_backends
+
+            backend_fit = calibrate_backends(backends, physics, cold=cold, max_evals=CALIBRATE_MAX_EVALS,
+                                             restarts=1, progress=progress)
+            physics = dataclasses.replace(backend_fit.profile, residuals=None)
         # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
         # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
-        fitted = before_cells = with_residuals(physics, ms, source=where)
+        fitted = before_cells = with_residuals(physics, ms, source=where) if ms else physics
         wanted = {tuple(int(x) for x in lay) for lay in layouts}
         own = steps or [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
         if own:  # --model's layouts (or --workload's steps): their offsets over the group cells just built
             fitted = add_layout_cells(fitted, physics, own, step_where, local=bool(steps))
     every = [*ms, *steps]
     stats, bare = error_summary(fitted, every), error_summary(physics, every)
-    fams_seen = {k.family for m in ms for k in m.work.kernels}
-    uncal = sorted(set(fitted.families) - fams_seen)
+    fams_seen = {k.family for m in [*ms, *(backends or ())] for k in m.work.kernels}
+    uncal = sorted((set(fitted.families) - fams_seen) | set(backend_fit.uncalibrated if backend_fit else ()))
     if keep_physics:  # nothing was refitted: the start's record of what it calibrated (and its domain) stays
         uncal = sorted(start.fit.get("uncalibrated_families") or ())
     timed = sorted({(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) for m in every})
@@ -153,12 +176,30 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                    if keep_physics else
                    f"families not measured keep {start_note} values")),
         fit={**({k: start.fit[k] for k in _KEPT_FIT if k in start.fit} if keep_physics else {}),
+             # the backends' families kept from the start keep their record (source, domain) with them
+             **({"backend_families": start.fit["backend_families"]}
+                if not keep_physics and backend_fit is None and "backend_families" in (start.fit or {}) else {}),
              "rows": len(every), "median_abs_err": round(stats["median_abs_err"], 4),
              "p90_abs_err": round(stats["p90_abs_err"], 4),
              "physics_median_abs_err": round(bare["median_abs_err"], 4),
              "physics_p90_abs_err": round(bare["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
              "uncalibrated_families": uncal,
+             **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name) if backend_fit else {}),
              **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {})})
+
+
+def _backend_record(fit: Any, start: TimeProfile, runs: int, where: str) -> dict[str, Any]:
+    """The profile's ``fit.backend_calibration`` (per family: rows, training and left-out errors, calibrated or not)
+    and ``fit.backend_families.domain``: for each backend calibrated, the layouts and KV formats timed; the starting
+    profile's entries for the backends calibrate does not time (FlashMLA, FA2)."""
+    rec = fit.record()
+    rec["source"] = (f"decodecalc calibrate on {where}: {runs} runs of the compiled backends, "
+                     f"{sum(r['rows'] for r in rec['families'].values())} of them fitted (launch as planned)")
+    rec["left_out"] = {f: r["left_out"] for f, r in rec["families"].items()}
+    old = ((start.fit.get("backend_families") or {}).get("domain") or {}) if isinstance(start.fit, Mapping) else {}
+    domain = {k: v for k, v in old.items() if k not in fit.domains}
+    domain.update(fit.domains)
+    return {"backend_calibration": rec, "backend_families": {"source": rec["source"], "domain": domain}}
 
 
 def _enough(rows: Sequence[Any], ok: int, what: str) -> None:
@@ -240,21 +281,58 @@ def add_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[An
     return dataclasses.replace(base, residuals=new)
 
 
+def merge_measurements(files: Sequence[tuple[Any, str]]) -> tuple[dict[str, Any], str]:
+    """Several calibrations' saved timings (``(data, source)`` pairs, as ``--from-measurements`` reads them) as one:
+    their cases, backend runs and layouts together; the first file's launch overhead, device and versions; at most one
+    may hold a workload sample. Returns (merged data, the sources joined)."""
+    if len(files) == 1:
+        return files[0][0], files[0][1]
+    merged: dict[str, Any] = {"cases": [], "backend_cases": [], "layouts": []}
+    for data, source in files:
+        _check_saved(data, source)
+        for key in ("gpu", "num_sms", "launch_overhead_s", "device_name", "versions"):
+            if merged.get(key) is None and data.get(key) is not None:
+                merged[key] = data[key]
+        if data.get("gpu") not in (None, merged.get("gpu")):
+            raise ConfigError(f"{source}: field 'gpu': {data['gpu']!r}, but {files[0][1]} was measured on "
+                              f"{merged['gpu']!r}; valid: timings of one GPU")
+        merged["cases"] += list(data["cases"])
+        merged["backend_cases"] += list(data.get("backend_cases") or [])
+        merged["layouts"] += [x for x in (data.get("layouts") or []) if x not in merged["layouts"]]
+        if data.get("workload") is not None:
+            if "workload" in merged:
+                raise ConfigError(f"{source}: a second workload sample; valid: at most one --from-measurements file "
+                                  "with a workload")
+            merged["workload"] = data["workload"]
+    return merged, " + ".join(src for _, src in files)
+
+
+def _check_saved(data: Any, source: str) -> None:
+    if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not (
+            data["cases"] or data.get("workload") or data.get("backend_cases")):
+        raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
+                          "list, 'backend_cases' or a 'workload' record, as calibrate --save-measurements writes)")
+
+
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
                                   start_note: str = "the starting profile's", keep_physics: bool = False,
-                                  cold: bool = False) -> TimeProfile:
+                                  cold: bool = False, progress: Any = None) -> TimeProfile:
     """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
-    (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...]}``), no GPU
-    needed. A file from before ``launch_overhead_s`` was saved keeps the starting profile's launch overhead. The
-    ``layouts`` --model named are saved with the timings, so their layout cells come back too."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not (
-            data["cases"] or data.get("workload")):
-        raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
-                          "list or a 'workload' record, as calibrate --save-measurements writes)")
+    (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...],
+    "backend_cases": [...]}``), no GPU needed. A file from before ``launch_overhead_s`` was saved keeps the starting
+    profile's launch overhead. The ``layouts`` --model named are saved with the timings, so their layout cells come
+    back too; so do the compiled backends' runs (``backend_cases``), whose families are fitted again."""
+    _check_saved(data, source)
     if data.get("gpu") not in (None, gpu.name):
         raise ConfigError(f"{source}: field 'gpu': measured on {data['gpu']!r}, not --gpu {gpu.name}")
     for i, r in enumerate(data["cases"]):
         _check_measured_row(r, f"{source}: cases[{i}]")
+    backend_cases = data.get("backend_cases") or []
+    if not isinstance(backend_cases, list):
+        raise ConfigError(f"{source}: field 'backend_cases': expected a list of runs, as calibrate --save-measurements "
+                          "writes it")
+    for i, r in enumerate(backend_cases):
+        check_backend_record(r, f"{source}: backend_cases[{i}]")
     launch = data.get("launch_overhead_s")
     if launch is not None and (isinstance(launch, bool) or not isinstance(launch, (int, float))
                                or not 0 < launch < 1e-3):
@@ -265,7 +343,64 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
     return fit_calibration_rows(data["cases"], gpu=gpu, base=base, num_sms=gpu.num_sms, launch_overhead_s=launch,
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
                                 start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source),
-                                cold=cold, workload=_saved_workload(data, source))
+                                cold=cold, workload=_saved_workload(data, source), backend_records=backend_cases,
+                                progress=progress)
+
+
+#: what a saved backend run's shape may hold (a file is data: nothing in it may cost more than the calibration did)
+_BACKEND_MAX_BATCH, _BACKEND_MAX_LEN = 4096, 1 << 20
+
+
+def check_backend_record(r: Any, where: str) -> None:
+    """One saved backend run (:func:`decodecalc.verify.backend_steps.run_case`'s record), field by field: a clear
+    ``ConfigError`` naming the field, never a traceback from deep in the fit. A failed run (``error``) is skipped."""
+    from decodecalc.timemodel.backend_fit import CALIBRATED_BACKENDS, LAYOUT_BASE_MODEL
+
+    if not isinstance(r, Mapping):
+        raise ConfigError(f"{where}: expected an object")
+    if "error" in r:
+        return
+    if r.get("backend") not in CALIBRATED_BACKENDS:
+        raise ConfigError(f"{where}: field 'backend': {r.get('backend')!r}; valid: {', '.join(CALIBRATED_BACKENDS)}")
+    sh = r.get("shape")
+    if not isinstance(sh, Mapping) or sh.get("model") not in LAYOUT_BASE_MODEL.values():
+        raise ConfigError(f"{where}: field 'shape.model': {sh.get('model') if isinstance(sh, Mapping) else sh!r}; "
+                          f"valid: {', '.join(LAYOUT_BASE_MODEL.values())}")
+    heads = sh.get("heads")
+    if not (isinstance(heads, list) and len(heads) == 2 and all(_int_in(x, 1, 1024) for x in heads)
+            and heads[0] % heads[1] == 0):
+        raise ConfigError(f"{where}: field 'shape.heads': {heads!r}; expected [query heads, KV heads], integers in "
+                          "[1, 1024], the first a multiple of the second")
+    lens = sh.get("seq_lens")
+    if not (isinstance(lens, list) and 1 <= len(lens) <= _BACKEND_MAX_BATCH
+            and all(_int_in(x, 1, _BACKEND_MAX_LEN) for x in lens)):
+        raise ConfigError(f"{where}: field 'shape.seq_lens': expected 1-{_BACKEND_MAX_BATCH:,} integers in "
+                          f"[1, {_BACKEND_MAX_LEN:,}]")
+    if sh.get("kv_cache_dtype", "auto") not in ("auto", "bfloat16", "fp8"):
+        raise ConfigError(f"{where}: field 'shape.kv_cache_dtype': {sh.get('kv_cache_dtype')!r}; valid: bfloat16, fp8")
+    if sh.get("tp", 1) != 1:
+        raise ConfigError(f"{where}: field 'shape.tp': {sh.get('tp')!r}; valid: 1 (the heads are per rank)")
+    if r.get("block_size") != 16:
+        raise ConfigError(f"{where}: field 'block_size': {r.get('block_size')!r}; valid: 16 (calibrate's page size)")
+    if not isinstance(r.get("cuda_graph"), bool):
+        raise ConfigError(f"{where}: field 'cuda_graph': {r.get('cuda_graph')!r}; valid: true or false")
+    t = (r.get("timing") or {}).get("t_us") if isinstance(r.get("timing"), Mapping) else None
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e8):
+        raise ConfigError(f"{where}: field 'timing.t_us': {t!r}; expected microseconds in (0, 1e8)")
+    launches = r.get("launches")
+    if not isinstance(launches, list) or not all(
+            isinstance(x, Mapping) and isinstance(x.get("name"), str) and isinstance(x.get("role"), str)
+            and all(isinstance(x.get(k), list) and all(_int_in(v, 0, 1 << 31) for v in x[k]) for k in ("grid", "block"))
+            for x in launches):
+        raise ConfigError(f"{where}: field 'launches': expected the profiled kernels (name, role, grid, block), as "
+                          "calibrate --save-measurements writes them")
+    knobs = r.get("knobs")
+    if knobs is not None:
+        raise ConfigError(f"{where}: field 'knobs': calibrate times the default plans only")
+
+
+def _int_in(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
 #: the head layout fields of a saved ``workload`` record (per rank)

@@ -95,7 +95,8 @@ def kernel_families(kernel: str, kv_bytes_per_element: int | None = None) -> tup
 
 _GOALS = f"{100 * CALIBRATION_GOAL_MEDIAN:.0f}% / {100 * CALIBRATION_GOAL_P90:.0f}%"
 #: fit records that hold a family's left-out figures: (fit key, the key of its per-family table, the script that wrote it)
-_FAMILY_RECORDS = (("backend_fp8_families", "unseen", "benchmarks/fit_backends_fp8_h200.py"),)
+_FAMILY_RECORDS = (("backend_calibration", "left_out", "decodecalc calibrate --backends, head layouts left out"),
+                   ("backend_fp8_families", "unseen", "benchmarks/fit_backends_fp8_h200.py"))
 
 
 def uncalibrated_note(profile: Any, families: Any) -> str:

@@ -219,14 +219,18 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                     measured: Callable[[dict[str, Any]], None] | None = None,
                     layouts: Sequence[tuple[int, int, int]] = (),
                     keep_physics: bool = False, cold: bool = False,
-                    workload: WorkloadSample | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    workload: WorkloadSample | None = None,
+                    backends: Sequence[str] = (),
+                    fit_progress: Callable[[str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
     with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does.
     ``layouts``: the user's own head layouts per rank, timed too; ``keep_physics``: those alone, and no fit
     (:func:`decodecalc.timemodel.calibration_fit.fit_calibration_rows`). ``workload``: sampled steps of the user's
     traffic under the engines' own launches (``calibrate --workload``), timed after the plan; their rows are the
-    layout cells' data."""
+    layout cells' data. ``backends``: the compiled backends to time too (FlashInfer's paths, FA3:
+    :func:`decodecalc.verify.backend_calibration.run_backend_calibration`), their families then fitted over the new
+    physics; ``fit_progress``: a line per fitted group of them."""
     torch = cuda_or_error()
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
@@ -265,18 +269,24 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
         del bench
         torch.cuda.empty_cache()
     step_rows = time_step_launches(torch, vk, sk, workload, sms, progress, done, total) if workload else []
+    backend_rows: list[dict[str, Any]] = []
+    if backends:
+        from decodecalc.verify.backend_calibration import run_backend_calibration
+
+        backend_rows = run_backend_calibration(gpu, backends, progress=progress)
     versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
     steps_doc = workload.saved(step_rows) if workload else None
     if measured is not None:
         measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
                   **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
-                  **({"workload": steps_doc} if steps_doc else {})})
+                  **({"workload": steps_doc} if steps_doc else {}),
+                  **({"backend_cases": backend_rows} if backends else {})})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
                                 start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold,
-                                workload=steps_doc)
+                                workload=steps_doc, backend_records=backend_rows, progress=fit_progress)
     return prof, rows
 
 
