@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -176,6 +178,8 @@ def register(app: typer.Typer) -> None:
             typer.echo("backends not timed (their families keep the starting profile's values, uncalibrated): "
                        + "; ".join(f"{b}: {why}" for b, why in skipped.items()), err=True)
         console = Console(stderr=True)
+        phases: dict[str, float] = {}
+        started = time.monotonic()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as bar:
             task = bar.add_task("loading kernels", total=None)
@@ -185,6 +189,7 @@ def register(app: typer.Typer) -> None:
 
             def measured(data: dict[str, Any]) -> None:
                 # saved before the fit starts: everything --from-measurements needs to fit them again without the GPU
+                phases.update(data.get("elapsed") or {})
                 if save_measurements is not None:
                     write_atomic(save_measurements, to_json({"gpu": spec.name, **data}) + "\n")
                 bar.update(task, description="fitting")
@@ -195,6 +200,11 @@ def register(app: typer.Typer) -> None:
                                       backends=timed_backends,
                                       fit_progress=lambda line: bar.update(task, description=f"fitting: {line}"))
         _written(dest, prof)
+        took = time.monotonic() - started
+        typer.echo(f"  took {took:.0f} s: the Triton kernels {phases.get('triton_s', 0):.0f} s"
+                   + (f", the backends {phases['backends_s']:.0f} s (their JIT compile included)" if "backends_s" in phases
+                      else "")
+                   + f", the fit {took - sum(phases.values()):.0f} s")
 
 
 def _layout(model_id: str, tp: int) -> tuple[int, int, int]:

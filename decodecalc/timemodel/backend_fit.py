@@ -132,8 +132,6 @@ def record_measurement(r: Mapping[str, Any], gpu: Any) -> Measurement | None:
     the launcher's plan for that run; None when it failed, was not timed, or its launch is not the plan's (only runs
     whose launch decodecalc reproduces are fitted). A FlashInfer CUDA-core run whose plan took another occupancy than
     decodecalc's table gives (``with_measured_occupancy``: the registers' CTAs/SM) is planned with that one."""
-    from decodecalc.launchers.registry import PolicyOptions
-    from decodecalc.reports.compare import evaluate
     from decodecalc.timemodel.backends import BACKEND_KERNELS, backend_work
     from decodecalc.verify import profiler as P
 
@@ -150,12 +148,11 @@ def record_measurement(r: Mapping[str, Any], gpu: Any) -> Measurement | None:
         plan = P.knob_plan(r["backend"], w, gpu, knobs)
         variant = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
     else:
-        opts = PolicyOptions(vllm=P._vllm_settings(bool(r["cuda_graph"])))
-        plan = evaluate(P.BACKENDS[r["backend"]][0], w, gpu, opts).plan
+        cg = bool(r["cuda_graph"])
+        plan = P.default_result(r["backend"], w, gpu, cuda_graph=cg).plan
         alt = (r.get("with_measured_occupancy") or {}).get("occupancy")
         if plan is not None and alt and not P.compare_launches(plan, launches)["match"]:
-            plan = evaluate(P.BACKENDS[r["backend"]][0], w, gpu,
-                            dataclasses.replace(opts, flashinfer_occupancy=int(alt))).plan
+            plan = P.default_result(r["backend"], w, gpu, cuda_graph=cg, occupancy=int(alt)).plan
         variant = "default-cuda-graph" if r["cuda_graph"] else "default"
     if plan is None or not P.compare_launches(plan, launches)["match"]:
         return None

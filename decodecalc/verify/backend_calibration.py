@@ -112,9 +112,7 @@ def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
     import torch
 
     from decodecalc.verify.backend_steps import run_case
-    from decodecalc.reports.compare import evaluate
-    from decodecalc.launchers.registry import PolicyOptions
-    from decodecalc.verify.profiler import BACKENDS
+    from decodecalc.verify.profiler import default_result
 
     t0 = time.monotonic()
     if any(b.startswith("flashinfer") for b in backends):
@@ -130,7 +128,7 @@ def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
         if streak.get(backend, 0) >= MAX_ERROR_STREAK:
             continue
         w = shape_workload(shape, 16)
-        if evaluate(BACKENDS[backend][0], w, gpu, PolicyOptions()).plan is None:
+        if default_result(backend, w, gpu, cuda_graph=cg).plan is None:
             continue  # no kernel is compiled for it (FlashInfer's CUDA cores at group sizes 7 and 12): not a failure
         rec: dict[str, Any] = {"shape": shape, "backend": backend, "cuda_graph": cg, "block_size": 16}
         try:

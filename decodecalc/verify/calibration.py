@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -234,6 +235,8 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     torch = cuda_or_error()
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
+    t0 = time.monotonic()
+
     props = torch.cuda.get_device_properties(0)
     check_device_is(str(props.name), gpu)
     sms = int(props.multi_processor_count)
@@ -270,17 +273,20 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
         torch.cuda.empty_cache()
     step_rows = time_step_launches(torch, vk, sk, workload, sms, progress, done, total) if workload else []
     backend_rows: list[dict[str, Any]] = []
+    elapsed = {"triton_s": round(time.monotonic() - t0, 1)}  # the Triton kernels' (and the steps') timing
     if backends:
         from decodecalc.verify.backend_calibration import run_backend_calibration
 
+        t1 = time.monotonic()
         backend_rows = run_backend_calibration(gpu, backends, progress=progress)
+        elapsed["backends_s"] = round(time.monotonic() - t1, 1)  # their JIT compile included
     versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
     steps_doc = workload.saved(step_rows) if workload else None
     if measured is not None:
         measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
                   **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
                   **({"workload": steps_doc} if steps_doc else {}),
-                  **({"backend_cases": backend_rows} if backends else {})})
+                  **({"backend_cases": backend_rows} if backends else {}), "elapsed": elapsed})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=versions,
