@@ -320,3 +320,30 @@ def test_from_scratch_keeps_the_kept_backends_record():
     shipped = packaged_profile("h200")
     cold = neutral_start(shipped)
     assert cold.fit == {"backend_families": shipped.fit["backend_families"]}
+
+
+def test_a_backend_that_failed_is_reported_and_the_others_still_fit(tmp_path, fa3_fit_runs, monkeypatch):
+    # the H200 run of 2026-12-04 with a FlashInfer that could not build its kernels: FA3 is fitted, FlashInfer's
+    # failures are printed and recorded, its families stay uncalibrated
+    from decodecalc.timemodel import backend_fit
+
+    monkeypatch.setattr(backend_fit, "CALIBRATE_MAX_EVALS", 30)
+    keep = {"8:1-d128", "32:8-d128"}
+    runs = [saved_record(r) for r in fa3_fit_runs if r["shape"]["layout"] in keep]
+    boom = "RuntimeError: Ninja build failed. " + "x" * 900 + " fatal error: flashinfer/page.cuh: No such file"
+    failed = [{"shape": runs[0]["shape"], "backend": "flashinfer", "cuda_graph": False, "block_size": 16,
+               "error": backend_fit.error_text(RuntimeError(boom[14:])), "launches": [], "timing": {}}] * 6
+    assert "No such file" in failed[0]["error"] and len(failed[0]["error"]) <= 610
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-measurements",
+                              str(_measurements(tmp_path, runs + failed)), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "flashinfer: 6 runs failed, none fitted: its families keep the starting profile's values" in res.output
+    assert "No such file" in res.output
+    doc = yaml.safe_load(out.read_text())
+    assert doc["fit"]["backend_calibration"]["failed"]["flashinfer"]["runs"] == 6
+    assert {"flashinfer_decode", "flashinfer_tc"} <= set(doc["fit"]["uncalibrated_families"])
+    # nothing fitted at all is a one-line error, naming the failure
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-measurements",
+                              str(_measurements(tmp_path, failed, name="f.json")), "-o", str(out)])
+    assert res.exit_code != 0 and "none of the 6 backend runs could be fitted (flashinfer: 6 runs failed" in res.output

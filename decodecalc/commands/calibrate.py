@@ -273,6 +273,11 @@ def _written(dest: Path, prof: Any) -> None:
                      if lo.get("rows") else "no left-out run")
             typer.echo(f"    {fam} ({r['kernel']}, {r['rows']} runs): {where} -> "
                        f"{'calibrated' if r['calibrated'] else 'uncalibrated'}")
+        for b, r in (cal.get("failed") or {}).items():
+            fitted = any(f["kernel"] == b for f in fams.values())
+            typer.echo(f"    {b}: {r['runs']} runs failed" + ("" if fitted else ", none fitted: its families keep the "
+                                                                "starting profile's values, uncalibrated")
+                       + f"; the first: {r['first_error']}")
     wl = fit.get("workload")
     if wl:
         typer.echo(f"  {wl['source']} ({wl['model']} TP{wl['tp']}): {wl['timings']} timings of {len(wl['sampled_steps'])} "

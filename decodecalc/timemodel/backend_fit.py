@@ -168,6 +168,24 @@ def record_measurements(records: Iterable[Mapping[str, Any]], gpu: Any) -> list[
     return [m for m in (record_measurement(r, gpu) for r in records) if m is not None]
 
 
+def backend_failures(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per backend, the runs that failed (``error``) and the first one's message: what calibrate prints and records
+    when a library does not build or load (its families then keep the starting profile's values, uncalibrated)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if isinstance(r, Mapping) and r.get("error"):
+            rec = out.setdefault(str(r.get("backend")), {"runs": 0, "first_error": str(r["error"])})
+            rec["runs"] += 1
+    return out
+
+
+def error_text(exc: BaseException, limit: int = 600) -> str:
+    """A failed run's message for its record: the exception's type and text, its start and its end when it is long (a
+    JIT build's compiler output ends with the line that says what went wrong)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else f"{text[:limit // 4]} ... {text[-(limit - limit // 4):]}"
+
+
 def layout_of(m: Measurement) -> tuple[int, int, int]:
     return m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size
 

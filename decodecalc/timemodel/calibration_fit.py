@@ -131,10 +131,14 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     if backend_records:
         if keep_physics:
             raise ConfigError("backend timings with --keep-physics: --keep-physics fits nothing")
-        from decodecalc.timemodel.backend_fit import record_measurements
+        from decodecalc.timemodel.backend_fit import backend_failures, record_measurements
 
         backends = record_measurements(backend_records, gpu)
-        _enough(backend_records, len(backends), "backend runs")
+        if not backends:
+            why = "; ".join(f"{b}: {r['runs']} runs failed, the first with {r['first_error']}"
+                            for b, r in backend_failures(backend_records).items())
+            raise DecodecalcError(f"calibration failed: none of the {len(backend_records)} backend runs could be fitted"
+                                  + (f" ({why})" if why else " (no launch matched its plan)"))
     backend_fit = None
     if not ms and not steps and not backends:
         raise DecodecalcError("calibration failed: nothing was timed")
@@ -184,11 +188,13 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              "physics_median_abs_err": round(bare["median_abs_err"], 4),
              "physics_p90_abs_err": round(bare["p90_abs_err"], 4), "device_name": device_name, "versions": versions,
              "uncalibrated_families": uncal,
-             **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name) if backend_fit else {}),
+             **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name,
+                                backend_failures(backend_records)) if backend_fit else {}),
              **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {})})
 
 
-def _backend_record(fit: Any, start: TimeProfile, runs: int, where: str) -> dict[str, Any]:
+def _backend_record(fit: Any, start: TimeProfile, runs: int, where: str,
+                    failed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The profile's ``fit.backend_calibration`` (per family: rows, training and left-out errors, calibrated or not)
     and ``fit.backend_families.domain``: for each backend calibrated, the layouts and KV formats timed; the starting
     profile's entries for the backends calibrate does not time (FlashMLA, FA2)."""
@@ -196,6 +202,8 @@ def _backend_record(fit: Any, start: TimeProfile, runs: int, where: str) -> dict
     rec["source"] = (f"decodecalc calibrate on {where}: {runs} runs of the compiled backends, "
                      f"{sum(r['rows'] for r in rec['families'].values())} of them fitted (launch as planned)")
     rec["left_out"] = {f: r["left_out"] for f, r in rec["families"].items()}
+    if failed:
+        rec["failed"] = failed
     old = ((start.fit.get("backend_families") or {}).get("domain") or {}) if isinstance(start.fit, Mapping) else {}
     domain = {k: v for k, v in old.items() if k not in fit.domains}
     domain.update(fit.domains)

@@ -15,7 +15,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.timemodel.backend_fit import (CALIBRATED_BACKENDS, KV_DTYPES, LAYOUT_BASE_MODEL, backend_plan,
-                                              parse_backends, plan_shape, shape_workload)
+                                              error_text, parse_backends, plan_shape, shape_workload)
 
 #: errors in a row after which a backend's remaining runs are not started (a library that does not build or load)
 MAX_ERROR_STREAK = 6
@@ -136,7 +136,7 @@ def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
             _measured_occupancy(rec, w, gpu)
             streak[backend] = 0
         except Exception as exc:  # noqa: BLE001 - one failing run must not end the calibration
-            rec["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+            rec["error"] = error_text(exc)
             streak[backend] = streak.get(backend, 0) + 1
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
