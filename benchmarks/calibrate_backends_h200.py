@@ -1,26 +1,27 @@
 """`calibrate --backends` on the H200 from scratch, judged on what no fit saw (issue 18, item 5: "calibrate for a new
 GPU, as good as the shipped profile").
 
-    python benchmarks/calibrate_backends_h200.py --build-measurements /tmp/m.json
-    decodecalc calibrate --gpu h200 --from-scratch --from-measurements /tmp/m.json -o P.yaml
-    python benchmarks/calibrate_backends_h200.py --score NAME=P.yaml [NAME=Q.yaml ...] [--write]
+    decodecalc calibrate --gpu h200 --from-scratch --save-measurements M.json.gz -o P.yaml    # on the H200
+    python benchmarks/calibrate_backends_h200.py --build-measurements /tmp/m.json             # or from committed runs
+    decodecalc calibrate --gpu h200 --from-scratch --from-measurements /tmp/m.json -o Q.yaml
+    python benchmarks/calibrate_backends_h200.py --score device=P.yaml earlier=Q.yaml [--write]
 
-``--build-measurements``: the file ``calibrate --from-measurements`` reads, made of committed H200 timings only: the
-Triton calibrate run of 2026-12-02 (``calibrate-h200-measurements.json``) and, as ``backend_cases``, the runs of
-calibrate's backend plan (:data:`decodecalc.timemodel.backend_fit.BACKEND_LAYOUTS` x shapes, bf16 and fp8 KV) that
-``measure_backends_fp8_h200.py`` made (its ``fit`` and ``fit-short`` tags; that script runs the same plan). So the
-profile it gives is the H200 calibrated from scratch without a GPU.
+Two profiles calibrated from scratch: the device run's (:data:`DEVICE_RUN`: one ``calibrate`` command on the H200,
+the Triton kernels and the three backends it found installed), and one fitted on earlier sessions' runs of the same
+plan (``--build-measurements``: the Triton calibrate run of 2026-12-02, ``calibrate-h200-measurements.json``, and as
+``backend_cases`` the runs ``measure_backends_fp8_h200.py`` made of :data:`decodecalc.timemodel.backend_fit.
+BACKEND_LAYOUTS`, its ``fit`` and ``fit-short`` tags).
 
 ``--score``: each profile against the shipped one (``shipped``, always scored) on data no calibrate fit saw:
 
 * **unseen layouts**: the single launches of the six head layouts ``measure_backends_fp8_h200.py --layouts unseen``
-  timed (24:8, 40:8, 28:4, 12:1 at d128, 8:4 d256, 32:8 d64; bf16 and fp8 KV), by the main kernel's family;
+  timed (24:8, 40:8, 28:4, 12:1 at d128, 8:4 d256, 32:8 d64; bf16 and fp8 KV; 2026-12-03), by the main kernel's family;
 * **workloads**: the backends' whole-workload totals of ``validate_backends_workload_h200.py`` (bf16: 7 + 5 cases of
-  200 chat / long-prompt steps on 7 models; fp8: 5 chat cases), each backend's predicted total against the measured.
+  chat and long-prompt steps on 7 models; fp8: 5 chat cases), each backend's predicted total against the measured.
 
 The shipped bf16 families were fitted on other H200 runs (capture-backends-h200.jsonl: six layouts, one of which,
-32:8 d64, is among the unseen six) and its fp8 families on the same plan runs the calibrated profile sees; the
-shipped map has no backend cells (the backends are physics only), so "with and without the map" is one figure here.
+32:8 d64, is among the unseen six) and its fp8 families on the same plan runs the ``earlier`` profile sees; no
+profile has residual-map cells for the backends (physics only), so "with and without the map" is one figure here.
 ``--write`` records the scores in ``results/calibrate-backends-h200.json`` (``tests/test_calibrate_backends.py``
 recomputes them from the committed profiles and checks BENCHMARKS.md's table).
 """
@@ -70,6 +71,11 @@ def build_measurements(dest: Path) -> dict[str, Any]:
     data["backend_cases"] = [saved_record(r) for r in runs(("fit", "fit-short"))]
     dest.write_text(json.dumps(data) + "\n")
     return data
+
+
+#: the device run of 2026-12-04 (``decodecalc calibrate --gpu h200 --from-scratch --save-measurements ...`` with
+#: FlashInfer 0.7.2.post1 and vLLM 0.33.0's FA3 build installed, so ``--backends auto`` timed all three)
+DEVICE_RUN = RESULTS / "calibrate-backends-h200-measurements.json.gz"
 
 
 def _stats(errs: list[float]) -> dict[str, Any]:

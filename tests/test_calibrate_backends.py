@@ -347,3 +347,60 @@ def test_a_backend_that_failed_is_reported_and_the_others_still_fit(tmp_path, fa
     res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-measurements",
                               str(_measurements(tmp_path, failed, name="f.json")), "-o", str(out)])
     assert res.exit_code != 0 and "none of the 6 backend runs could be fitted (flashinfer: 6 runs failed" in res.output
+
+
+# ---- the H200 runs of `calibrate --backends --from-scratch` and their scores (BENCHMARKS.md) -------------------------
+
+
+def test_the_device_run_is_calibrates_whole_plan():
+    from benchmarks.calibrate_backends_h200 import DEVICE_RUN
+
+    data = json.loads(gzip.open(DEVICE_RUN, "rt").read())
+    assert not any("error" in r for r in data["backend_cases"]) and data["elapsed"]["backends_s"] < 600
+    # every run of calibrate's plan where a kernel is compiled (FlashInfer's CUDA cores have none at group 7), once
+    plan = {json.dumps([b, s, cg]) for b, s, cg in backend_plan(["flashinfer", "flashinfer-tc", "fa3"])}
+    got = [json.dumps([r["backend"], r["shape"], r["cuda_graph"]]) for r in data["backend_cases"]]
+    assert len(set(got)) == len(got) and set(got) <= plan
+    missing = {json.loads(x)[1]["layout"] for x in plan - set(got)}
+    assert missing == {"14:2-d128"} and all(json.loads(x)[0] == "flashinfer" for x in plan - set(got))
+    assert len(record_measurements(data["backend_cases"], H200)) == len(got)  # every launch as planned
+
+
+def test_the_scores_in_benchmarks_md_are_the_committed_profiles():
+    from benchmarks.calibrate_backends_h200 import OUT, markdown, score
+    from decodecalc.timemodel import load_profile_file
+
+    rec = json.loads(OUT.read_text())
+    root = Path(__file__).resolve().parents[1]
+    profiles = {"shipped": packaged_profile("h200"),
+                **{n: load_profile_file(root / p, expect_gpu="h200") for n, p in rec["sources"].items()}}
+    got = score(profiles)
+    for name in profiles:
+        assert got["profiles"][name]["unseen_layouts"] == rec["profiles"][name]["unseen_layouts"], name
+        assert got["profiles"][name]["workloads"]["totals"] == rec["profiles"][name]["workloads"]["totals"], name
+    assert markdown(rec) in (root / "BENCHMARKS.md").read_text()
+
+
+def test_the_gpu_path_saves_gzipped_timings_before_the_fit_and_prints_its_phases(tmp_path, monkeypatch, fa3_fit_runs):
+    # the device half faked: run_calibration hands its timings to `measured` as the real one does, then "fits"
+    from decodecalc.verify import backend_calibration, calibration
+
+    saved = json.loads(TRITON.read_text())
+    runs = [saved_record(r) for r in fa3_fit_runs[:4]]
+
+    def fake_run(gpu, *, measured, backends, **kw):
+        assert backends == ["fa3"]
+        measured({**{k: saved[k] for k in ("num_sms", "launch_overhead_s", "device_name", "versions", "cases")},
+                  "backend_cases": runs, "elapsed": {"triton_s": 39.0, "backends_s": 204.0}})
+        return packaged_profile("h200"), saved["cases"]
+
+    monkeypatch.setattr(calibration, "cuda_or_error", lambda: None)
+    monkeypatch.setattr(calibration, "run_calibration", fake_run)
+    monkeypatch.setattr(backend_calibration, "resolve_backends", lambda spec: (["fa3"], {"flashinfer": "not here"}))
+    dest, out = tmp_path / "m.json.gz", tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--save-measurements", str(dest), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(gzip.decompress(dest.read_bytes()))
+    assert data["backend_cases"] == runs and data["gpu"] == "h200" and data["elapsed"]["backends_s"] == 204.0
+    assert "the Triton kernels 39 s, the backends 204 s" in res.output
+    assert "backends not timed" in res.output and "flashinfer: not here" in res.output

@@ -30,7 +30,8 @@ ThoroughOpt = Annotated[bool, typer.Option("--thorough", help="Ten head layouts 
                                            "(550 timings, several minutes): a fit that needs no starting profile.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: <gpu>.yaml "
                                                 "in $XDG_CONFIG_HOME/decodecalc/profiles).")]
-RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON).")]
+RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON; "
+                                                  "gzip-compressed when the name ends in .gz).")]
 ScratchOpt = Annotated[bool, typer.Option("--from-scratch", help="Start the fit from neutral values instead of the "
                                           "packaged profile's (nothing fitted to another timing).")]
 FromOpt = Annotated[Optional[list[Path]], typer.Option(
@@ -191,7 +192,14 @@ def register(app: typer.Typer) -> None:
                 # saved before the fit starts: everything --from-measurements needs to fit them again without the GPU
                 phases.update(data.get("elapsed") or {})
                 if save_measurements is not None:
-                    write_atomic(save_measurements, to_json({"gpu": spec.name, **data}) + "\n")
+                    text = to_json({"gpu": spec.name, **data}) + "\n"
+                    if save_measurements.name.endswith(".gz"):  # the backends' runs take 2 MB of JSON, 110 kB gzipped
+                        import gzip
+
+                        packed = gzip.compress(text.encode(), mtime=0)
+                        write_atomic(save_measurements, lambda tmp: tmp.write_bytes(packed) and None)
+                    else:
+                        write_atomic(save_measurements, text)
                 bar.update(task, description="fitting")
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,

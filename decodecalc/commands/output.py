@@ -265,7 +265,7 @@ def _write_special(path: Path, content: Content) -> None:
         raise _cannot(path, exc) from None
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: Content) -> None:
     """Write ``text`` to ``path`` via a temp file in the same folder and os.replace: never half-written."""
     write_files([(Path(path), text)])
 
