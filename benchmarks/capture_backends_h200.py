@@ -14,7 +14,6 @@ summary JSON; prints a short table last. A time guard stops starting new cases n
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
@@ -133,13 +132,10 @@ def short_tile_shapes() -> list[dict]:
 
 
 def workload(shape: dict, block: int):
-    model = resolve_model(shape["model"])
-    if shape.get("heads"):  # a head configuration no library model has (occupancy of other group sizes)
-        h, h_kv = shape["heads"]
-        model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
-                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
-    return make_workload(model, tp=shape["tp"], seq_lens=tuple(shape["seq_lens"]), block_size=block,
-                         kv_cache_dtype=shape.get("kv_cache_dtype", "auto"))
+    """A capture record's shape as a Workload (one home: decodecalc.timemodel.backend_fit.shape_workload)."""
+    from decodecalc.timemodel.backend_fit import shape_workload
+
+    return shape_workload(shape, block)
 
 
 #: split sweeps for the time model (several split counts per shape): FA3's num_splits (static bound; the

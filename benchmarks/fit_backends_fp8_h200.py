@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.fit_backends_h200 import PROFILE, hbm_ceilings, measurements_from  # noqa: E402
 from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
+from decodecalc.timemodel.backend_fit import layout_of, main_family  # noqa: E402
 from decodecalc.timemodel.fit import Measurement, _fit_group, percentile, recommendation_quality  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
 from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FAMILY_FALLBACKS  # noqa: E402
@@ -63,14 +64,6 @@ FP8_FAMILIES = {"flashinfer": ("flashinfer_decode_fp8",), "flashinfer-tc": ("fla
 #: fit_backends_h200's goals (a miss: uncalibrated) and issue 18's
 GOAL_MEDIAN, GOAL_P90 = CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90
 ISSUE_MEDIAN, ISSUE_P90 = 0.03, 0.08
-
-
-def layout_of(m: Measurement) -> tuple[int, int, int]:
-    return m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size
-
-
-def main_family(m: Measurement) -> str:
-    return m.work.kernels[0].family
 
 
 def stats(prof: Any, ms: list[Measurement]) -> dict[str, float]:

@@ -30,11 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.capture_backends_h200 import workload  # noqa: E402
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import KERNEL_FAMILIES, packaged_profile  # noqa: E402
-from decodecalc.timemodel.backends import BACKEND_KERNELS, backend_work  # noqa: E402
-from decodecalc.timemodel.fit import (Measurement, Shape, _fit_group, error_summary, fit_profile,  # noqa: E402
+from decodecalc.timemodel.backend_fit import (BACKEND_OCCUPANCY, NEUTRAL_BACKEND_FAMILY, hbm_ceilings,  # noqa: E402
+                                              record_measurements)
+from decodecalc.timemodel.backends import BACKEND_KERNELS  # noqa: E402
+from decodecalc.timemodel.fit import (Measurement, _fit_group, error_summary, fit_profile,  # noqa: E402
                                       recommendation_quality)
 from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FamilyParams  # noqa: E402
 from decodecalc.verify import profiler as P  # noqa: E402
@@ -47,10 +48,7 @@ OUT = RESULTS / "timemodel-backends-h200.json"
 PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 NEW_FAMILIES = ("flashinfer_decode", "flashinfer_tc", "flashinfer_merge", "fa3_fwd", "fa3_combine", "flashmla_fwd",
                 "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine")
-#: CTAs/SM of the combine kernels (captured registers and shared memory: 46-48 registers x 256 threads -> 5) and of
-#: FA2's kernels (capture-fa2-h200.jsonl: 247-255 registers x 128 threads and 64-80 KiB shared memory -> 2; the
-#: combine kernel 52-58 registers x 128 threads -> 8)
-OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2_fwd_plain": 2, "fa2_combine": 8}
+OCCUPANCY = BACKEND_OCCUPANCY
 GOAL_MEDIAN, GOAL_P90, GOAL_PICK = CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, 1.15
 
 
@@ -63,56 +61,17 @@ def measurements() -> list[Measurement]:
 
 
 def measurements_from(paths) -> list[Measurement]:
-    """The timed runs of capture JSONL files whose launch the model reproduces, with their work."""
+    """The timed runs of capture JSONL files whose launch the model reproduces, with their work (calibrate's reading
+    of a run: decodecalc.timemodel.backend_fit.record_measurement)."""
     gpu = resolve_gpu("h200")
-    out: list[Measurement] = []
-    for path in map(Path, paths):
-        for r in P.read_capture_records(path):
-            t = (r.get("timing") or {}).get("t_us")
-            if "error" in r or not t or r["backend"] not in BACKEND_KERNELS:
-                continue
-            w = workload(r["shape"], r["block_size"])
-            knobs = r.get("knobs")
-            if knobs:
-                plan = P.knob_plan(r["backend"], w, gpu, knobs)
-                variant = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
-            else:
-                from decodecalc.launchers.registry import PolicyOptions
-                from decodecalc.reports.compare import evaluate
-
-                res = evaluate(P.BACKENDS[r["backend"]][0], w, gpu,
-                               PolicyOptions(vllm=P._vllm_settings(r["cuda_graph"])))
-                plan = res.plan
-                variant = "default-cuda-graph" if r["cuda_graph"] else "default"
-            launches = [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in x.items()
-                                            if not k.startswith("ctas_per_sm")}) for x in r["launches"]]
-            if plan is None or not P.compare_launches(plan, launches)["match"]:
-                continue  # only runs whose launch the model reproduces (today: all of them)
-            shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=w.seq_lens,
-                          head_size=w.head_size, head_size_v=w.head_size_v, block_size=w.block_size,
-                          query_lens=w.query_lens, kv_bytes_per_element=w.kv_bytes_per_element)
-            out.append(Measurement(shape=shape, kernel=r["backend"], variant=variant,
-                                   splits=max(plan.splits or (1,)), time_s=t * 1e-6,
-                                   work=backend_work(plan, w, r["backend"]), is_default=not knobs,
-                                   model=r["shape"]["model"]))
-    return out
+    return [m for path in map(Path, paths) for m in record_measurements(P.read_capture_records(path), gpu)]
 
 
-_START = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9, program_overhead_s=1e-6)
+_START = NEUTRAL_BACKEND_FAMILY
 #: starting points where _START lies far from the optimum (the simplex otherwise stops at a clamp): FlashMLA's
 #: iteration is a 72 KiB latent block that one CTA takes ~2 us for (its captured kernel durations)
 _START_BY_FAMILY = {"flashmla_fwd": dict(latency_s=1.5e-6, program_bandwidth_bytes_per_s=400e9,
                                          sm_bandwidth_bytes_per_s=400e9, program_overhead_s=3e-6)}
-
-
-def hbm_ceilings(ms: list[Measurement]) -> dict[str, float]:
-    """Per family: the highest bytes/s one of its kernels reached alone (its main kernel's bytes over the run's
-    time, which includes the other kernels: a lower bound), plus 2%."""
-    best: dict[str, float] = {}
-    for m in ms:
-        k = m.work.kernels[0]
-        best[k.family] = max(best.get(k.family, 0.0), k.hbm_bytes / m.time_s)
-    return {f: round(v * 1.02, -8) for f, v in best.items()}
 
 
 def measured_domains(ms: list[Measurement]) -> dict:

@@ -6,8 +6,8 @@ experiment (issue 18, item 2): FlashInfer's two decode paths and vLLM's FA3, on 
 
 Layouts: the twelve per-rank head layouts SGLang's fp8 family was fitted on (FIT_LAYOUTS, those of
 measure_kv_formats_h200.py) and the six it was validated on (UNSEEN_LAYOUTS, its ``--unseen`` run), so the backends'
-fp8 families can be fitted on the first and judged on the second. Per layout, SHAPES (batch 1-256, 512-32,768 tokens,
-two ragged batches). Every (backend, layout, shape) runs with a bf16 and an fp8 (e4m3) cache back to back, so that a
+fp8 families can be fitted on the first and judged on the second. Per layout, calibrate's BACKEND_SHAPES (batch
+1-256, 512-32,768 tokens, two ragged batches). Every (backend, layout, shape) runs with a bf16 and an fp8 (e4m3) cache back to back, so that a
 session's drift cancels in their ratio: FlashInfer with an eager plan and, every other shape, a CUDA-graph plan; FA3
 with its heuristic split count (eager) and with vLLM's 32 under full CUDA graphs. Each run is profiled (the launch is
 compared with decodecalc's plan, decodecalc.verify.backend_steps.run_case) and timed back to back under CUDA graphs
@@ -19,10 +19,8 @@ summary; a time guard stops starting new cases near ``--budget-s``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,52 +30,25 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.capture_backends_h200 import summarize_occupancy, workload  # noqa: E402
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.timemodel.backend_fit import BACKEND_LAYOUTS, backend_plan  # noqa: E402
+from decodecalc.verify.backend_calibration import MAX_ERROR_STREAK, warm_flashinfer  # noqa: E402
 
-#: base model per head dim (its other attributes: full attention, one query token)
-BASE = {128: "llama3-8b", 64: "llama3.2-1b", 256: "gemma-2-9b"}
-#: (query heads, KV heads, head dim) per rank
-FIT_LAYOUTS = [(8, 1, 128), (32, 8, 128), (64, 8, 128), (16, 2, 128), (32, 4, 64), (16, 8, 256), (14, 2, 128),
-               (16, 1, 128), (16, 2, 256), (32, 4, 128), (4, 1, 128), (8, 1, 64)]
+#: the plan is calibrate's (decodecalc.timemodel.backend_fit): its layouts (FIT_LAYOUTS), batches and chat-like steps
+FIT_LAYOUTS = list(BACKEND_LAYOUTS)
 UNSEEN_LAYOUTS = [(24, 8, 128), (40, 8, 128), (28, 4, 128), (12, 1, 128), (8, 4, 256), (32, 8, 64)]
-#: (batch, length); a list: a ragged batch
-SHAPES: list[tuple[int, int] | list[int]] = [(1, 512), (1, 8192), (1, 32768), (4, 2048), (4, 16384), (16, 1024),
-                                             (16, 8192), (64, 512), (64, 4096), (256, 1024),
-                                             [256 + (i * 7919) % 8192 for i in range(24)],
-                                             [100 + (i * 6151) % 3000 for i in range(100)]]
-#: --short: continuous batching's chat-like steps (batch 8-96 x contexts 50-800, uniform and ragged), on FIT_LAYOUTS
-#: only, each under the plan the engines' CUDA graphs use (FlashInfer's CUDA-graph plan, FA3's 32 splits): the regime
-#: whole chat workloads run in, which SHAPES (512 tokens and up) barely cover
-SHORT_SHAPES: list[tuple[int, int] | list[int]] = [(b, L) for b in (8, 32, 96) for L in (50, 200, 800)] + [
-    [50 + (i * 389) % 750 for i in range(32)], [50 + (i * 571) % 750 for i in range(96)], (64, 400)]
-KV_DTYPES = ("bfloat16", "fp8")
-#: errors in a row after which a backend's remaining runs are not started (a library that does not build or load)
-MAX_ERROR_STREAK = 6
 
 
 def layouts(which: str) -> list[tuple[int, int, int]]:
     return {"fit": FIT_LAYOUTS, "unseen": UNSEEN_LAYOUTS, "all": FIT_LAYOUTS + UNSEEN_LAYOUTS}[which]
 
 
-def shape_dict(layout: tuple[int, int, int], sh: tuple[int, int] | list[int], kv: str, tag: str) -> dict:
-    h, h_kv, d = layout
-    lens = sh if isinstance(sh, list) else [sh[1]] * sh[0]
-    return {"model": BASE[d], "tp": 1, "heads": [h, h_kv], "seq_lens": lens, "kv_cache_dtype": kv,
-            "layout": f"{h}:{h_kv}-d{d}", "tag": tag}
-
-
 def plan_cases(which: str, backends: list[str], short: bool = False) -> list[tuple[str, dict, bool]]:
-    """(backend, shape, cuda_graph) of every run, the bf16 and fp8 runs of one case adjacent, the cases in a stable
-    hash order (a time-out leaves a spread of layouts, shapes and backends); ``short``: SHORT_SHAPES on FIT_LAYOUTS."""
-    cases = []
-    for lay in (FIT_LAYOUTS if short else layouts(which)):
-        tag = "fit-short" if short else "fit" if lay in FIT_LAYOUTS else "unseen"
-        for i, sh in enumerate(SHORT_SHAPES if short else SHAPES):
-            for b in backends:
-                graphs = (True,) if short else (False, True) if b == "fa3" or i % 2 == 0 else (False,)
-                for cg in graphs:
-                    cases.append((b, [shape_dict(lay, sh, kv, tag) for kv in KV_DTYPES], cg))
-    cases.sort(key=lambda c: hashlib.sha256(json.dumps([c[0], c[1][0], c[2]]).encode()).hexdigest())
-    return [(b, s, cg) for b, pair, cg in cases for s in pair]
+    """(backend, shape, cuda_graph) of every run (backend_fit.backend_plan: the bf16 and fp8 runs of one case
+    adjacent, a stable hash order); ``short``: the chat-like steps on FIT_LAYOUTS (tag ``fit-short``)."""
+    if short:
+        return backend_plan(backends, FIT_LAYOUTS, long=False, tag="fit")
+    return [run for tag in ("fit", "unseen") if which in (tag, "all")
+            for run in backend_plan(backends, layouts(tag), short=False, tag=tag)]
 
 
 def not_compiled(backend: str, w, gpu) -> str | None:
@@ -90,34 +61,6 @@ def not_compiled(backend: str, w, gpu) -> str | None:
     return None if res.plan is not None else str(res.reason)
 
 
-def warm_flashinfer_jit(backends: list[str]) -> None:
-    """Compile every FlashInfer decode module the run needs (3 head dims x 2 KV dtypes x the paths) in parallel."""
-    code = ("import sys; sys.path.insert(0, %r); from benchmarks.measure_backends_fp8_h200 import _warm_one; "
-            "_warm_one(%d, %r, %r)")
-    procs = []
-    for d in BASE:
-        for kv in KV_DTYPES:
-            for b in backends:
-                if b.startswith("flashinfer"):
-                    procs.append(subprocess.Popen([sys.executable, "-c", code % (str(ROOT), d, kv, b == "flashinfer-tc")],
-                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for p in procs:
-        out, _ = p.communicate()
-        if p.returncode:
-            print("warm-up failed:", out[-2000:], flush=True)
-
-
-def _warm_one(d: int, kv: str, tc: bool) -> None:
-    import torch
-
-    from decodecalc.verify.backend_steps import flashinfer_step
-
-    h, h_kv = {64: (32, 8), 128: (32, 8), 256: (16, 8)}[d]
-    w = workload(shape_dict((h, h_kv, d), (1, 2560), kv, "warm"), 16)
-    flashinfer_step(w, tensor_cores=tc, copies=1).run(0)
-    torch.cuda.synchronize()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -125,7 +68,7 @@ def main() -> int:
     ap.add_argument("--backends", default="flashinfer,flashinfer-tc,fa3")
     ap.add_argument("--budget-s", type=float, default=500.0)
     ap.add_argument("--replays", type=int, default=5)
-    ap.add_argument("--short", action="store_true", help="SHORT_SHAPES on FIT_LAYOUTS (writes fp8-backends-short.jsonl)")
+    ap.add_argument("--short", action="store_true", help="the chat-like steps (BACKEND_SHORT_SHAPES) on FIT_LAYOUTS (writes fp8-backends-short.jsonl)")
     args = ap.parse_args()
     t0 = time.time()
     out = Path(args.out)
@@ -148,7 +91,8 @@ def main() -> int:
         env["flashinfer"] = f"not importable: {exc}"
     print("environment", env, flush=True)
     backends = [b for b in backends if missing[b] is None]
-    warm_flashinfer_jit(backends)
+    for line in warm_flashinfer(backends):
+        print("warm-up failed:", line, flush=True)
     print(f"flashinfer JIT warm-up done at {time.time() - t0:.0f}s", flush=True)
     done, failed, skipped, streak = 0, {}, {}, {}
     stem = "fp8-backends-short" if args.short else "fp8-backends"

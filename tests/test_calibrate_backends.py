@@ -404,3 +404,15 @@ def test_the_gpu_path_saves_gzipped_timings_before_the_fit_and_prints_its_phases
     assert data["backend_cases"] == runs and data["gpu"] == "h200" and data["elapsed"]["backends_s"] == 204.0
     assert "the Triton kernels 39 s, the backends 204 s" in res.output
     assert "backends not timed" in res.output and "flashinfer: not here" in res.output
+
+
+def test_the_measurement_script_runs_calibrates_plan():
+    # measure_backends_fp8_h200.py (the committed runs' script) takes its plan from backend_fit: one home
+    from benchmarks.measure_backends_fp8_h200 import UNSEEN_LAYOUTS, plan_cases
+
+    assert plan_cases("fit", ["fa3"]) == backend_plan(["fa3"], short=False)
+    short = plan_cases("fit", ["fa3"], short=True)
+    assert short and all(s["tag"] == "fit-short" and cg for _, s, cg in short)
+    unseen = {s["layout"] for _, s, _ in plan_cases("unseen", ["fa3"])}
+    assert len(unseen) == len(UNSEEN_LAYOUTS) and not unseen & {s["layout"] for _, s, _ in short}
+    assert len(plan_cases("all", ["fa3"])) == len(plan_cases("fit", ["fa3"])) + len(plan_cases("unseen", ["fa3"]))

@@ -94,14 +94,15 @@ def plan_shape(layout: Sequence[int], sh: Sequence[int], kv: str, tag: str) -> d
 
 
 def backend_plan(backends: Sequence[str], layouts: Sequence[tuple[int, int, int]] = BACKEND_LAYOUTS, *,
-                 short: bool = True, tag: str = "fit") -> list[tuple[str, dict[str, Any], bool]]:
+                 short: bool = True, long: bool = True, tag: str = "fit") -> list[tuple[str, dict[str, Any], bool]]:
     """(backend, shape, cuda_graph) of every run, the bf16 and fp8 runs of one case adjacent, the cases in a stable hash
     order (a time-out leaves a spread of layouts, shapes and backends). FlashInfer: an eager plan, and every other
     shape a CUDA-graph plan too; FA3: its heuristic split count (eager) and vLLM's 32 under CUDA graphs. ``short``:
-    the chat-like steps too, CUDA-graph plans only."""
+    the chat-like steps too, CUDA-graph plans only (their shapes tagged ``<tag>-short``); ``long``: the batches of
+    :data:`BACKEND_SHAPES`."""
     cases: list[tuple[str, list[dict[str, Any]], bool]] = []
     for lay in layouts:
-        for i, sh in enumerate(BACKEND_SHAPES):
+        for i, sh in enumerate(BACKEND_SHAPES if long else ()):
             for b in backends:
                 for cg in ((False, True) if b == "fa3" or i % 2 == 0 else (False,)):
                     cases.append((b, [plan_shape(lay, sh, kv, tag) for kv in KV_DTYPES], cg))
