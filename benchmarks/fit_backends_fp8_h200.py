@@ -40,13 +40,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fit_backends_h200 import PROFILE, hbm_ceilings, measurements_from  # noqa: E402
+from benchmarks.fit_backends_h200 import PROFILE, measurements_from  # noqa: E402
 from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import layout_of, main_family  # noqa: E402
+from decodecalc.timemodel.backend_fit import fp8_start, layout_of, main_family  # noqa: E402
 from decodecalc.timemodel.fit import Measurement, _fit_group, percentile, recommendation_quality  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FAMILY_FALLBACKS  # noqa: E402
+from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = (RESULTS / "fp8-backends-flashinfer-h200.jsonl.gz", RESULTS / "fp8-backends-fa3-h200.jsonl.gz")
@@ -95,13 +95,7 @@ def start_profile(train: list[Measurement]) -> Any:
     ceiling its fp8 training rows reached: the fit's start and the ``before`` model."""
     base = packaged_profile("h200")
     assert base is not None
-    fams = dict(base.families)
-    ceilings = hbm_ceilings(train)
-    for fam_list in FP8_FAMILIES.values():
-        for f in fam_list:
-            parent = fams[FAMILY_FALLBACKS[f]]
-            fams[f] = dataclasses.replace(parent, hbm_bandwidth_bytes_per_s=ceilings.get(f, parent.hbm_bandwidth_bytes_per_s))
-    return dataclasses.replace(base, families=fams)
+    return fp8_start(base, train)
 
 
 def fit_families(fit_rows: list[Measurement], max_evals: int) -> tuple[Any, Any, dict[str, dict[str, Any]]]:

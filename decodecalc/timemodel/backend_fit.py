@@ -268,19 +268,25 @@ def fit_bf16_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: boo
     return best[0]
 
 
+def fp8_start(base: TimeProfile, rows: Sequence[Measurement]) -> TimeProfile:
+    """``base`` with each fp8 family (:data:`FP8_FAMILIES`) set to its bf16 family's numbers (FAMILY_FALLBACKS) and the
+    HBM ceiling its fp8 rows in ``rows`` reached: where the fp8 fit starts."""
+    fams = dict(base.families)
+    ceilings = hbm_ceilings([m for m in rows if m.shape.kv_bytes_per_element == 1])
+    for fam_list in FP8_FAMILIES.values():
+        for f in fam_list:
+            parent = fams[FAMILY_FALLBACKS[f]]
+            fams[f] = dataclasses.replace(parent, hbm_bandwidth_bytes_per_s=ceilings.get(f, parent.hbm_bandwidth_bytes_per_s))
+    return dataclasses.replace(base, families=fams)
+
+
 def fit_fp8_families(ms: Sequence[Measurement], base: TimeProfile, *, max_evals: int = 1500, restarts: int = 2,
                      progress: Callable[[str], None] | None = None) -> TimeProfile:
     """The families an fp8 KV cache runs (:data:`FP8_FAMILIES`), each started from its bf16 family (FAMILY_FALLBACKS)
     with the HBM ceiling its rows reached and fitted alone on its own fp8 rows of ``ms``; the merge and combine kernels
     (fp32 partials either way) and every other family held."""
     rows = [m for m in ms if m.shape.kv_bytes_per_element == 1]
-    fams = dict(base.families)
-    ceilings = hbm_ceilings(rows)
-    for fam_list in FP8_FAMILIES.values():
-        for f in fam_list:
-            parent = fams[FAMILY_FALLBACKS[f]]
-            fams[f] = dataclasses.replace(parent, hbm_bandwidth_bytes_per_s=ceilings.get(f, parent.hbm_bandwidth_bytes_per_s))
-    prof = dataclasses.replace(base, families=fams)
+    prof = fp8_start(base, rows)
     for kernel, fam_list in FP8_FAMILIES.items():
         for fam in fam_list:
             sub = [m for m in rows if m.kernel == kernel and main_family(m) == fam]
