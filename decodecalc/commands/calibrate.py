@@ -41,8 +41,8 @@ FromOpt = Annotated[Optional[list[Path]], typer.Option(
 BackendsOpt = Annotated[Optional[str], typer.Option(
     "--backends", metavar="<list>",
     help="Also time the compiled backends and fit their families (bf16 and fp8 KV): auto (default: each of "
-         "flashinfer, flashinfer-tc, fa3 that is installed), none, or a comma-separated list. FlashInfer's two paths "
-         "take about 4 minutes on the H200 (their JIT compile included), FA3 about 1.")]
+         "flashinfer, flashinfer-tc, fa3 that is installed), none, or a comma-separated list. On the H200 the three "
+         "took 204 s (FlashInfer's JIT builds included), each family judged on head layouts the fit left out.")]
 ModelsOpt = Annotated[Optional[list[str]], typer.Option(
     "--model", "-m", metavar="<str>",
     help="Also time this model's head layout per rank (40 timings; repeat for several models): the map gets cells of "
