@@ -83,10 +83,12 @@ def test_the_layout_cells_table_of_single_launches_with_each_batch_left_out():
     assert statistics.median(every["layout"]) < statistics.median(every["shipped"])
 
 
-@pytest.mark.parametrize("name", ["calibrate-h200", "calibrate-h200-from-scratch", "calibrate-h200-thorough"])
+@pytest.mark.parametrize("name", ["calibrate-h200", "calibrate-h200-from-scratch", "calibrate-h200-thorough",
+                                  "calibrate-backends-h200"])
 def test_the_validation_cells_are_the_committed_re_predictions(name):
     section = _section("### `calibrate` on the H200 against the shipped profile")
-    col = {"calibrate-h200": 3, "calibrate-h200-from-scratch": 4, "calibrate-h200-thorough": 5}[name]
+    col = {"calibrate-h200": 3, "calibrate-h200-from-scratch": 4, "calibrate-h200-thorough": 5,
+           "calibrate-backends-h200": 6}[name]
     for v in ("heldout", "range", "fresh5", "layouts", "layouts2", "layouts3"):
         line = next(ln for ln in section.splitlines() if ln.startswith(f"| `{v}`:"))
         d = json.loads((RESULTS / f"{name}-repredict-{v}.json").read_text())
@@ -218,3 +220,15 @@ def test_the_calibrate_workload_table_is_what_the_script_recorded():
     s_worst = [max(r["next_steps"][w]["settings"]["max_abs_error"] for r in doc["cases"]) for w in whos]
     assert (f"({st['calibrated'] / st['of']:.0%}; within 10%: {s10[0]} -> {s10[1]} -> {s10[2]}; worst {s_worst[0]:.1%} "
             f"-> {s_worst[1]:.1%} -> {s_worst[2]:.1%})") in flat and f"({st['of'] - s10[2]} of the {st['of']} settings)" in flat
+
+
+def test_the_device_profiles_re_prediction_is_recomputed():
+    # the `calibrate --backends` run's profile on the `heldout` validation: the committed re-prediction (the table's
+    # last column) is what repredict computes with that profile now
+    from benchmarks.validate_tune_h200 import repredict
+
+    got = repredict(ROOT / "benchmarks" / "results" / "validate_tune_h200_heldout.json",
+                    profile_path=RESULTS / "calibrate-backends-h200.yaml")
+    want = json.loads((RESULTS / "calibrate-backends-h200-repredict-heldout.json").read_text())
+    for key in ("within_5pct", "settings", "median_abs_error", "max_abs_error", "picks_within_3pct"):
+        assert got[key] == pytest.approx(want[key], rel=1e-9), key
