@@ -1,22 +1,27 @@
-"""FlashInfer's CUDA-core decode kernel with 256-thread CTAs: a hypothesis tested on the H200 calibrate run, not
-adopted (issue 18: "find the physics that varies with layout").
+"""FlashInfer's CUDA-core decode where its CTA or group size is unusual: three hypotheses tested on the H200 runs
+(issue 18: "find the physics that varies with layout"). Not adopted yet: the shipped families were fitted with
+the current rule.
 
     python benchmarks/flashinfer_wide_ctas.py [--write]
 
-The kernel's CTA is (bdx, bdy, bdz) = (head_dim / 8, group size, the rest of 128 threads) (launchers.flashinfer
-.decode_kernel_tiling), so two layouts of calibrate's plan run 256-thread CTAs: 16:1 d128 (16 x 16 x 1, 71 registers,
-3 CTAs per SM) and 16:2 d256 (32 x 8 x 1, 56 registers and 18 KiB shared memory, 4 per SM); the other ten run 128
-threads at 9 per SM. One family for all (what ships and what calibrate fits) predicts 16:1 d128 about 40% slow even
-in sample (the 405B long-prompt workload's +53% FlashInfer total). Three fits of the bf16 CUDA-core runs of
-``results/calibrate-backends-h200-measurements.json.gz``, each from scratch with calibrate's folds of head layouts
-left out (backend_fit.calibrate_backends):
+The kernel's CTA is (head_dim / 8, group size, the rest of 128 threads) (launchers.flashinfer.decode_kernel_tiling).
+Above CUDA_CORE_G0 heads per KV head the model makes a loop step cost more than its bytes, in proportion to the
+group size over the SM's resident threads (timemodel.backends.cuda_core_step_factor). One family for every layout
+(what ships and what calibrate fits) predicts 16:1 d128 (16 x 16 threads, 3 CTAs per SM) about 40% slow even in
+sample: the 405B long-prompt workload's +53% FlashInfer total. Four fits of the bf16 CUDA-core runs of the
+calibrate run (``results/calibrate-backends-h200-measurements.json.gz``, 11 layouts), each from scratch with
+calibrate's three folds of head layouts left out (backend_fit.calibrate_backends), and each scored besides on six
+layouts no fit saw (``results/flashinfer-ctas-h200.jsonl.gz``, benchmarks/measure_flashinfer_ctas_h200.py: group
+16 at 128, 256 and 512 threads, group 8 at d256):
 
-* ``one family``: as shipped;
+* ``current rule``: as shipped;
 * ``wide family``: the 256-thread CTAs' launches in a family of their own;
-* ``per-warp bandwidth``: one family, a 256-thread CTA streaming at twice a 128-thread one's rate (its SM-side bytes
-  per iteration halved, its HBM bytes kept).
+* ``per-warp bandwidth``: a 256-thread CTA streaming at twice a 128-thread one's rate (its SM-side bytes halved);
+* ``no resident threads``: the step cost in proportion to the group size alone (cuda_core_step_factor without its
+  resident-thread term).
 
-``--write`` records the figures in ``results/flashinfer-wide-ctas-h200.json``.
+``--write`` records the figures in ``results/flashinfer-wide-ctas-h200.json`` (tests/test_calibrate_backends.py
+checks BENCHMARKS.md's table against it).
 """
 
 from __future__ import annotations
@@ -34,15 +39,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.timemodel import backends as B  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
 from decodecalc.timemodel.backend_fit import (calibrate_backends, layout_label, layout_of,  # noqa: E402
                                               record_measurements)
+from decodecalc.timemodel.fit import percentile  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = RESULTS / "calibrate-backends-h200-measurements.json.gz"
+UNSEEN = RESULTS / "flashinfer-ctas-h200.jsonl.gz"
 OUT = RESULTS / "flashinfer-wide-ctas-h200.json"
-WIDE = ("16:1-d128", "16:2-d256")
+VARIANTS = ("current rule", "wide family", "per-warp bandwidth", "no resident threads")
+
+
+def _bf16_cuda_core(recs: list[dict[str, Any]], skip: set[str] = frozenset()) -> list[dict[str, Any]]:
+    return [r for r in recs if r["backend"] == "flashinfer" and r["shape"]["kv_cache_dtype"] == "bfloat16"
+            and r["shape"]["layout"] not in skip]
+
+
+def _threads(recs: list[dict[str, Any]]) -> dict[str, int]:
+    return {r["shape"]["layout"]: x["block"][0] * x["block"][1] * x["block"][2]
+            for r in recs for x in r["launches"] if x["role"] == "main"}
 
 
 def _with_main(m: Any, **changes: Any) -> Any:
@@ -50,46 +68,82 @@ def _with_main(m: Any, **changes: Any) -> Any:
     return dataclasses.replace(m, work=dataclasses.replace(m.work, kernels=(k0, *m.work.kernels[1:])))
 
 
-def variants(ms: list[Any], threads: dict[str, int]) -> dict[str, list[Any]]:
+def _variant(name: str, ms: list[Any], threads: dict[str, int]) -> list[Any]:
     def wide(m: Any) -> bool:
         return threads[layout_label(layout_of(m))] > 128
 
-    return {"one family": ms,
-            "wide family": [_with_main(m, family="flashinfer_decode_wide") if wide(m) else m for m in ms],
-            "per-warp bandwidth": [_with_main(m, bytes_per_iter=m.work.kernels[0].bytes_per_iter // 2,
-                                              hbm_bytes_per_iter=m.work.kernels[0].bytes_per_iter) if wide(m) else m
-                                   for m in ms]}
+    if name == "wide family":
+        return [_with_main(m, family="flashinfer_decode_wide") if wide(m) else m for m in ms]
+    if name == "per-warp bandwidth":
+        return [_with_main(m, bytes_per_iter=m.work.kernels[0].bytes_per_iter // 2,
+                           hbm_bytes_per_iter=m.work.kernels[0].bytes_per_iter) if wide(m) else m for m in ms]
+    return ms
+
+
+def _errors(prof: Any, ms: list[Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for m in ms:
+        out.setdefault(layout_label(layout_of(m)), []).append(launch_time_s(m.work, prof) / m.time_s - 1)
+    return out
 
 
 def run() -> dict[str, Any]:
-    data = json.loads(gzip.open(DATA, "rt").read())
-    recs = [r for r in data["backend_cases"] if r["backend"] == "flashinfer" and r["shape"]["kv_cache_dtype"] == "bfloat16"]
-    threads = {}
-    for r in recs:
-        for x in r["launches"]:
-            if x["role"] == "main":
-                threads[r["shape"]["layout"]] = x["block"][0] * x["block"][1] * x["block"][2]
-    ms = record_measurements(recs, resolve_gpu("h200"))
-    doc: dict[str, Any] = {"threads": threads, "runs": len(ms), "variants": {}}
-    for name, rows in variants(ms, threads).items():
-        fit = calibrate_backends(rows, packaged_profile("h200"), cold=True, max_evals=600, restarts=1, folds=3)
-        signed = {}
-        for lay in sorted({layout_label(layout_of(m)) for m in rows}):
-            e = [launch_time_s(m.work, fit.profile) / m.time_s - 1 for m in rows if layout_label(layout_of(m)) == lay]
-            signed[lay] = round(statistics.median(e), 4)
-        doc["variants"][name] = {"families": {f: {"rows": r["rows"], "left_out": r["left_out"],
-                                                  "training": r["training"]} for f, r in fit.families.items()},
-                                 "in_sample_signed_median_by_layout": signed}
-        print(name, {f: (r["left_out"]["median_abs_err"], r["left_out"]["p90_abs_err"]) for f, r in fit.families.items()},
-              {k: f"{v:+.1%}" for k, v in signed.items() if k in WIDE}, flush=True)
+    gpu = resolve_gpu("h200")
+    recs = _bf16_cuda_core(json.loads(gzip.open(DATA, "rt").read())["backend_cases"])
+    seen = {r["shape"]["layout"] for r in recs}
+    with gzip.open(UNSEEN, "rt") as f:
+        new = _bf16_cuda_core([json.loads(x) for x in f], skip=seen)
+    threads = {**_threads(recs), **_threads(new)}
+    doc: dict[str, Any] = {"threads": threads, "variants": {}}
+    rule = B.cuda_core_step_factor
+    for name in VARIANTS:
+        if name == "no resident threads":
+            B.cuda_core_step_factor = lambda g, resident: max(1.0, g / B.CUDA_CORE_G0)  # type: ignore[assignment]
+        try:
+            ms = _variant(name, record_measurements(recs, gpu), threads)
+            ns = _variant(name, record_measurements(new, gpu), threads)
+            fit = calibrate_backends(ms, packaged_profile("h200"), cold=True, max_evals=600, restarts=1, folds=3)
+        finally:
+            B.cuda_core_step_factor = rule  # type: ignore[assignment]
+        train, unseen = _errors(fit.profile, ms), _errors(fit.profile, ns)
+        every = sorted(abs(e) for v in unseen.values() for e in v)
+        doc["variants"][name] = {
+            "left_out": {f: r["left_out"] for f, r in fit.families.items()},
+            "in_sample_signed_median": {k: round(statistics.median(v), 4) for k, v in sorted(train.items())},
+            "unseen_signed_median": {k: round(statistics.median(v), 4) for k, v in sorted(unseen.items())},
+            "unseen": {"rows": len(every), "median_abs_err": round(percentile(every, 0.5), 4),
+                       "p90_abs_err": round(percentile(every, 0.9), 4)}}
+        v = doc["variants"][name]
+        print(name, {f: (r["median_abs_err"], r["p90_abs_err"]) for f, r in v["left_out"].items()}, v["unseen"],
+              flush=True)
     return doc
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """BENCHMARKS.md's table: per variant, the left-out figures, the unseen layouts' figures and the signed medians of
+    the 256-thread layouts and the unseen group-16 ones."""
+    cols = [("in", "16:1-d128"), ("in", "16:2-d256"), ("in", "16:8-d256"), ("in", "32:8-d128"), ("un", "16:1-d64"),
+            ("un", "64:4-d128"), ("un", "16:1-d256")]
+    head = ["fit", "left-out median / p90", "6 unseen layouts: median / p90",
+            *(f"{'in sample' if k == 'in' else 'unseen'} {lay}" for k, lay in cols)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for name, v in doc["variants"].items():
+        lo = "; ".join(f"{r['median_abs_err']:.1%} / {r['p90_abs_err']:.1%}" + ("" if f == "flashinfer_decode" else
+                                                                                f" ({f})")
+                       for f, r in v["left_out"].items())
+        signed = [(v["in_sample_signed_median"] if k == "in" else v["unseen_signed_median"])[lay] for k, lay in cols]
+        lines.append(f"| {name} | {lo} | {v['unseen']['median_abs_err']:.1%} / {v['unseen']['p90_abs_err']:.1%} | "
+                     + " | ".join(f"{x:+.1%}" for x in signed) + " |")
+    return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true")
+    write = ap.parse_args().write
     doc = run()
-    if ap.parse_args().write:
+    print(markdown(doc))
+    if write:
         OUT.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {OUT}")
     return 0

@@ -416,3 +416,19 @@ def test_the_measurement_script_runs_calibrates_plan():
     unseen = {s["layout"] for _, s, _ in plan_cases("unseen", ["fa3"])}
     assert len(unseen) == len(UNSEEN_LAYOUTS) and not unseen & {s["layout"] for _, s, _ in short}
     assert len(plan_cases("all", ["fa3"])) == len(plan_cases("fit", ["fa3"])) + len(plan_cases("unseen", ["fa3"]))
+
+
+def test_the_flashinfer_step_cost_table_is_the_committed_record():
+    # benchmarks/flashinfer_wide_ctas.py's figures (its fits take minutes; the record is what it wrote) as BENCHMARKS.md
+    # shows them, and the record's layouts are the committed runs'
+    from benchmarks.flashinfer_wide_ctas import OUT, UNSEEN, VARIANTS, markdown
+
+    doc = json.loads(OUT.read_text())
+    assert list(doc["variants"]) == list(VARIANTS)
+    assert markdown(doc) in (Path(__file__).resolve().parents[1] / "BENCHMARKS.md").read_text()
+    with gzip.open(UNSEEN, "rt") as f:
+        runs = [json.loads(x) for x in f]
+    unseen = {r["shape"]["layout"] for r in runs} - set(doc["variants"]["current rule"]["in_sample_signed_median"])
+    assert unseen == set(doc["variants"]["current rule"]["unseen_signed_median"]) and len(unseen) == 6
+    assert all(doc["variants"][v]["unseen"]["rows"] == 18 * 6 for v in VARIANTS)
+    assert len(record_measurements(runs, H200)) == len(runs)  # every launch as planned

@@ -90,6 +90,13 @@ def _hist(pairs: list[tuple[int, int]], scale: int = 1) -> tuple[tuple[int, int]
     return tuple(sorted(out.items()))
 
 
+def cuda_core_step_factor(group_size: int, resident_threads: int) -> float:
+    """How many times its KV bytes one step of FlashInfer's CUDA-core decode loop costs: 1 where it is bound by its
+    bytes, above CUDA_CORE_G0 heads per KV head in proportion to the group size over the SM's resident threads
+    (relative to CUDA_CORE_REF_THREADS). benchmarks/flashinfer_wide_ctas.py tests it without the resident threads."""
+    return max(1.0, group_size / CUDA_CORE_G0 * CUDA_CORE_REF_THREADS / resident_threads)
+
+
 def _pieces(units: int, splits: int, per_split: int) -> list[tuple[int, int]]:
     """A sequence of ``units`` cut into splits of ``per_split`` units: (units of a split, how many)."""
     if splits <= 1 or per_split <= 0 or per_split >= units:
@@ -168,8 +175,7 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
         bdx, bdy, bdz, tile, _ = main.constexprs["tiling"]
         step = tile * bdy * bdz
         resident = int(main.constexprs.get("occupancy") or 1) * bdx * bdy * bdz
-        g = shape.num_heads // h_kv
-        factor = max(1.0, g / CUDA_CORE_G0 * CUDA_CORE_REF_THREADS / resident)
+        factor = cuda_core_step_factor(shape.num_heads // h_kv, resident)
         iters = tuple((cdiv(u * page, step), n) for u, n in iters)
         unit_bytes = int(step * (d + dv) * kvb * factor)
     if tensor_cores:

@@ -105,10 +105,12 @@ def saved_record(rec: dict[str, Any]) -> dict[str, Any]:
 
 def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
                             progress: Callable[[int, int, str], None] | None = None,
-                            budget_s: float | None = None) -> list[dict[str, Any]]:
-    """Time :func:`~decodecalc.timemodel.backend_fit.backend_plan` for ``backends`` on the local GPU; one record per
-    run (a run that fails records its ``error`` and the next one starts; after MAX_ERROR_STREAK failures in a row a
-    backend's remaining runs are skipped). ``budget_s``: no run starts after that many seconds."""
+                            budget_s: float | None = None,
+                            plan: Sequence[tuple[str, dict[str, Any], bool]] | None = None) -> list[dict[str, Any]]:
+    """Time :func:`~decodecalc.timemodel.backend_fit.backend_plan` for ``backends`` (or the runs of ``plan``) on the
+    local GPU; one record per run (a run that fails records its ``error`` and the next one starts; after
+    MAX_ERROR_STREAK failures in a row a backend's remaining runs are skipped). ``budget_s``: no run starts after that
+    many seconds."""
     import torch
 
     from decodecalc.verify.backend_steps import run_case
@@ -119,7 +121,7 @@ def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
         if progress:
             progress(0, 0, "compiling FlashInfer's decode modules")
         warm_flashinfer(backends)
-    plan = backend_plan(backends)
+    plan = list(plan) if plan is not None else backend_plan(backends)
     records: list[dict[str, Any]] = []
     streak: dict[str, int] = {}
     for i, (backend, shape, cg) in enumerate(plan):
