@@ -24,6 +24,8 @@ SWEEP = ROOT / "benchmarks" / "results" / "sweep-backends-h200.jsonl"
 #: benchmarks/measure_backends_fp8_h200.py: FlashInfer 0.7.2.post1 and vLLM 0.33.0's FA3 on bf16 and fp8 KV caches
 FP8_FI = ROOT / "benchmarks" / "results" / "fp8-backends-flashinfer-h200.jsonl.gz"
 FP8_FA3 = ROOT / "benchmarks" / "results" / "fp8-backends-fa3-h200.jsonl.gz"
+#: benchmarks/measure_flashinfer_ctas_h200.py: FlashInfer's CUDA cores at group 16 (d64 / d128 / d256) and group 8 at d256
+CTAS = ROOT / "benchmarks" / "results" / "flashinfer-ctas-h200.jsonl.gz"
 H200 = resolve_gpu("h200")
 
 
@@ -63,6 +65,16 @@ def test_occupancy_data_follows_from_the_captured_registers() -> None:
                                                      * main["block"][2], main["shared_memory_bytes"])
             # and the grid follows from that occupancy
             assert P.predict_and_compare("flashinfer", w, H200, launches_of(r), cuda_graph=r["cuda_graph"])["match"]
+    # the group-16 layouts at d64 and d256 (benchmarks/measure_flashinfer_ctas_h200.py: calibrate's saved runs, whose
+    # launches keep the fields the fit reads)
+    from decodecalc.timemodel.backend_fit import record_measurement
+
+    for r in _records(CTAS):
+        w = workload_of(r)
+        main = next(x for x in r["launches"] if x["role"] == "main")
+        seen[FI.decode_variant(w)] = (main["registers_per_thread"], main["block"][0] * main["block"][1]
+                                      * main["block"][2], main["shared_memory_bytes"])
+        assert record_measurement(r, H200) is not None  # the grid follows from that occupancy
     assert seen == {k: (v["registers_per_thread"], v["threads"], v["shared_memory_bytes"])
                     for k, v in data["flashinfer_decode"].items()}
 
