@@ -40,10 +40,11 @@ sys.path.insert(0, str(ROOT))
 
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import load_profile_file, packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import main_family, record_measurements  # noqa: E402
+from decodecalc.timemodel.backend_fit import main_family  # noqa: E402
 from decodecalc.timemodel.fit import percentile  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
 from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90  # noqa: E402
+from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 TRITON_TIMINGS = RESULTS / "calibrate-h200-measurements.json"

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import KERNEL_FAMILIES, packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import (BACKEND_OCCUPANCY, NEUTRAL_BACKEND_FAMILY, hbm_ceilings,  # noqa: E402
-                                              record_measurements)
+from decodecalc.timemodel.backend_fit import BACKEND_OCCUPANCY, NEUTRAL_BACKEND_FAMILY, hbm_ceilings  # noqa: E402
+from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
 from decodecalc.timemodel.backends import BACKEND_KERNELS  # noqa: E402
 from decodecalc.timemodel.fit import (Measurement, _fit_group, error_summary, fit_profile,  # noqa: E402
                                       recommendation_quality)
@@ -62,7 +62,7 @@ def measurements() -> list[Measurement]:
 
 def measurements_from(paths) -> list[Measurement]:
     """The timed runs of capture JSONL files whose launch the model reproduces, with their work (calibrate's reading
-    of a run: decodecalc.timemodel.backend_fit.record_measurement)."""
+    of a run: decodecalc.verify.backend_calibration.record_measurement)."""
     gpu = resolve_gpu("h200")
     return [m for path in map(Path, paths) for m in record_measurements(P.read_capture_records(path), gpu)]
 

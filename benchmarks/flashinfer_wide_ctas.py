@@ -41,10 +41,10 @@ sys.path.insert(0, str(ROOT))
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import backends as B  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import (calibrate_backends, layout_label, layout_of,  # noqa: E402
-                                              record_measurements)
+from decodecalc.timemodel.backend_fit import calibrate_backends, layout_label, layout_of  # noqa: E402
 from decodecalc.timemodel.fit import percentile  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
+from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = RESULTS / "calibrate-backends-h200-measurements.json.gz"

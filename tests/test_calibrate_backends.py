@@ -20,10 +20,10 @@ from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.backend_fit import (BACKEND_LAYOUTS, BACKEND_SHAPES, BACKEND_SHORT_SHAPES, KV_DTYPES,
                                               backend_plan, calibrate_backends, layout_folds, layout_of, main_family,
-                                              parse_backends, record_measurement, record_measurements)
+                                              parse_backends)
 from decodecalc.timemodel.calibration_fit import check_backend_record, merge_measurements
 from decodecalc.timemodel.predict import launch_time_s
-from decodecalc.verify.backend_calibration import saved_record
+from decodecalc.verify.backend_calibration import record_measurement, record_measurements, saved_record
 
 runner = CliRunner()
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"

@@ -67,7 +67,7 @@ def test_occupancy_data_follows_from_the_captured_registers() -> None:
             assert P.predict_and_compare("flashinfer", w, H200, launches_of(r), cuda_graph=r["cuda_graph"])["match"]
     # the group-16 layouts at d64 and d256 (benchmarks/measure_flashinfer_ctas_h200.py: calibrate's saved runs, whose
     # launches keep the fields the fit reads)
-    from decodecalc.timemodel.backend_fit import record_measurement
+    from decodecalc.verify.backend_calibration import record_measurement
 
     for r in _records(CTAS):
         w = workload_of(r)

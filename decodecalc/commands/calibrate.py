@@ -150,9 +150,12 @@ def register(app: typer.Typer) -> None:
                                                                max_bytes=MAX_MEASUREMENTS_BYTES,
                                                                max_values=MAX_MEASUREMENTS_VALUES), str(p))
                                                for p in from_measurements])
+            from decodecalc.verify.backend_calibration import record_measurements
+
             prof = calibration_from_measurements(data, gpu=spec, base=base, source=source, start_note=note,
                                                  keep_physics=keep_physics, cold=from_scratch,
-                                                 progress=_fit_lines())
+                                                 progress=_fit_lines(),
+                                                 measure_backends=lambda recs: record_measurements(recs, spec))
             _written(dest, prof)
             return
         sample = None

@@ -6,10 +6,11 @@ residual map are the shipped profile's road (:mod:`decodecalc.timemodel.recipe`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from decodecalc.errors import ConfigError, DecodecalcError
+from decodecalc.timemodel.backend_fit import backend_failures
 from decodecalc.timemodel.fit import DEFAULT_FAMILY, error_summary, measurements_from_rows
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
 from decodecalc.timemodel.recipe import CALIBRATE, CALIBRATE_COLD, RESIDUAL_KERNELS, fit_physics, with_residuals
@@ -102,6 +103,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                          keep_physics: bool = False, layouts: Sequence[Sequence[int]] = (),
                          cold: bool = False, workload: Mapping[str, Any] | None = None,
                          backend_records: Sequence[Mapping[str, Any]] = (),
+                         measure_backends: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
                          progress: Any = None) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
@@ -117,7 +119,10 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     ``backend_records``: the compiled backends' timed runs (``calibrate --backends``,
     :mod:`decodecalc.verify.backend_calibration`): FlashInfer's and FA3's families fitted on them over the new
     physics (:func:`decodecalc.timemodel.backend_fit.calibrate_backends`, from neutral values when ``cold``), each
-    judged on head layouts that fit left out; ``progress``: called with a line per fitted group."""
+    judged on head layouts that fit left out; ``measure_backends``: records -> the measurements of the runs whose launch
+    is decodecalc's plan (the verify layer's :func:`decodecalc.verify.backend_calibration.record_measurements`, given
+    by the caller: the plan check needs the profiler's launch comparison); ``progress``: called with a line per fitted
+    group."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     _enough(rows, len(ms), "measurements")
     steps = workload_measurements(workload) if workload else []
@@ -131,9 +136,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     if backend_records:
         if keep_physics:
             raise ConfigError("backend timings with --keep-physics: --keep-physics fits nothing")
-        from decodecalc.timemodel.backend_fit import backend_failures, record_measurements
-
-        backends = record_measurements(backend_records, gpu)
+        if measure_backends is None:
+            raise DecodecalcError("backend timings need measure_backends (the verify layer's plan check)")
+        backends = measure_backends(backend_records)
         if not backends:
             why = "; ".join(f"{b}: {r['runs']} runs failed, the first with {r['first_error']}"
                             for b, r in backend_failures(backend_records).items())
@@ -324,7 +329,9 @@ def _check_saved(data: Any, source: str) -> None:
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
                                   start_note: str = "the starting profile's", keep_physics: bool = False,
-                                  cold: bool = False, progress: Any = None) -> TimeProfile:
+                                  cold: bool = False, progress: Any = None,
+                                  measure_backends: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
+                                  ) -> TimeProfile:
     """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
     (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...],
     "backend_cases": [...]}``), no GPU needed. A file from before ``launch_overhead_s`` was saved keeps the starting
@@ -352,7 +359,7 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
                                 start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source),
                                 cold=cold, workload=_saved_workload(data, source), backend_records=backend_cases,
-                                progress=progress)
+                                measure_backends=measure_backends, progress=progress)
 
 
 #: what a saved backend run's shape may hold (a file is data: nothing in it may cost more than the calibration did)

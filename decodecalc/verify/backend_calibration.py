@@ -7,15 +7,17 @@ records the H200 captures in benchmarks/results are). The fit of those records n
 from __future__ import annotations
 
 import copy
+import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.timemodel.backend_fit import (CALIBRATED_BACKENDS, KV_DTYPES, LAYOUT_BASE_MODEL, backend_plan,
                                               error_text, parse_backends, plan_shape, shape_workload)
+from decodecalc.timemodel.fit import Measurement, Shape
 
 #: errors in a row after which a backend's remaining runs are not started (a library that does not build or load)
 MAX_ERROR_STREAK = 6
@@ -83,6 +85,47 @@ def _measured_occupancy(rec: dict[str, Any], w: Any, gpu: Any) -> None:
             alt = P.predict_and_compare("flashinfer", w, gpu, launches, cuda_graph=bool(rec["cuda_graph"]), occupancy=occ)
             rec["with_measured_occupancy"] = {"occupancy": occ, "match": alt.get("match")}
             return
+
+
+def record_measurement(r: Mapping[str, Any], gpu: Any) -> Measurement | None:
+    """One capture record (:func:`decodecalc.verify.backend_steps.run_case`'s JSON) as a measurement, with the work of
+    the launcher's plan for that run; None when it failed, was not timed, or its launch is not the plan's (only runs
+    whose launch decodecalc reproduces are fitted). A FlashInfer CUDA-core run whose plan took another occupancy than
+    decodecalc's table gives (``with_measured_occupancy``: the registers' CTAs/SM) is planned with that one."""
+    from decodecalc.timemodel.backends import BACKEND_KERNELS, backend_work
+    from decodecalc.verify import profiler as P
+
+    t = (r.get("timing") or {}).get("t_us")
+    if "error" in r or not t or r.get("backend") not in BACKEND_KERNELS:
+        return None
+    w = shape_workload(r["shape"], int(r["block_size"]))
+    knobs = r.get("knobs")
+    fields = {f.name for f in dataclasses.fields(P.ProfiledLaunch)}
+    launches = [P.ProfiledLaunch(**{k: x.get(k) for k in fields - {"grid", "block", "role"}},
+                                 grid=tuple(x["grid"]), block=tuple(x["block"]), role=str(x.get("role", "other")))
+                for x in r["launches"]]
+    if knobs:
+        plan = P.knob_plan(r["backend"], w, gpu, knobs)
+        variant = ",".join(f"{k}={v}" for k, v in sorted(knobs.items()))
+    else:
+        cg = bool(r["cuda_graph"])
+        plan = P.default_result(r["backend"], w, gpu, cuda_graph=cg).plan
+        alt = (r.get("with_measured_occupancy") or {}).get("occupancy")
+        if plan is not None and alt and not P.compare_launches(plan, launches)["match"]:
+            plan = P.default_result(r["backend"], w, gpu, cuda_graph=cg, occupancy=int(alt)).plan
+        variant = "default-cuda-graph" if r["cuda_graph"] else "default"
+    if plan is None or not P.compare_launches(plan, launches)["match"]:
+        return None
+    shape = Shape(num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, seq_lens=w.seq_lens, head_size=w.head_size,
+                  head_size_v=w.head_size_v, block_size=w.block_size, query_lens=w.query_lens,
+                  kv_bytes_per_element=w.kv_bytes_per_element)
+    return Measurement(shape=shape, kernel=r["backend"], variant=variant, splits=max(plan.splits or (1,)),
+                       time_s=float(t) * 1e-6, work=backend_work(plan, w, r["backend"]), is_default=not knobs,
+                       model=str(r["shape"]["model"]))
+
+
+def record_measurements(records: Iterable[Mapping[str, Any]], gpu: Any) -> list[Measurement]:
+    return [m for m in (record_measurement(r, gpu) for r in records) if m is not None]
 
 
 #: what a saved run keeps of a launch (the fit re-plans every run and compares grids by role; the names are cut short:

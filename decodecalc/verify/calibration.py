@@ -292,8 +292,15 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                                 versions=versions,
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
                                 start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold,
-                                workload=steps_doc, backend_records=backend_rows, progress=fit_progress)
+                                workload=steps_doc, backend_records=backend_rows, progress=fit_progress,
+                                measure_backends=lambda recs: _backend_measurements(recs, gpu))
     return prof, rows
+
+
+def _backend_measurements(records: Sequence[dict[str, Any]], gpu: Any) -> list[Any]:
+    from decodecalc.verify.backend_calibration import record_measurements
+
+    return record_measurements(records, gpu)
 
 
 def time_step_launches(torch: Any, vk: Any, sk: Any, workload: WorkloadSample, sms: int,
