@@ -167,12 +167,11 @@ def main() -> int:
         print(f"wrote {args.build_measurements}: {len(data['cases'])} Triton timings, {len(data['backend_cases'])} "
               "backend runs")
     if args.score:
-        profiles = {"shipped": packaged_profile("h200")}
-        for spec in args.score:
-            name, _, path = spec.partition("=")
-            profiles[name] = load_profile_file(Path(path), expect_gpu="h200")
+        sources = dict(spec.split("=", 1) for spec in args.score)
+        profiles = {"shipped": packaged_profile("h200"),
+                    **{name: load_profile_file(Path(path), expect_gpu="h200") for name, path in sources.items()}}
         doc = score(profiles)
-        doc["sources"] = {name: spec.partition("=")[2] for spec in args.score for name in [spec.partition("=")[0]]}
+        doc["sources"] = sources
         print(markdown(doc))
         if args.write:
             OUT.write_text(json.dumps(doc, indent=1) + "\n")
