@@ -1,24 +1,25 @@
 """FlashInfer's CUDA-core decode where its CTA or group size is unusual: three hypotheses tested on the H200 runs
-(issue 18: "find the physics that varies with layout"). Not adopted yet: the shipped families were fitted with
-the current rule.
+(issue 18: "find the physics that varies with layout"). The last, ``group size alone``, is the model's rule since
+2026-12-04 (timemodel.backends.cuda_core_step_factor; the shipped families were refitted under it).
 
     python benchmarks/flashinfer_wide_ctas.py [--write]
 
 The kernel's CTA is (head_dim / 8, group size, the rest of 128 threads) (launchers.flashinfer.decode_kernel_tiling).
-Above CUDA_CORE_G0 heads per KV head the model makes a loop step cost more than its bytes, in proportion to the
-group size over the SM's resident threads (timemodel.backends.cuda_core_step_factor). One family for every layout
-(what ships and what calibrate fits) predicts 16:1 d128 (16 x 16 threads, 3 CTAs per SM) about 40% slow even in
-sample: the 405B long-prompt workload's +53% FlashInfer total. Four fits of the bf16 CUDA-core runs of the
+Above CUDA_CORE_G0 heads per KV head the model makes a loop step cost more than its bytes. Until 2026-12-04 that was
+in proportion to the group size over the SM's resident threads (resident_thread_step_factor below), and one family
+for every layout (what shipped and what calibrate fitted) predicted 16:1 d128 (16 x 16 threads, 3 CTAs per SM)
+about 40% slow even in sample: the 405B long-prompt workload's +53% FlashInfer total. Four fits of the bf16 CUDA-core runs of the
 calibrate run (``results/calibrate-backends-h200-measurements.json.gz``, 11 layouts), each from scratch with
 calibrate's three folds of head layouts left out (backend_fit.calibrate_backends), and each scored besides on six
 layouts no fit saw (``results/flashinfer-ctas-h200.jsonl.gz``, benchmarks/measure_flashinfer_ctas_h200.py: group
 16 at 128, 256 and 512 threads, group 8 at d256):
 
-* ``current rule``: as shipped;
-* ``wide family``: the 256-thread CTAs' launches in a family of their own;
-* ``per-warp bandwidth``: a 256-thread CTA streaming at twice a 128-thread one's rate (its SM-side bytes halved);
-* ``no resident threads``: the step cost in proportion to the group size alone (cuda_core_step_factor without its
-  resident-thread term).
+* ``resident threads``: the rule until 2026-12-04 (resident_thread_step_factor);
+* ``wide family``: that rule, and the 256-thread CTAs' launches in a family of their own;
+* ``per-warp bandwidth``: that rule, and a 256-thread CTA streaming at twice a 128-thread one's rate (its SM-side
+  bytes halved);
+* ``group size alone``: the step cost in proportion to the group size alone (cuda_core_step_factor on bf16, the rule
+  since).
 
 ``--write`` records the figures in ``results/flashinfer-wide-ctas-h200.json`` (tests/test_calibrate_backends.py
 checks BENCHMARKS.md's table against it).
@@ -30,6 +31,7 @@ import argparse
 import dataclasses
 import gzip
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -50,7 +52,27 @@ RESULTS = ROOT / "benchmarks" / "results"
 DATA = RESULTS / "calibrate-backends-h200-measurements.json.gz"
 UNSEEN = RESULTS / "flashinfer-ctas-h200.jsonl.gz"
 OUT = RESULTS / "flashinfer-wide-ctas-h200.json"
-VARIANTS = ("current rule", "wide family", "per-warp bandwidth", "no resident threads")
+VARIANTS = ("resident threads", "wide family", "per-warp bandwidth", "group size alone")
+#: the resident threads per SM (9 CTAs x 128 threads, the 4:1-group kernel on the H200) the old rule was relative to
+REF_RESIDENT_THREADS = 9 * 128
+
+
+def resident_thread_step_factor(group_size: int, resident_threads: int) -> float:
+    """The CUDA-core step cost until 2026-12-04: the group size over the SM's resident threads (occupancy x block),
+    relative to REF_RESIDENT_THREADS."""
+    return max(1.0, group_size / B.CUDA_CORE_G0 * REF_RESIDENT_THREADS / resident_threads)
+
+
+def _old_rule(m: Any, threads: dict[str, int]) -> Any:
+    """``m`` with its CUDA-core step cost under resident_thread_step_factor (the steps are the same under both
+    rules, the bytes a step costs differ): the step's bytes, int(base x factor), recovered and scaled by the old
+    factor as backends.flashinfer_work rounds them."""
+    k0 = m.work.kernels[0]
+    g = m.shape.num_heads // m.shape.num_kv_heads
+    new = B.cuda_core_step_factor(g, m.shape.kv_bytes_per_element)
+    base = math.ceil(k0.bytes_per_iter / new - 1e-6)
+    old = resident_thread_step_factor(g, (k0.occupancy or 1) * threads[layout_label(layout_of(m))])
+    return _with_main(m, bytes_per_iter=int(base * old))
 
 
 def _bf16_cuda_core(recs: list[dict[str, Any]], skip: set[str] = frozenset()) -> list[dict[str, Any]]:
@@ -95,16 +117,13 @@ def run() -> dict[str, Any]:
         new = _bf16_cuda_core([json.loads(x) for x in f], skip=seen)
     threads = {**_threads(recs), **_threads(new)}
     doc: dict[str, Any] = {"threads": threads, "variants": {}}
-    rule = B.cuda_core_step_factor
     for name in VARIANTS:
-        if name == "no resident threads":
-            B.cuda_core_step_factor = lambda g, resident: max(1.0, g / B.CUDA_CORE_G0)  # type: ignore[assignment]
-        try:
-            ms = _variant(name, record_measurements(recs, gpu), threads)
-            ns = _variant(name, record_measurements(new, gpu), threads)
-            fit = calibrate_backends(ms, packaged_profile("h200"), cold=True, max_evals=600, restarts=1, folds=3)
-        finally:
-            B.cuda_core_step_factor = rule  # type: ignore[assignment]
+        def work(rs: list[dict[str, Any]]) -> list[Any]:
+            ms = record_measurements(rs, gpu)
+            return _variant(name, ms if name == "group size alone" else [_old_rule(m, threads) for m in ms], threads)
+
+        ms, ns = work(recs), work(new)
+        fit = calibrate_backends(ms, packaged_profile("h200"), cold=True, max_evals=600, restarts=1, folds=3)
         train, unseen = _errors(fit.profile, ms), _errors(fit.profile, ns)
         every = sorted(abs(e) for v in unseen.values() for e in v)
         doc["variants"][name] = {

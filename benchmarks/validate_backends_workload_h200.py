@@ -125,6 +125,12 @@ def predicted_totals(case: dict[str, Any], profile: Any = None) -> dict[str, flo
     return out
 
 
+def kv_key(kv_cache_dtype: str | None) -> str:
+    """A run's KV-cache dtype as the cases are matched on: "auto" for the model's own bf16 cache however a run wrote
+    it (validate_tune_h200.py writes "bfloat16" since it records the dtype)."""
+    return "auto" if kv_cache_dtype in (None, "auto", "bfloat16", "bf16") else kv_cache_dtype
+
+
 def triton_defaults(paths: list[Path]) -> dict[tuple, dict[str, tuple[float, float]]]:
     """(model, workload, KV dtype) -> engine -> (predicted, measured) default total, from validate_tune_h200.py
     runs."""
@@ -133,7 +139,7 @@ def triton_defaults(paths: list[Path]) -> dict[tuple, dict[str, tuple[float, flo
         for c in json.loads(p.read_text())["cases"]:
             for e in c["entries"]:
                 if e["kind"] == "default":
-                    out.setdefault((c["model"], c["workload"], c.get("kv_cache_dtype", "auto")), {})[e["engine"]] = (e["predicted_total_s"],
+                    out.setdefault((c["model"], c["workload"], kv_key(c.get("kv_cache_dtype"))), {})[e["engine"]] = (e["predicted_total_s"],
                                                                                    e["measured_total_s"])
     return out
 
@@ -152,7 +158,7 @@ def compare(path: Path | list[Path], triton: list[Path], write: bool = False, pr
         pred = predicted_totals(case, profile)
         meas = {k: v for k, v in case["measured_total_s"].items() if v}
         both = {k: (pred[k], meas[k]) for k in meas}
-        kv = case.get("kv_cache_dtype", "auto")
+        kv = kv_key(case.get("kv_cache_dtype"))
         for engine, pm in tri.get((case["model"], case["workload"], kv), {}).items():
             both[f"{engine} (Triton default)"] = pm
         row = {"model": case["model"], "tp": case["tp"], "workload": case["workload"], "kv_cache_dtype": kv,
@@ -161,8 +167,8 @@ def compare(path: Path | list[Path], triton: list[Path], write: bool = False, pr
         # per engine, what tune compares: its Triton default, FlashInfer on the path the engine runs, FA3
         w = make_workload(resolve_model(case["model"]), tp=case["tp"], kv_cache_dtype=kv)
         for engine in ("vllm", "sglang"):
-            path = "flashinfer-tc" if engine_uses_tensor_cores(engine, w) else "flashinfer"
-            opts = {k: both[k] for k in (f"{engine} (Triton default)", path, "fa3") if k in both}
+            fi_path = "flashinfer-tc" if engine_uses_tensor_cores(engine, w) else "flashinfer"
+            opts = {k: both[k] for k in (f"{engine} (Triton default)", fi_path, "fa3") if k in both}
             if len(opts) < 3:
                 continue
             fp, fm = min(opts, key=lambda k: opts[k][0]), min(opts, key=lambda k: opts[k][1])

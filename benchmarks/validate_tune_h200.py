@@ -709,7 +709,8 @@ def main() -> int:
     out = Path(args.out)
     for spec in args.models.split(","):
         name, _, tp = spec.partition(":")
-        for wl in args.workloads.split(";" if ";" in args.workloads else ","):
+        # a mix: spec holds commas itself: then workloads are separated by ';' (one mix: spec alone is one workload)
+        for wl in args.workloads.split(";" if ";" in args.workloads or "mix:" in args.workloads else ","):
             if time.perf_counter() - start > args.budget_s:
                 info.setdefault("skipped", []).append(f"{name} {wl}: time budget")
                 continue

@@ -288,3 +288,15 @@ def test_shipped_profile_on_a_later_validation_run():
     assert {k: len(v) for k, v in errs.items()} == {"flashinfer-tc": 60, "flashinfer": 30, "flashmla": 40}
     for kernel, e in errs.items():
         assert percentile(e, 0.5) <= GOAL_MEDIAN and percentile(e, 0.9) <= GOAL_P90, kernel
+
+
+def test_the_cuda_core_step_is_charged_its_arithmetic_per_kv_byte():
+    # timemodel.backends.cuda_core_step_factor: bytes-bound up to CUDA_CORE_G0 heads per KV head on bf16, half of it
+    # on e4m3 (the same multiply-adds on half the bytes), then in proportion to group size / bytes per element
+    from decodecalc.timemodel.backends import CUDA_CORE_G0, cuda_core_step_factor
+
+    assert cuda_core_step_factor(1, 2) == cuda_core_step_factor(2, 2) == 1.0
+    assert cuda_core_step_factor(16, 2) == pytest.approx(16 / CUDA_CORE_G0)
+    assert cuda_core_step_factor(16, 1) == pytest.approx(2 * cuda_core_step_factor(16, 2))
+    assert cuda_core_step_factor(2, 1) == pytest.approx(4 / CUDA_CORE_G0) and 4 / CUDA_CORE_G0 > 1.0
+    assert cuda_core_step_factor(1, 1) == 1.0

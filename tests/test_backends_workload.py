@@ -133,3 +133,80 @@ def test_the_fp8_table_is_the_committed_fp8_run():
     assert all(r["kv_cache_dtype"] == "fp8" and ", fp8 KV |" in table(got) for r in got["rows"])
     # the CUDA-core kernel is not compiled for groups 7 and 12: those cases have no FlashInfer CUDA-core total
     assert {r["model"] for r in got["rows"] if "flashinfer" not in r["totals"]} == {"qwen2.5-7b", "mistral-large"}
+
+
+def test_the_third_run_after_the_step_cost_rule_is_in_benchmarks():
+    # the bf16 and fp8 workloads timed after FlashInfer's CUDA-core step cost was chosen (2026-12-04)
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    flat = " ".join(text.split())
+    with contextlib.redirect_stdout(io.StringIO()):
+        bf16 = compare(RESULTS / "validate-backends-workload-h200-run3.json",
+                       [RESULTS / "validate_tune_h200_top0_run3.json"])
+        fp8 = compare(RESULTS / "validate-backends-workload-h200-fp8-run2.json",
+                      [RESULTS / "validate_tune_h200_top0_fp8_run2.json"])
+    for marker, got in (("backends-workload-3", bf16), ("backends-workload-fp8-2", fp8)):
+        assert f"<!-- {marker} -->\n{table(got)}\n<!-- /{marker} -->" in text
+    assert (f"Backend totals within 5%: {bf16['within_5pct']} of {bf16['backend_totals']} on bf16 and "
+            f"{fp8['within_5pct']} of {fp8['backend_totals']} on fp8; the fastest of an engine's options picked in "
+            f"{bf16['fastest_picked']} of {bf16['picks']} (workload, engine) pairs on bf16 and {fp8['fastest_picked']} of "
+            f"{fp8['picks']} on fp8") in flat
+    assert all(len(r["totals"]) == 5 for r in bf16["rows"] + fp8["rows"])  # the Triton defaults matched too
+    cuda = [r["totals"]["flashinfer"]["error"] for got in (bf16, fp8) for r in got["rows"]]
+    assert len(cuda) == 6 and max(map(abs, cuda)) < 0.11  # "within 11% on all six"
+
+
+def test_compare_writes_the_summary_next_to_its_run(tmp_path, monkeypatch):
+    # the summary's name follows the run's file (a loop variable once shadowed it: flashinfer-tc-summary.json)
+    import benchmarks.validate_backends_workload_h200 as V
+
+    run = tmp_path / "my-run.json"
+    run.write_text((RESULTS / "validate-backends-workload-h200-run3.json").read_text())
+    monkeypatch.setattr(V, "RESULTS", tmp_path)
+    with contextlib.redirect_stdout(io.StringIO()):
+        got = V.compare(run, [RESULTS / "validate_tune_h200_top0_run3.json"], write=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-run-summary.json", "my-run.json"]
+    assert got["cases"] == 3
+
+
+def test_the_cuda_core_step_rule_table_is_what_the_checkout_computes():
+    # benchmarks/cuda_core_step_rule.py: the after side recomputed with the shipped profile; the before side is the
+    # record of commit 423b818 (its code and profile), and both are BENCHMARKS.md's tables
+    import json
+
+    from benchmarks.cuda_core_step_rule import OUT, markdown, side
+
+    doc = json.loads(OUT.read_text())
+    now = side()
+    assert now["workload_summary"] == doc["after"]["workload_summary"]
+    assert now["single_launches"] == doc["after"]["single_launches"]
+    assert [r["error"] for r in now["workload_totals"]] == [r["error"] for r in doc["after"]["workload_totals"]]
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert f"<!-- cuda-core-step-rule -->\n{markdown(doc)}\n<!-- /cuda-core-step-rule -->" in text
+    # the same workloads on both sides, and what BENCHMARKS.md says of them
+    key = ("model", "tp", "workload", "kv_cache_dtype")
+    assert [tuple(r[k] for k in key) for r in doc["before"]["workload_totals"]] == \
+        [tuple(r[k] for k in key) for r in now["workload_totals"]]
+    assert now["single_launches"]["bf16"]["all"]["median_abs_err"] < doc["before"]["single_launches"]["bf16"]["all"][
+        "median_abs_err"] / 3
+    assert now["workload_summary"]["max_abs_err"] < doc["before"]["workload_summary"]["max_abs_err"]
+
+
+def test_the_small_group_layouts_table_is_what_the_shipped_profile_predicts():
+    # benchmarks/flashinfer_small_groups.py: FlashInfer on six group-1/2 layouts no fit saw, under the shipped profile
+    # (the before side is the record of commit 423b818); every run's launch was the plan's
+    import json
+
+    from benchmarks.flashinfer_small_groups import OUT, markdown, score
+
+    doc = json.loads(OUT.read_text())
+    now = score()
+    assert now["runs"] == now["as_planned"] == 720
+    assert now["families"] == doc["families"]
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert f"<!-- flashinfer-small-groups -->\n{markdown(doc)}\n<!-- /flashinfer-small-groups -->" in text
+    fams = doc["families"]
+    # what the text says: the CUDA cores predicted fast on every bf16 layout, the tensor cores within 6% median
+    assert all(v < 0 for v in fams["flashinfer_decode"]["signed_median"].values())
+    assert max(fams[f]["median_abs_err"] for f in ("flashinfer_tc", "flashinfer_tc_fp8")) <= 0.062
+    assert doc["before"]["families"]["flashinfer_decode_fp8"]["p90_abs_err"] > 2 * fams["flashinfer_decode_fp8"][
+        "p90_abs_err"]

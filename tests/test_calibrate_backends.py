@@ -428,7 +428,7 @@ def test_the_flashinfer_step_cost_table_is_the_committed_record():
     assert markdown(doc) in (Path(__file__).resolve().parents[1] / "BENCHMARKS.md").read_text()
     with gzip.open(UNSEEN, "rt") as f:
         runs = [json.loads(x) for x in f]
-    unseen = {r["shape"]["layout"] for r in runs} - set(doc["variants"]["current rule"]["in_sample_signed_median"])
-    assert unseen == set(doc["variants"]["current rule"]["unseen_signed_median"]) and len(unseen) == 6
+    unseen = {r["shape"]["layout"] for r in runs} - set(doc["variants"]["resident threads"]["in_sample_signed_median"])
+    assert unseen == set(doc["variants"]["resident threads"]["unseen_signed_median"]) and len(unseen) == 6
     assert all(doc["variants"][v]["unseen"]["rows"] == 18 * 6 for v in VARIANTS)
     assert len(record_measurements(runs, H200)) == len(runs)  # every launch as planned

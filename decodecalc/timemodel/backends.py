@@ -42,10 +42,9 @@ BACKEND_KINDS = frozenset({KernelKind.FLASHINFER_DECODE, KernelKind.FLASHINFER_P
                            KernelKind.FA3_FWD, KernelKind.FA3_COMBINE, KernelKind.FLASHMLA_DECODE,
                            KernelKind.FLASHMLA_COMBINE, KernelKind.FA2_FWD, KernelKind.FA2_COMBINE})
 _MLA_BLOCK = flashmla.block_size_n
-#: CUDA-core decode: heads per KV head below which a step is bound by its bytes (fitted on the H200 training
-#: shapes, benchmarks/fit_backends_h200.py: 2.6 beat 2.0 there), and the resident threads it is relative to
+#: CUDA-core decode: heads per KV head below which a bf16 step is bound by its bytes (fitted on the H200 training
+#: shapes, benchmarks/fit_backends_h200.py: 2.6 beat 2.0 there)
 CUDA_CORE_G0 = 2.6
-CUDA_CORE_REF_THREADS = 9 * 128  # the resident threads per SM that CUDA_CORE_G0 was fitted relative to
 #: tokens of one tensor-core loop iteration in the model (four 16-token MMA fragments; the kernel's step, CTA_TILE_KV,
 #: is 64 KiB: 256 / 128 / 64 tokens at d = 64 / 128 / 256). A lone CTA takes 1.88 / 1.59 / 1.36 us per 64 KiB step
 #: (sweep-backends-h200.jsonl, disable_split_kv, 131,072 tokens), so a step costs a fixed time per 64 tokens plus
@@ -90,11 +89,19 @@ def _hist(pairs: list[tuple[int, int]], scale: int = 1) -> tuple[tuple[int, int]
     return tuple(sorted(out.items()))
 
 
-def cuda_core_step_factor(group_size: int, resident_threads: int) -> float:
+def cuda_core_step_factor(group_size: int, kv_bytes_per_element: int) -> float:
     """How many times its KV bytes one step of FlashInfer's CUDA-core decode loop costs: 1 where it is bound by its
-    bytes, above CUDA_CORE_G0 heads per KV head in proportion to the group size over the SM's resident threads
-    (relative to CUDA_CORE_REF_THREADS). benchmarks/flashinfer_wide_ctas.py tests it without the resident threads."""
-    return max(1.0, group_size / CUDA_CORE_G0 * CUDA_CORE_REF_THREADS / resident_threads)
+    bytes; past that in proportion to the step's arithmetic per KV byte, group_size multiply-adds per element over
+    kv_bytes_per_element bytes, which reaches a bf16 step's bytes at CUDA_CORE_G0 heads per KV head (an e4m3 cache
+    at half of it: the same arithmetic on half the bytes).
+
+    Until 2026-12-04 the rule was the group size over the SM's resident threads (occupancy x block), relative to
+    9 x 128 threads: it charged the 256- and 512-thread CTAs of group 16 (3 CTAs per SM) ~40% too much on bf16, and
+    six bf16 head layouts no fit saw go from 14.5% / 52.4% (median / p90) to 3.7% / 12.7% without it
+    (benchmarks/flashinfer_wide_ctas.py). On an e4m3 cache that rule's resident-thread term (7 CTAs of 128 threads)
+    had stood in for the halved bytes: the group size alone fits the fp8 family's left-out layouts at 13.8% / 43.5%,
+    arithmetic per byte at 4.7% / 15.6% (benchmarks/fit_backends_fp8_h200.py, BENCHMARKS.md)."""
+    return max(1.0, group_size * 2 / (kv_bytes_per_element * CUDA_CORE_G0))
 
 
 def _pieces(units: int, splits: int, per_split: int) -> list[tuple[int, int]]:
@@ -169,13 +176,11 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
     unit_bytes = page * (d + dv) * kvb
     if not tensor_cores and main.constexprs.get("tiling"):
         # CUDA cores: one step of the KV loop takes tile * bdy * bdz tokens. Its arithmetic is g * d multiply-adds
-        # per token for QK and again for PV, g / 4 per KV byte, done by the SM's resident threads (occupancy x
-        # block): above CUDA_CORE_G0 heads per KV head a step costs like more bytes, in proportion to g over the
-        # resident threads of the 4:1-group kernel (9 CTAs x 128 threads on the H200)
+        # per token for QK and again for PV: past CUDA_CORE_G0 heads per KV head (bf16) a step costs like more bytes,
+        # in proportion to its arithmetic per KV byte (cuda_core_step_factor)
         bdx, bdy, bdz, tile, _ = main.constexprs["tiling"]
         step = tile * bdy * bdz
-        resident = int(main.constexprs.get("occupancy") or 1) * bdx * bdy * bdz
-        factor = cuda_core_step_factor(shape.num_heads // h_kv, resident)
+        factor = cuda_core_step_factor(shape.num_heads // h_kv, kvb)
         iters = tuple((cdiv(u * page, step), n) for u, n in iters)
         unit_bytes = int(step * (d + dv) * kvb * factor)
     if tensor_cores:
