@@ -159,7 +159,7 @@ def main() -> int:
 
 
 #: the kernels --refit takes, and the family each one's main kernel runs on a bf16 cache
-REFIT_FAMILY = {"flashinfer": "flashinfer_decode", "flashinfer-tc": "flashinfer_tc"}
+REFIT_FAMILY = {"flashinfer": "flashinfer_decode", "flashinfer-tc": "flashinfer_tc", "fa3": "fa3_fwd"}
 
 
 def refit(kernel: str, max_evals: int, write: bool) -> int:
