@@ -4,6 +4,7 @@ the H200 calibration of 2026-12-01 saved (benchmarks/results/calibrate-h200-meas
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -152,3 +153,77 @@ def test_the_calibrate_recipes_are_the_ones_the_validations_chose():
     assert within["cold_free"] > within["cold_kept"]  # from scratch: fit them, as the shipped fit does
     assert (CALIBRATE_COLD.own_idle_kernels, CALIBRATE_COLD.saturating_kernels) == \
         (SHIPPED.own_idle_kernels, SHIPPED.saturating_kernels) != ((), ())
+
+
+def test_the_grid_plan_is_a_quarter_of_the_shipped_shapes_at_their_static_launches():
+    # decodecalc/data/calibration_grid.json is what tools/make_calibration_grid.py draws from the committed shape
+    # timings behind the shipped profile: 75 shapes, 509 static launches, every head layout family of that fit
+    import sys
+
+    from decodecalc.timemodel.calibration_fit import calibration_plan
+    from decodecalc.timemodel.fit import measurements_from_rows
+
+    sys.path.insert(0, str(RESULTS.parents[1]))
+    from tools.make_calibration_grid import grid
+
+    plan = calibration_plan(grid=True)
+    assert [((*e["heads"], tuple(e["seq_lens"])), tuple(e["variants"])) for e in grid()] == plan
+    assert len(plan) == 75 and sum(len(v) for _, v in plan) == 509
+    layouts = {(h, kv, d) for (h, kv, d, _), _ in plan}
+    assert {h // kv for h, kv, _ in layouts} >= {1, 4, 8, 12} and {d for *_, d in layouts} == {64, 96, 128, 256}
+    variants = {v for _, vs in plan for v in vs}
+    assert "vllm-2d" in variants and all(v == "vllm-2d" or v.startswith(("vllm-3d-S", "sglang-static-S"))
+                                         for v in variants)
+    rows = [{"variant": v, "num_q_heads": h, "num_kv_heads": kv, "head_dim": d, "batch": len(lens),
+             "seq_len": max(lens), "seq_lens": list(lens), "t_us": 100.0} for (h, kv, d, lens), vs in plan for v in vs]
+    assert len(measurements_from_rows(rows)) == 509
+
+
+@pytest.mark.parametrize("flags", [["--grid", "--quick"], ["--grid", "--thorough"], ["--grid", "--keep-physics"]])
+def test_grid_with_another_plan_is_an_error(flags):
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", *flags])
+    assert res.exit_code == 1 and res.output.startswith("Error:") and "--grid" in res.output
+
+
+def test_the_grid_runs_vllm_timings_fit_the_vllm_physics_the_gpu_run_wrote(tmp_path):
+    # `calibrate --gpu h200 --from-scratch --grid --backends none` on the H200 (2026-12-04, 204 s) wrote
+    # calibrate-grid-h200.yaml; its 292 saved vLLM timings, fitted here from scratch, give its vLLM families and HBM
+    # bandwidth (each family group is fitted on its own kernels' rows). The SGLang families are not pinned: their
+    # occupancy search meets float-noise ties on these timings, and Python 3.12's compensated sum() breaks them
+    # otherwise than 3.11's (under 3.12 the whole profile is the device's to the last digit; BENCHMARKS.md)
+    data = json.loads(gzip.decompress((RESULTS / "calibrate-grid-h200-measurements.json.gz").read_bytes()))
+    data["cases"] = [c for c in data["cases"] if c["variant"].startswith("vllm")]
+    src, out = tmp_path / "vllm.json", tmp_path / "p.yaml"
+    src.write_text(json.dumps(data))
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--from-scratch", "--from-measurements", str(src),
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "292 timings" in res.output
+    got, ref = yaml.safe_load(out.read_text()), yaml.safe_load((RESULTS / "calibrate-grid-h200.yaml").read_text())
+    for fam in ("vllm_2d", "vllm_3d", "vllm_reduce"):
+        assert set(got["families"][fam]) == set(ref["families"][fam])
+        for key, value in ref["families"][fam].items():
+            assert got["families"][fam][key] == (pytest.approx(value, rel=1e-8) if isinstance(value, float) else value)
+    assert got["hbm_bandwidth_bytes_per_s"] == pytest.approx(ref["hbm_bandwidth_bytes_per_s"], rel=1e-8)
+    assert got["families"]["vllm_3d"] != yaml.safe_load((RESULTS / "calibrate-h200-from-scratch.yaml").read_text())[
+        "families"]["vllm_3d"]  # not a profile the 80-timing plan wrote
+
+
+def test_grid_hands_the_grid_plan_to_the_gpu_run(tmp_path, monkeypatch):
+    # the device half faked: the CLI passes --grid through, and the verify layer's plan is calibration_plan(grid=True)
+    from decodecalc.timemodel.calibration_fit import calibration_plan
+    from decodecalc.verify import calibration
+
+    seen = {}
+
+    def fake_run(gpu, *, grid, cold, **kw):
+        seen.update(grid=grid, cold=cold)
+        return packaged_profile("h200"), []
+
+    monkeypatch.setattr(calibration, "cuda_or_error", lambda: None)
+    monkeypatch.setattr(calibration, "run_calibration", fake_run)
+    res = runner.invoke(app, ["calibrate", "--gpu", "h200", "--grid", "--from-scratch", "--backends", "none",
+                              "-o", str(tmp_path / "p.yaml")])
+    assert res.exit_code == 0, res.output
+    assert seen == {"grid": True, "cold": True}
+    assert calibration_plan(grid=True) != calibration_plan() and len(calibration_plan(grid=True)) == 75

@@ -84,11 +84,11 @@ def test_the_layout_cells_table_of_single_launches_with_each_batch_left_out():
 
 
 @pytest.mark.parametrize("name", ["calibrate-h200", "calibrate-h200-from-scratch", "calibrate-h200-thorough",
-                                  "calibrate-backends-h200"])
+                                  "calibrate-backends-h200", "calibrate-grid-h200"])
 def test_the_validation_cells_are_the_committed_re_predictions(name):
     section = _section("### `calibrate` on the H200 against the shipped profile")
     col = {"calibrate-h200": 3, "calibrate-h200-from-scratch": 4, "calibrate-h200-thorough": 5,
-           "calibrate-backends-h200": 6}[name]
+           "calibrate-backends-h200": 6, "calibrate-grid-h200": 7}[name]
     for v in ("heldout", "range", "fresh5", "layouts", "layouts2", "layouts3"):
         line = next(ln for ln in section.splitlines() if ln.startswith(f"| `{v}`:"))
         d = json.loads((RESULTS / f"{name}-repredict-{v}.json").read_text())
@@ -232,3 +232,25 @@ def test_the_device_profiles_re_prediction_is_recomputed():
     want = json.loads((RESULTS / "calibrate-backends-h200-repredict-heldout.json").read_text())
     for key in ("within_5pct", "settings", "median_abs_error", "max_abs_error", "picks_within_3pct"):
         assert got[key] == pytest.approx(want[key], rel=1e-9), key
+
+
+def test_the_physics_or_map_table_is_the_record_and_one_cell_recomputes():
+    # benchmarks/calibrate_map_experiment.py: the table is the committed record; the shipped physics without its map on
+    # `layouts` is recomputed (the cold fits take minutes each and are recorded)
+    import dataclasses
+
+    from benchmarks.calibrate_map_experiment import OUT, VALIDATIONS, cell, cold_name, markdown
+    from decodecalc.timemodel import packaged_profile
+
+    doc = json.loads(OUT.read_text())
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    assert f"<!-- calibrate-map -->\n{markdown(doc)}\n<!-- /calibrate-map -->" in text
+    bare = dataclasses.replace(packaged_profile("h200"), residuals=None)
+    got = cell(bare, "layouts")
+    want = doc["variants"]["shipped physics, no map"]["layouts"]
+    assert got["within_5pct"] == want["within_5pct"] and got["median_abs_error"] == pytest.approx(want["median_abs_error"], abs=1e-6)
+    # what the text says: calibrate's cold recipe on all the shipped shapes is within 1.5x of the shipped median on all six
+    shipped, cold = doc["variants"]["shipped"], doc["variants"][cold_name(1.0)]
+    assert all(cold[v]["median_abs_error"] <= 1.5 * shipped[v]["median_abs_error"] for v in VALIDATIONS)
+    assert all(doc["variants"]["from scratch"][v]["median_abs_error"] > 1.5 * shipped[v]["median_abs_error"]
+               for v in ("heldout", "layouts2", "fresh5"))

@@ -28,6 +28,9 @@ GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodeca
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
 ThoroughOpt = Annotated[bool, typer.Option("--thorough", help="Ten head layouts x five batches x 11 split counts "
                                            "(550 timings, several minutes): a fit that needs no starting profile.")]
+GridOpt = Annotated[bool, typer.Option("--grid", help="A quarter of the shapes behind the shipped H200 profile at "
+                                      "their static launches (75 shapes, 509 timings, about 4 minutes on an H200): "
+                                      "the plan with which a from-scratch fit holds on models it never saw.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: <gpu>.yaml "
                                                 "in $XDG_CONFIG_HOME/decodecalc/profiles).")]
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON; "
@@ -63,6 +66,7 @@ def register(app: typer.Typer) -> None:
         gpu: GpuOpt = "h200",
         quick: QuickOpt = False,
         thorough: ThoroughOpt = False,
+        grid: GridOpt = False,
         output: OutOpt = None,
         vllm_src: VllmSrcOpt = None,
         sglang_src: SglangSrcOpt = None,
@@ -99,10 +103,12 @@ def register(app: typer.Typer) -> None:
         from decodecalc.timemodel.calibration_fit import calibration_from_measurements, neutral_start
         from decodecalc.yamlio import load_json_file
 
-        if quick and thorough:
-            raise ConfigError("--quick with --thorough: choose one (three shapes, or fifty)")
-        if keep_physics and (from_scratch or quick or thorough):
-            raise ConfigError("--keep-physics with --from-scratch, --quick or --thorough: --keep-physics fits nothing")
+        if sum((quick, thorough, grid)) > 1:
+            raise ConfigError("--quick, --thorough and --grid are three plans: choose one (three shapes, fifty, or "
+                              "the 75 of the grid)")
+        if keep_physics and (from_scratch or quick or thorough or grid):
+            raise ConfigError("--keep-physics with --from-scratch, --quick, --thorough or --grid: --keep-physics fits "
+                              "nothing")
         from decodecalc.timemodel.backend_fit import parse_backends
 
         parse_backends(backends)  # a bad name fails before anything is timed
@@ -206,7 +212,8 @@ def register(app: typer.Typer) -> None:
                 bar.update(task, description="fitting")
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
-                                      progress=progress, start_note=note, thorough=thorough, measured=measured,
+                                      progress=progress, start_note=note, thorough=thorough, grid=grid,
+                                      measured=measured,
                                       layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample,
                                       backends=timed_backends,
                                       fit_progress=lambda line: bar.update(task, description=f"fitting: {line}"))

@@ -6,6 +6,7 @@ residual map are the shipped profile's road (:mod:`decodecalc.timemodel.recipe`,
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -54,13 +55,37 @@ LAYOUT_BATCHES = THOROUGH_BATCHES
 LAYOUT_VARIANTS = CALIBRATION_VARIANTS
 
 
+def calibration_grid() -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
+    """``calibrate --grid``'s plan (decodecalc/data/calibration_grid.json, written by tools/make_calibration_grid.py):
+    a quarter of the shapes behind the shipped H200 profile, drawn by a stable hash, each at the static launches it
+    was timed under there (vLLM 2D and 3D at 2-128 segments, SGLang at 1-64 splits): 75 shapes, 509 timings. Chosen
+    because calibrate's cold recipe fitted on these shapes' shipped timings holds within 1.5x of the shipped profile
+    on six workload validations no fit saw, where ten shapes or the 550 timings of ``--thorough`` do not (BENCHMARKS.md,
+    "Physics or map?")."""
+    return list(_calibration_grid())
+
+
+@functools.lru_cache(maxsize=1)
+def _calibration_grid() -> tuple[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]], ...]:
+    import json
+    from importlib.resources import files
+
+    doc = json.loads(files("decodecalc.data").joinpath("calibration_grid.json").read_text(encoding="utf-8"))
+    return tuple(((*map(int, e["heads"]), tuple(int(x) for x in e["seq_lens"])), tuple(e["variants"]))  # type: ignore[misc]
+                 for e in doc["shapes"])
+
+
 def calibration_plan(quick: bool = False, thorough: bool = False, layouts: Sequence[tuple[int, int, int]] = (),
-                     layouts_only: bool = False) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
-    """(shape, variants) calibrate times: ten shapes x 8 variants, three of them (``quick``), or the layouts x
-    batches x 11 variants of ``thorough``; then each of ``layouts`` ((query heads, KV heads, head dim) per rank) at
-    :data:`LAYOUT_BATCHES` x :data:`LAYOUT_VARIANTS`. ``layouts_only``: those alone (``--keep-physics``)."""
+                     layouts_only: bool = False,
+                     grid: bool = False) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
+    """(shape, variants) calibrate times: ten shapes x 8 variants, three of them (``quick``), the layouts x
+    batches x 11 variants of ``thorough``, or :func:`calibration_grid` (``grid``); then each of ``layouts`` ((query
+    heads, KV heads, head dim) per rank) at :data:`LAYOUT_BATCHES` x :data:`LAYOUT_VARIANTS`. ``layouts_only``: those
+    alone (``--keep-physics``)."""
     if layouts_only:
         plan = []
+    elif grid:
+        plan = calibration_grid()
     elif thorough:
         plan = [((h, kv, d, lens), THOROUGH_VARIANTS) for h, kv, d in THOROUGH_LAYOUTS for lens in THOROUGH_BATCHES]
     else:
@@ -253,7 +278,7 @@ def _check_measured_row(r: Any, where: str) -> None:
         raise ConfigError(f"{where}: expected an object")
     if r.get("status", "ok") != "ok":
         return  # a failed timing: skipped, as calibrate skips it
-    known = dict.fromkeys(CALIBRATION_VARIANTS + THOROUGH_VARIANTS)
+    known = dict.fromkeys(CALIBRATION_VARIANTS + THOROUGH_VARIANTS + tuple(v for _, vs in calibration_grid() for v in vs))
     if r.get("variant") not in known:
         raise ConfigError(f"{where}: field 'variant': {r.get('variant')!r}; valid: {', '.join(known)}")
     for key, top in _ROW_INTS.items():

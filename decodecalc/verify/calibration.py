@@ -216,7 +216,7 @@ def check_device_is(device_name: str, gpu: Any) -> None:
 def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_src: str | os.PathLike[str] | None = None,
                     sglang_src: str | os.PathLike[str] | None = None,
                     progress: Callable[[int, int, str], None] | None = None,
-                    start_note: str = "the starting profile's", thorough: bool = False,
+                    start_note: str = "the starting profile's", thorough: bool = False, grid: bool = False,
                     measured: Callable[[dict[str, Any]], None] | None = None,
                     layouts: Sequence[tuple[int, int, int]] = (),
                     keep_physics: bool = False, cold: bool = False,
@@ -247,7 +247,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)
     sk = load_sglang(sglang_src, interpret=False)
-    plan = calibration_plan(quick, thorough, layouts, layouts_only=keep_physics)
+    plan = calibration_plan(quick, thorough, layouts, layouts_only=keep_physics, grid=grid)
     launches = workload.launches if workload is not None else ()
     total = sum(len(variants) for _, variants in plan) + len(launches)
     rows: list[dict[str, Any]] = []
