@@ -14,7 +14,7 @@ on the six H200 validations of BENCHMARKS.md's calibrate table (``validate_tune_
   random (what a calibrate timing the presets' steps on two reference layouts, 8:1 and 32:8, would build);
 * ``calibrate --grid on the H200 (from scratch)``: the profile of the device's ``calibrate --grid`` run
   (``results/calibrate-grid-h200.yaml``: 509 timings of 75 shapes, its own map), and its physics with the shipped map
-  data or the 300 steps' map;
+  data or the map of the steps (all 300, or the same 100 or 50 as above);
 * ``--cold``: ``cold fit, F of the shipped shapes``: calibrate's cold recipe (recipe.CALIBRATE_COLD from
   calibration_fit.neutral_start) fitted on the shipped fit's shape timings, all of them (2,127 timings of its shapes)
   or the fraction COLD_FRACTIONS of its shapes drawn by a stable hash, each with the shipped map data (minutes each
@@ -112,6 +112,8 @@ def profiles(cold: bool = False, skip: frozenset[str] = frozenset()) -> dict[str
     for n in STEP_SAMPLES:
         pick = set(rng.sample(keys, n))
         out[f"from scratch, {n} steps"] = with_residuals(scratch, [m for m in steps if m.shape.key in pick], f"{n} steps")
+        out[f"{GRID_RUN_NAME}, {n} steps"] = with_residuals(grid_run, [m for m in steps if m.shape.key in pick],
+                                                             f"{n} steps")
     for f in COLD_FRACTIONS if cold else ():
         if cold_name(f) not in skip:
             out[cold_name(f)] = cold_profile(f)
