@@ -453,3 +453,58 @@ def test_workload_step_launches_compute_attention(launch, engine_kernel):
 
         want = get_num_kv_splits(tuple(lens), num_head=8, num_kv_head=2, max_kv_splits=4, device_core_count=132)
         assert step.num_kv_splits.tolist() == list(want) != launch["splits"]
+
+
+@pytest.mark.parametrize("launch, engine_kernel", [
+    ({"engine": "vllm", "use_3d": True, "segments": 4, "batch_run": 4, "tokens_run": 4}, False),
+    ({"engine": "vllm", "use_3d": False, "segments": 1, "batch_run": 2, "tokens_run": 2}, False),
+    ({"engine": "sglang", "splits": [1, 3], "max_kv_splits": 4, "adaptive": True}, True),
+    ({"engine": "sglang", "splits": [2, 2], "max_kv_splits": 2, "adaptive": False}, False),
+])
+def test_map_steps_on_a_shared_pool_compute_attention(launch, engine_kernel):
+    """calibrate's map steps read one KV pool per workload (kv_cache.prefix_view: sequence j of a step reads the first
+    L_j tokens of row j of each copy): a step's launch on that view is attention over exactly those tokens, and another
+    copy's view is different data."""
+    from decodecalc.verify.calibration import ShapeBench
+    from decodecalc.verify.kv_cache import build_paged_kv, prefix_view
+    from decodecalc.verify.locate import UpstreamVersionWarning
+    from decodecalc.verify.torch_ref import compare, reference_attention
+    from decodecalc.verify.upstream import load_sglang, load_vllm
+
+    system = launch["engine"]
+    _sources_or_skip(system)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UpstreamVersionWarning)
+        kernels = load_vllm(interpret=True) if system == "vllm" else load_sglang(interpret=True)
+    gen = torch.Generator()
+    gen.manual_seed(5)
+    pool = build_paged_kv(gen, seq_lens=[90] * 3, num_kv_heads=2, head_size=32, block_size=16, dtype=torch.float16,
+                          device="cpu", copies=2)
+    lens = [40, 70]
+    view = prefix_view(pool, lens, 16)
+    assert view.kv_indices.shape == (2, sum(lens)) and view.block_tables.shape == (2, 2, 6)
+    bench = ShapeBench(torch, kernels, kernels, 8, 2, 32, tuple(lens), 132, seed=0, device="cpu", dtype=torch.float16,
+                       kv=view)
+    assert bench.copies == 2 and bench.kv is view
+    step = bench.launch(launch, engine_kernel)
+    step.out.fill_(float("nan"))
+    step(1)
+    ref = reference_attention(bench.q, pool.k_cache, pool.v_cache, pool.block_tables[1], lens, [1, 1], bench.scale)
+    other = reference_attention(bench.q, pool.k_cache, pool.v_cache, pool.block_tables[0], lens, [1, 1], bench.scale)
+    err = compare(step.out[:2], ref, [1, 1])
+    assert err["nan_count"] == 0 and err["max_err_vs_max"] < 5e-3, err
+    assert compare(step.out[:2], other, [1, 1])["max_err_vs_max"] > 0.05
+
+
+def test_a_step_longer_than_its_pool_is_refused():
+    from decodecalc.errors import DecodecalcError
+    from decodecalc.verify.kv_cache import build_paged_kv, prefix_view
+
+    gen = torch.Generator()
+    gen.manual_seed(5)
+    pool = build_paged_kv(gen, seq_lens=[32] * 2, num_kv_heads=1, head_size=8, block_size=16, dtype=torch.float16,
+                          device="cpu", copies=1)
+    with pytest.raises(DecodecalcError, match="does not fit a pool of 2 rows of 32 tokens"):
+        prefix_view(pool, [33], 16)
+    with pytest.raises(DecodecalcError, match="3 sequences"):
+        prefix_view(pool, [1, 1, 1], 16)

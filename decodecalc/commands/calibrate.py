@@ -23,6 +23,7 @@ from decodecalc.commands.tune import (
     WorkloadOpt,
 )
 from decodecalc.errors import ConfigError
+from decodecalc.timemodel.calibration_fit import DEFAULT_MAP_STEPS, MAX_MAP_STEPS
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
@@ -46,6 +47,12 @@ BackendsOpt = Annotated[Optional[str], typer.Option(
     help="Also time the compiled backends and fit their families (bf16 and fp8 KV): auto (default: each of "
          "flashinfer, flashinfer-tc, fa3 that is installed), none, or a comma-separated list. On the H200 the three "
          "took 204 s (FlashInfer's JIT builds included), each family judged on head layouts the fit left out.")]
+MapStepsOpt = Annotated[Optional[int], typer.Option(
+    "--map-steps", metavar="<n>",
+    help="Steps sampled from each of six reference workloads (Llama-3.1-8B TP1 and 70B TP8 on the chat, long-doc-qa "
+         "and agentic presets), each timed under the launches of tune's leading candidates: the residual map's data "
+         "besides the plan's timings, as the shipped map's was. Default 16 with --grid (about 1,500 timings), else 0; "
+         "0 to 64.")]
 ModelsOpt = Annotated[Optional[list[str]], typer.Option(
     "--model", "-m", metavar="<str>",
     help="Also time this model's head layout per rank (40 timings; repeat for several models): the map gets cells of "
@@ -88,6 +95,7 @@ def register(app: typer.Typer) -> None:
         concurrency: ConcurrencyOpt = None,
         sample_steps: SampleOpt = None,
         backends: BackendsOpt = None,
+        map_steps: MapStepsOpt = None,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
         the profile that `recommend`, `grid`, `compare` and `tune` then use. With one --model and its traffic
@@ -117,6 +125,14 @@ def register(app: typer.Typer) -> None:
         if from_measurements and backends is not None:
             raise ConfigError(f"--backends {backends} with --from-measurements: the saved timings say which backends "
                               "were timed")
+        if map_steps is not None and not 0 <= map_steps <= MAX_MAP_STEPS:
+            raise ConfigError(f"--map-steps {map_steps}: expected an integer in [0, {MAX_MAP_STEPS}]")
+        if map_steps and (keep_physics or quick or from_measurements):
+            what = "--keep-physics" if keep_physics else "--quick" if quick else "--from-measurements"
+            raise ConfigError(f"--map-steps {map_steps} with {what}: "
+                              + ("the saved timings say which steps were timed" if from_measurements else
+                                 f"{what} fits no map of its own"))
+        k_map = (map_steps if map_steps is not None else DEFAULT_MAP_STEPS if grid else 0)
         if keep_physics and not model and not from_measurements:
             raise ConfigError("--keep-physics needs --model: it times only the models' own head layouts")
         given = [n for n, v in (("--workload", workload), ("--requests", requests), ("--steps", steps),
@@ -176,6 +192,13 @@ def register(app: typer.Typer) -> None:
                                           trace_format=trace_format, columns=columns, tokenizer=tokenizer,
                                           max_requests=max_requests, concurrency=concurrency, progress=report)
             layouts = []  # the workload's steps replace the layout's calibrate shapes
+        map_samples = []
+        if k_map and not from_measurements:  # the reference workloads' steps (CPU, seconds): before the GPU
+            from decodecalc.commands.options import progress_on_stderr
+            from decodecalc.reports.step_launches import reference_samples
+
+            with progress_on_stderr() as report:
+                map_samples = reference_samples(spec, base, k_map, progress=report)
         cuda_or_error()  # a clear error before any progress bar
         from decodecalc.verify.backend_calibration import resolve_backends
 
@@ -215,11 +238,12 @@ def register(app: typer.Typer) -> None:
                                       progress=progress, start_note=note, thorough=thorough, grid=grid,
                                       measured=measured,
                                       layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample,
-                                      backends=timed_backends,
+                                      backends=timed_backends, map_samples=map_samples,
                                       fit_progress=lambda line: bar.update(task, description=f"fitting: {line}"))
         _written(dest, prof)
         took = time.monotonic() - started
         typer.echo(f"  took {took:.0f} s: the Triton kernels {phases.get('triton_s', 0):.0f} s"
+                   + (f", the map steps {phases['map_s']:.0f} s" if "map_s" in phases else "")
                    + (f", the backends {phases['backends_s']:.0f} s (their JIT compile included)" if "backends_s" in phases
                       else "")
                    + f", the fit {took - sum(phases.values()):.0f} s")

@@ -130,3 +130,28 @@ def workload_sample(result: Any, k: int, *, model: str, tp: int, source: str,
     return WorkloadSample(model=model, tp=tp, source=source, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
                           head_size=w.head_size, head_size_v=w.head_size_v, num_steps=int(ctx.steps.num_steps),
                           launches=tuple(launches))
+
+
+def reference_samples(gpu: Any, profile: Any, k: int, *, leading: int = DEFAULT_LEADING,
+                      progress: Any = None) -> list[WorkloadSample]:
+    """calibrate's map steps: ``k`` evenly spaced steps of each reference workload (the presets
+    :data:`~decodecalc.timemodel.calibration_fit.MAP_WORKLOADS` on :data:`~decodecalc.timemodel.calibration_fit.
+    MAP_MODELS`, :data:`~decodecalc.timemodel.calibration_fit.MAP_WORKLOAD_STEPS` steps each, seeded), each under the
+    launches of tune's candidates ranked by ``profile`` (the calibration's starting profile: which launches are timed
+    depends on it, not what they measure)."""
+    from decodecalc.reports.tune import make_context, tune
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.timemodel.calibration_fit import MAP_MODELS, MAP_WORKLOAD_STEPS, MAP_WORKLOADS
+    from decodecalc.traffic import PRESETS, generate
+    from decodecalc.workload import make_workload
+
+    out = []
+    for model, tp in MAP_MODELS:
+        work = make_workload(resolve_model(model), tp=tp)
+        for name in MAP_WORKLOADS:
+            if progress:
+                progress(f"map steps: {model} TP{tp} {name}")
+            ctx = make_context(generate(PRESETS[name], steps=MAP_WORKLOAD_STEPS), work, gpu, profile)
+            out.append(workload_sample(tune(ctx, objective="mean", backends=False), k, model=model, tp=tp, source=name,
+                                       leading=leading))
+    return out

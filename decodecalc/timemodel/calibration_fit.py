@@ -75,6 +75,20 @@ def _calibration_grid() -> tuple[tuple[tuple[int, int, int, tuple[int, ...]], tu
                  for e in doc["shapes"])
 
 
+#: calibrate's map steps (``--map-steps``; with ``--grid`` by default): sampled steps of the workloads whose per-step
+#: H200 timings built the shipped map (benchmarks/validate_tune_h200.py --per-step: these models and presets, 200 steps
+#: each), each under the launches of tune's leading candidates (:func:`decodecalc.reports.step_launches.
+#: reference_samples`). Their timings are map data only (group cells of g4 and g8 at d128), not physics. Simulated on
+#: the shipped map's 6,691 step timings over the grid run's physics (BENCHMARKS.md, "Physics or map?"): 100 steps put
+#: the grid's profile within 1.5x of the shipped one on five of six validations, 50 steps on three
+MAP_MODELS: tuple[tuple[str, int], ...] = (("llama3.1-8b", 1), ("llama3.1-70b", 8))
+MAP_WORKLOADS: tuple[str, ...] = ("chat", "long-doc-qa", "agentic")
+MAP_WORKLOAD_STEPS = 200
+#: steps sampled from each reference workload with --grid (16 x 6 = 96 steps, about 1,500 timings)
+DEFAULT_MAP_STEPS = 16
+MAX_MAP_STEPS = 64
+
+
 def calibration_plan(quick: bool = False, thorough: bool = False, layouts: Sequence[tuple[int, int, int]] = (),
                      layouts_only: bool = False,
                      grid: bool = False) -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
@@ -129,7 +143,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                          cold: bool = False, workload: Mapping[str, Any] | None = None,
                          backend_records: Sequence[Mapping[str, Any]] = (),
                          measure_backends: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
-                         progress: Any = None) -> TimeProfile:
+                         progress: Any = None, map_steps: Sequence[Mapping[str, Any]] = ()) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
     cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
@@ -147,12 +161,19 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     judged on head layouts that fit left out; ``measure_backends``: records -> the measurements of the runs whose launch
     is decodecalc's plan (the verify layer's :func:`decodecalc.verify.backend_calibration.record_measurements`, given
     by the caller: the plan check needs the profiler's launch comparison); ``progress``: called with a line per fitted
-    group."""
+    group. ``map_steps``: ``workload`` records of the reference workloads' sampled steps (``--map-steps``): their
+    timings join the plan's in the residual map's group cells (the shipped map's recipe: shape timings and workload
+    steps), and fit no physics."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     _enough(rows, len(ms), "measurements")
     steps = workload_measurements(workload) if workload else []
     if workload:
         _enough(workload["rows"], len(steps), "workload step timings")
+    map_ms = [m for rec in map_steps for m in workload_measurements(rec)]
+    if map_steps:
+        _enough([r for rec in map_steps for r in rec["rows"]], len(map_ms), "map step timings")
+        if keep_physics:
+            raise ConfigError("map steps with --keep-physics: --keep-physics fits nothing")
     start = dataclasses.replace(base, gpu=gpu.name, num_sms=num_sms)
     where = f"{sum(m.kernel in RESIDUAL_KERNELS for m in ms)} calibrate timings on {device_name or gpu.name}"
     step_where = (f"{len(steps)} timings of {len(workload['sampled_steps'])} sampled steps of {workload['source']} "
@@ -187,12 +208,15 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             physics = dataclasses.replace(backend_fit.profile, residuals=None)
         # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
         # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
-        fitted = before_cells = with_residuals(physics, ms, source=where) if ms else physics
+        map_where = (f" and {len(map_ms)} timings of {sum(len(r['sampled_steps']) for r in map_steps)} sampled steps "
+                     f"of {len(map_steps)} reference workloads" if map_ms else "")
+        fitted = before_cells = (with_residuals(physics, [*ms, *map_ms], source=where + map_where)
+                                 if ms or map_ms else physics)
         wanted = {tuple(int(x) for x in lay) for lay in layouts}
         own = steps or [m for m in ms if (m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) in wanted]
         if own:  # --model's layouts (or --workload's steps): their offsets over the group cells just built
             fitted = add_layout_cells(fitted, physics, own, step_where, local=bool(steps))
-    every = [*ms, *steps]
+    every = [*ms, *steps, *map_ms]
     stats, bare = error_summary(fitted, every), error_summary(physics, every)
     fams_seen = {k.family for m in [*ms, *(backends or ())] for k in m.work.kernels}
     uncal = sorted((set(fitted.families) - fams_seen) | set(backend_fit.uncalibrated if backend_fit else ()))
@@ -202,7 +226,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     what = (f"{len(every)} timings of {versions or 'the upstream'} kernels"
             + (f" ({', '.join(f'{h}:{kv} d{d}' for h, kv, d in timed)})" if len(timed) <= 12 else "")
             + (f", {len(steps)} of them {len(workload['sampled_steps'])} sampled steps of {workload['source']} under "
-               "the engines' own launches" if workload else ""))
+               "the engines' own launches" if workload else "")
+            + (f", {len(map_ms)} of them map steps ({sum(len(r['sampled_steps']) for r in map_steps)} sampled steps of "
+               f"{', '.join(_map_name(r) for r in map_steps)})" if map_ms else ""))
     return dataclasses.replace(
         fitted, calibrated=True,
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {what}; "
@@ -220,7 +246,23 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              "uncalibrated_families": uncal,
              **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name,
                                 backend_failures(backend_records)) if backend_fit else {}),
-             **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {})})
+             **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {}),
+             **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {})})
+
+
+def _map_name(rec: Mapping[str, Any]) -> str:
+    return f"{rec['model']} TP{rec['tp']} {rec['source']}"
+
+
+def _map_fit(records: Sequence[Mapping[str, Any]], ms: Sequence[Any], physics: TimeProfile,
+             fitted: TimeProfile) -> dict[str, Any]:
+    """What the profile records of its map steps: the workloads sampled, and the error on their timings of the physics
+    alone and with the map (in sample: the map is made from them)."""
+    b, a = error_summary(physics, ms), error_summary(fitted, ms)
+    return {"workloads": [_map_name(r) for r in records], "steps_per_workload": max(len(r["sampled_steps"]) for r in records),
+            "timings": len(ms),
+            "physics_median_abs_err": round(b["median_abs_err"], 4), "physics_p90_abs_err": round(b["p90_abs_err"], 4),
+            "median_abs_err": round(a["median_abs_err"], 4), "p90_abs_err": round(a["p90_abs_err"], 4)}
 
 
 def _backend_record(fit: Any, start: TimeProfile, runs: int, where: str,
@@ -325,7 +367,7 @@ def merge_measurements(files: Sequence[tuple[Any, str]]) -> tuple[dict[str, Any]
     may hold a workload sample. Returns (merged data, the sources joined)."""
     if len(files) == 1:
         return files[0][0], files[0][1]
-    merged: dict[str, Any] = {"cases": [], "backend_cases": [], "layouts": []}
+    merged: dict[str, Any] = {"cases": [], "backend_cases": [], "layouts": [], "map_steps": []}
     for data, source in files:
         _check_saved(data, source)
         for key in ("gpu", "num_sms", "launch_overhead_s", "device_name", "versions"):
@@ -336,6 +378,7 @@ def merge_measurements(files: Sequence[tuple[Any, str]]) -> tuple[dict[str, Any]
                               f"{merged['gpu']!r}; valid: timings of one GPU")
         merged["cases"] += list(data["cases"])
         merged["backend_cases"] += list(data.get("backend_cases") or [])
+        merged["map_steps"] += _saved_map_steps(data, source)
         merged["layouts"] += [x for x in (data.get("layouts") or []) if x not in merged["layouts"]]
         if data.get("workload") is not None:
             if "workload" in merged:
@@ -384,7 +427,8 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
                                 device_name=str(data.get("device_name") or ""), versions=str(data.get("versions") or ""),
                                 start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source),
                                 cold=cold, workload=_saved_workload(data, source), backend_records=backend_cases,
-                                measure_backends=measure_backends, progress=progress)
+                                measure_backends=measure_backends, progress=progress,
+                                map_steps=_saved_map_steps(data, source))
 
 
 #: what a saved backend run's shape may hold (a file is data: nothing in it may cost more than the calibration did)
@@ -449,12 +493,25 @@ _WORKLOAD_INTS = ("tp", "num_heads", "num_kv_heads", "head_size", "head_size_v",
 
 def _saved_workload(data: Mapping[str, Any], source: str) -> Mapping[str, Any] | None:
     """The ``workload`` record of ``calibrate --workload``'s saved timings, checked field by field (or None)."""
-    from decodecalc.timemodel.step_rows import check_step_row
-
     wl = data.get("workload")
     if wl is None:
         return None
-    where = f"{source}: workload"
+    return _checked_workload(wl, f"{source}: workload")
+
+
+def _saved_map_steps(data: Mapping[str, Any], source: str) -> list[Mapping[str, Any]]:
+    """The ``map_steps`` records of calibrate's saved timings (``--map-steps``), each checked as a workload record."""
+    raw = data.get("map_steps", [])
+    if not isinstance(raw, list):
+        raise ConfigError(f"{source}: field 'map_steps': expected a list of workload records, as calibrate "
+                          "--save-measurements writes it")
+    return [_checked_workload(r, f"{source}: map_steps[{i}]") for i, r in enumerate(raw)]
+
+
+def _checked_workload(wl: Any, where: str) -> Mapping[str, Any]:
+    """A saved workload record (:meth:`decodecalc.timemodel.step_rows.WorkloadSample.saved`), field by field."""
+    from decodecalc.timemodel.step_rows import check_step_row
+
     if not isinstance(wl, Mapping):
         raise ConfigError(f"{where}: expected an object, as calibrate --workload --save-measurements writes it")
     for key in _WORKLOAD_INTS:

@@ -48,13 +48,14 @@ class ShapeBench:
     per-tensor descales of one, as ``Attention.forward`` quantizes it on CUDA (0.33.0 attention.py L470-488), and
     SGLang's the fp8 buffers with ``k_scale = v_scale = 1`` (its grouped stage 1 casts the query to the buffer's
     dtype, decode_attention.py 0.5.23 L661). ``block_size`` is vLLM's KV block (SGLang reads token slots, page size
-    1, of the same cache)."""
+    1, of the same cache). ``kv``: a prebuilt cache instead of a new one (a step's view of a workload's pool,
+    :func:`decodecalc.verify.kv_cache.prefix_view`: map steps share one pool per workload)."""
 
     MAX_COPIES = 256
 
     def __init__(self, torch: Any, vk: Any, sk: Any, h: int, h_kv: int, d: int, lens: tuple[int, ...],
                  sms: int, seed: int, *, device: str = "cuda", dtype: Any = None, kv_dtype: Any = None,
-                 block_size: int = 16) -> None:
+                 block_size: int = 16, kv: Any = None) -> None:
         from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes
         from decodecalc.verify.timing import copies_for
 
@@ -67,11 +68,14 @@ class ShapeBench:
         self.block_size = block_size
         B = len(lens)
         self.kv_bytes = kv_bytes(lens, h_kv, d, torch.empty((), dtype=kvd).element_size())
-        self.copies = copies_for(self.kv_bytes, max_copies=self.MAX_COPIES)
         gen = torch.Generator(device=dev)
         gen.manual_seed(seed)
-        self.kv = build_paged_kv(gen, seq_lens=lens, num_kv_heads=h_kv, head_size=d, block_size=block_size,
-                                 dtype=kvd, device=dev, copies=self.copies)
+        if kv is not None:  # a step's view of a workload's pool (kv_cache.prefix_view): its copies are the pool's
+            self.kv, self.copies = kv, int(kv.copies)
+        else:
+            self.copies = copies_for(self.kv_bytes, max_copies=self.MAX_COPIES)
+            self.kv = build_paged_kv(gen, seq_lens=lens, num_kv_heads=h_kv, head_size=d, block_size=block_size,
+                                     dtype=kvd, device=dev, copies=self.copies)
         self.q = torch.randn((B, h, d), generator=gen, device=dev, dtype=dt)
         self.out = torch.empty((B, h, d), device=dev, dtype=dt)
         self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
@@ -222,6 +226,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                     keep_physics: bool = False, cold: bool = False,
                     workload: WorkloadSample | None = None,
                     backends: Sequence[str] = (),
+                    map_samples: Sequence[WorkloadSample] = (),
                     fit_progress: Callable[[str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
@@ -231,7 +236,10 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     traffic under the engines' own launches (``calibrate --workload``), timed after the plan; their rows are the
     layout cells' data. ``backends``: the compiled backends to time too (FlashInfer's paths, FA3:
     :func:`decodecalc.verify.backend_calibration.run_backend_calibration`), their families then fitted over the new
-    physics; ``fit_progress``: a line per fitted group of them."""
+    physics; ``map_samples``: steps of the reference workloads (``calibrate --map-steps``,
+    :func:`decodecalc.reports.step_launches.reference_samples`), timed after the plan on one KV pool each
+    (:func:`time_map_samples`): the residual map's data besides the plan's timings; ``fit_progress``: a line per fitted
+    group of them."""
     torch = cuda_or_error()
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
@@ -249,7 +257,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     sk = load_sglang(sglang_src, interpret=False)
     plan = calibration_plan(quick, thorough, layouts, layouts_only=keep_physics, grid=grid)
     launches = workload.launches if workload is not None else ()
-    total = sum(len(variants) for _, variants in plan) + len(launches)
+    total = sum(len(variants) for _, variants in plan) + len(launches) + sum(len(s.launches) for s in map_samples)
     rows: list[dict[str, Any]] = []
     done = 0
     for si, ((h, h_kv, d, lens), variants) in enumerate(plan):
@@ -272,8 +280,14 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
         del bench
         torch.cuda.empty_cache()
     step_rows = time_step_launches(torch, vk, sk, workload, sms, progress, done, total) if workload else []
-    backend_rows: list[dict[str, Any]] = []
+    done += len(launches)
     elapsed = {"triton_s": round(time.monotonic() - t0, 1)}  # the Triton kernels' (and the steps') timing
+    t_map = time.monotonic()
+    map_rows = time_map_samples(torch, vk, sk, map_samples, sms, progress, done, total) if map_samples else []
+    map_docs = [s.saved(r) for s, r in zip(map_samples, map_rows)]
+    if map_samples:
+        elapsed["map_s"] = round(time.monotonic() - t_map, 1)
+    backend_rows: list[dict[str, Any]] = []
     if backends:
         from decodecalc.verify.backend_calibration import run_backend_calibration
 
@@ -286,6 +300,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
         measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
                   **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
                   **({"workload": steps_doc} if steps_doc else {}),
+                  **({"map_steps": map_docs} if map_docs else {}),
                   **({"backend_cases": backend_rows} if backends else {}), "elapsed": elapsed})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
@@ -293,6 +308,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
                                 start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold,
                                 workload=steps_doc, backend_records=backend_rows, progress=fit_progress,
+                                map_steps=map_docs,
                                 measure_backends=lambda recs: _backend_measurements(recs, gpu))
     return prof, rows
 
@@ -333,3 +349,75 @@ def time_step_launches(torch: Any, vk: Any, sk: Any, workload: WorkloadSample, s
         del bench
         torch.cuda.empty_cache()
     return rows
+
+
+#: a map sample's KV pool: rotate over at least this much (several times an H200's or H100's L2), with at most this
+#: many copies and bytes (benchmarks/validate_tune_h200.py --per-step timed the shipped map's steps the same way)
+POOL_ROTATE_BYTES = 256 << 20
+POOL_MAX_COPIES = 16
+POOL_MAX_BYTES = 24 << 30
+
+
+def pool_copies(rows: int, length: int, min_step_bytes: int, h_kv: int, d: int, element_bytes: int,
+                free_bytes: int, block_size: int = 16) -> int:
+    """KV copies of a map sample's pool (``rows`` sequences of ``length`` tokens): enough for the smallest step to
+    rotate over :data:`POOL_ROTATE_BYTES`, at most :data:`POOL_MAX_COPIES`, within :data:`POOL_MAX_BYTES` and 80% of
+    the free memory less 1 GiB; at least one, or a DecodecalcError saying what one copy needs."""
+    per_copy = rows * -(-length // block_size) * block_size * h_kv * d * 2 * element_bytes
+    budget = min(POOL_MAX_BYTES, int(free_bytes * 0.8) - (1 << 30))
+    if per_copy > budget:
+        raise DecodecalcError(f"out of GPU memory: a map sample's KV pool ({rows} sequences of {length:,} tokens) "
+                              f"needs {per_copy / 2**30:.1f} GiB, {budget / 2**30:.1f} GiB available")
+    want = -(-POOL_ROTATE_BYTES // max(min_step_bytes, 1))
+    return max(1, min(want, POOL_MAX_COPIES, budget // per_copy))
+
+
+def time_map_samples(torch: Any, vk: Any, sk: Any, samples: Sequence[WorkloadSample], sms: int,
+                     progress: Callable[[int, int, str], None] | None, done: int, total: int, *,
+                     device: str = "cuda", dtype: Any = None) -> list[list[dict[str, Any]]]:
+    """calibrate's map steps: each sample's steps under each of their launches, on one KV pool per sample (rows of
+    its longest step, :func:`decodecalc.verify.kv_cache.prefix_view` per step), each launch one CUDA graph cycling
+    over the pool's copies (:func:`decodecalc.verify.timing.graph_seconds`, as the shapes). Rows per sample as
+    :meth:`decodecalc.timemodel.step_rows.StepLaunch.row`, with ``t_us`` (or ``status: error``)."""
+    from decodecalc.verify.kv_cache import build_paged_kv, kv_bytes, prefix_view
+
+    dt = dtype or torch.bfloat16
+    out: list[list[dict[str, Any]]] = []
+    for n, sample in enumerate(samples):
+        h, h_kv, d = sample.num_heads, sample.num_kv_heads, sample.head_size
+        steps = sorted({x.step: x.seq_lens for x in sample.launches}.items())
+        rows_n = max(len(lens) for _, lens in steps)
+        length = max(max(lens) for _, lens in steps)
+        elt = torch.empty((), dtype=dt).element_size()
+        min_bytes = min(kv_bytes(lens, h_kv, d, elt) for _, lens in steps)
+        free = torch.cuda.mem_get_info()[0] if device == "cuda" else POOL_MAX_BYTES * 2
+        copies = pool_copies(rows_n, length, min_bytes, h_kv, d, elt, free)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(2000 + n)
+        pool = build_paged_kv(gen, seq_lens=[length] * rows_n, num_kv_heads=h_kv, head_size=d, block_size=16,
+                              dtype=dt, device=device, copies=copies)
+        rows: list[dict[str, Any]] = []
+        by_step: dict[int, list[Any]] = {}
+        for x in sample.launches:
+            by_step.setdefault(x.step, []).append(x)
+        for k, (step, launches) in enumerate(sorted(by_step.items())):
+            bench = ShapeBench(torch, vk, sk, h, h_kv, d, launches[0].seq_lens, sms, seed=3000 + k, device=device,
+                               dtype=dt, kv=prefix_view(pool, launches[0].seq_lens, 16))
+            for x in launches:
+                row = x.row()
+                try:
+                    t = graph_seconds(bench.launch(dict(x.launch), x.engine_split_kernel), bench.copies,
+                                      what="calibrate's map steps")
+                    row.update({"t_us": t * 1e6, "status": "ok"})
+                except Exception as exc:  # noqa: BLE001 - one failing launch must not stop the calibration
+                    row.update({"status": "error", "error": f"{type(exc).__name__}: {exc}"[:300]})
+                rows.append(row)
+                done += 1
+                if progress:
+                    progress(done, total, f"map: {sample.model} {sample.source} step {step + 1}")
+            del bench
+        out.append(rows)
+        del pool
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out

@@ -16,7 +16,7 @@ from typing import Any
 from decodecalc.derived import cdiv
 from decodecalc.errors import DecodecalcError
 
-__all__ = ["PagedKV", "build_paged_kv", "copies_that_fit", "kv_bytes"]
+__all__ = ["PagedKV", "build_paged_kv", "copies_that_fit", "kv_bytes", "prefix_view"]
 
 
 def kv_bytes(seq_lens: tuple[int, ...] | list[int], num_kv_heads: int, head_size: int, element_bytes: int) -> int:
@@ -106,3 +106,24 @@ def build_paged_kv(
             tok += L
             off += n
     return PagedKV(k_cache=k_cache, v_cache=v_cache, block_tables=tables, kv_indices=indices, copies=copies)
+
+
+def prefix_view(pool: PagedKV, seq_lens: tuple[int, ...] | list[int], block_size: int) -> PagedKV:
+    """One step of a workload on a pool of ``rows`` sequences of one length (``build_paged_kv`` with equal lengths):
+    sequence j of the step reads the first ``seq_lens[j]`` tokens of row j, in every copy. The same K and V blocks,
+    the block tables' first rows, and SGLang's token slots of those prefixes (per copy): timing many steps of one
+    workload needs one pool, not a cache per step (``calibrate``'s map steps, :mod:`decodecalc.verify.calibration`)."""
+    import torch
+
+    tables = pool.block_tables
+    b = len(seq_lens)
+    if b > tables.shape[1] or max(seq_lens) > tables.shape[2] * block_size:
+        raise DecodecalcError(f"a step of {b} sequences up to {max(seq_lens)} tokens does not fit a pool of "
+                              f"{tables.shape[1]} rows of {tables.shape[2] * block_size} tokens")
+    dev = tables.device
+    lt = torch.tensor(list(seq_lens), device=dev)
+    seq = torch.repeat_interleave(torch.arange(b, device=dev), lt)
+    tok = torch.arange(int(lt.sum()), device=dev) - (torch.cumsum(lt, 0) - lt)[seq]
+    slots = tables[:, :b][:, seq, tok // block_size].long() * block_size + tok % block_size
+    return PagedKV(k_cache=pool.k_cache, v_cache=pool.v_cache, block_tables=tables[:, :b].contiguous(),
+                   kv_indices=slots.contiguous(), copies=pool.copies)

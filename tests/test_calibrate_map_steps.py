@@ -1,0 +1,159 @@
+"""calibrate's map steps (``--map-steps``; with ``--grid`` by default, issue 18 item 5): the reference workloads'
+sampled steps it times (decodecalc/reports/step_launches.py ``reference_samples``), their timings in the residual map
+beside the plan's, their saved record read back, and the bad input refused before any GPU work."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from decodecalc.cli import app
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.calibration_fit import (
+    MAP_MODELS,
+    MAP_WORKLOADS,
+    calibration_from_measurements,
+    neutral_start,
+)
+from decodecalc.timemodel.fit import error_summary
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+runner = CliRunner()
+H200 = resolve_gpu("h200")
+
+
+@pytest.fixture(scope="module")
+def samples():
+    from decodecalc.reports.step_launches import reference_samples
+
+    return reference_samples(H200, neutral_start(packaged_profile("h200")), 2)
+
+
+def test_the_reference_workloads_are_the_shipped_maps_and_every_step_runs_its_candidates(samples):
+    """Six samples: the models and presets whose per-step H200 timings built the shipped map (validate_tune_h200.py's
+    MODELS and WORKLOADS), at their per-rank layouts (32:8 and 8:1, d128), two steps each, each step under both
+    engines' launches, none twice."""
+    from benchmarks.validate_tune_h200 import MODELS, WORKLOADS
+
+    assert tuple(MODELS) == MAP_MODELS and tuple(WORKLOADS) == MAP_WORKLOADS
+    assert [(s.model, s.tp, s.source) for s in samples] == [(m, tp, w) for m, tp in MAP_MODELS for w in MAP_WORKLOADS]
+    assert {(s.num_heads, s.num_kv_heads, s.head_size) for s in samples} == {(32, 8, 128), (8, 1, 128)}
+    for s in samples:
+        assert len(s.steps) == 2 and s.steps[0] == 0 and s.steps[1] == s.num_steps - 1
+        for step in s.steps:
+            mine = [x for x in s.launches if x.step == step]
+            assert {x.engine for x in mine} == {"vllm", "sglang"}
+            keys = [(x.engine, json.dumps(dict(x.launch), sort_keys=True)) for x in mine]
+            assert len(keys) == len(set(keys)) >= 4
+
+
+def _grid_run() -> dict:
+    return json.loads(gzip.decompress((RESULTS / "calibrate-grid-h200-measurements.json.gz").read_bytes()))
+
+
+def _map_records(per_workload: int) -> list[dict]:
+    """Map-step records of real H200 timings: validate_tune_h200.py --per-step's rows of the same models and presets
+    (benchmarks/results/validate_tune_h200_steps.json, 2026-11-30), ``per_workload`` steps of each."""
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import make_workload
+
+    out = []
+    for case in json.loads((RESULTS / "validate_tune_h200_steps.json").read_text())["cases"]:
+        w = make_workload(resolve_model(case["model"]), tp=int(case["tp"]))
+        steps = sorted({r["shape_index"] for r in case["per_step"]})[:per_workload]
+        rows = [r for r in case["per_step"] if r["shape_index"] in steps]
+        out.append({"model": case["model"], "tp": case["tp"], "source": case["workload"], "num_heads": w.num_heads,
+                    "num_kv_heads": w.num_kv_heads, "head_size": w.head_size, "head_size_v": w.head_size_v,
+                    "num_steps": 200, "sampled_steps": steps, "rows": rows})
+    return out
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """The grid run's first 60 timings (a short warm fit) with and without four steps of each reference workload."""
+    data = _grid_run()
+    data["cases"] = data["cases"][:60]
+    base = packaged_profile("h200")
+    plain = calibration_from_measurements(data, gpu=H200, base=base, source="grid")
+    with_map = calibration_from_measurements({**data, "map_steps": _map_records(4)}, gpu=H200, base=base, source="grid")
+    return plain, with_map
+
+
+def test_map_steps_join_the_map_and_fit_no_physics(fitted):
+    """The map steps change the map (more group-cell points where the reference layouts run), not the physics (the same
+    families, to the last digit), and the profile records them, with their in-sample error under the map lower than
+    the physics'."""
+    plain, with_map = fitted
+    assert plain.families == with_map.families and plain.idle_program_s == with_map.idle_program_s
+    rec = with_map.fit["map_steps"]
+    assert rec["workloads"] == [f"{m} TP{tp} {w}" for m, tp in MAP_MODELS for w in MAP_WORKLOADS]
+    assert rec["steps_per_workload"] == 4 and rec["timings"] == sum(len(r["rows"]) for r in _map_records(4))
+    assert rec["median_abs_err"] < rec["physics_median_abs_err"]
+    assert "map_steps" not in plain.fit and with_map.fit["rows"] == plain.fit["rows"] + rec["timings"]
+    assert "24 sampled steps of 6 reference workloads" in with_map.residuals.source
+    for cell in ("sglang_stage1/g8/d128/split-count", "vllm_3d/g4/d128"):
+        assert sum(p[3] for p in with_map.residuals.cells[cell]) > sum(p[3] for p in plain.residuals.cells.get(cell, ()))
+
+
+def test_the_map_steps_map_predicts_other_steps_of_the_reference_workloads_better(fitted):
+    """Out of sample: steps 5-10 of the same workloads (never in the map) are predicted closer with the map steps' map
+    than with the plan's timings alone."""
+    from decodecalc.timemodel.calibration_fit import workload_measurements
+
+    plain, with_map = fitted
+    later = []
+    for rec in _map_records(10):
+        rec = {**rec, "rows": [r for r in rec["rows"] if r["shape_index"] not in rec["sampled_steps"][:4]]}
+        later += workload_measurements(rec)
+    assert len(later) > 500
+    assert error_summary(with_map, later)["median_abs_err"] < error_summary(plain, later)["median_abs_err"]
+
+
+def test_saved_map_steps_are_merged_and_bad_ones_refused_with_their_index(tmp_path):
+    from decodecalc.errors import ConfigError
+    from decodecalc.timemodel.calibration_fit import merge_measurements
+
+    data = {**_grid_run(), "map_steps": _map_records(1)}
+    merged, _ = merge_measurements([(data, "a"), ({"cases": data["cases"][:2], "map_steps": _map_records(1)[:1]}, "b")])
+    assert len(merged["map_steps"]) == 7
+    bad = json.loads(json.dumps(data["map_steps"]))
+    bad[2]["rows"][0]["t_us"] = -1
+    with pytest.raises(ConfigError, match=r"x: map_steps\[2\]: rows\[0\]: field 't_us'"):
+        calibration_from_measurements({**data, "map_steps": bad}, gpu=H200, base=packaged_profile("h200"), source="x")
+    with pytest.raises(ConfigError, match="field 'map_steps': expected a list"):
+        calibration_from_measurements({**data, "map_steps": {}}, gpu=H200, base=packaged_profile("h200"), source="x")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--grid", "--map-steps", "65"], "--map-steps 65: expected an integer in [0, 64]"),
+    (["--map-steps", "-1"], "--map-steps -1"),
+    (["--quick", "--map-steps", "4"], "--map-steps 4 with --quick"),
+    (["-m", "llama3-8b", "--keep-physics", "--map-steps", "4"], "--map-steps 4 with --keep-physics"),
+    (["--from-measurements", "x.json", "--map-steps", "4"], "--map-steps 4 with --from-measurements"),
+])
+def test_bad_map_steps_options_fail_before_any_gpu_work(args, says):
+    res = runner.invoke(app, ["calibrate", *args])
+    assert res.exit_code == 1 and res.output.startswith("Error:") and says in res.output, res.output
+    assert res.output.count("\n") == 1
+
+
+def test_pool_copies_rotate_past_l2_within_the_memory_there_is():
+    from decodecalc.errors import DecodecalcError
+    from decodecalc.verify.calibration import POOL_MAX_COPIES, pool_copies
+
+    # a small step: as many copies as rotate 256 MiB, at most 16
+    assert pool_copies(64, 512, 8 << 20, 1, 128, 2, free_bytes=100 << 30) == POOL_MAX_COPIES
+    assert pool_copies(64, 512, 128 << 20, 8, 128, 2, free_bytes=100 << 30) == 2
+    # a large pool: what fits in 80% of the free memory less 1 GiB
+    per_copy = 64 * 32768 * 8 * 128 * 2 * 2  # 8 GiB
+    assert pool_copies(64, 32768, 1 << 20, 8, 128, 2, free_bytes=2 * per_copy) == 1
+    assert pool_copies(64, 32768, 1 << 20, 8, 128, 2, free_bytes=100 << 30) == 3  # at most 24 GiB
+    with pytest.raises(DecodecalcError, match="out of GPU memory: a map sample's KV pool"):
+        pool_copies(64, 32768, 1 << 20, 8, 128, 2, free_bytes=per_copy)
