@@ -44,6 +44,9 @@ OUT = RESULTS / "calibrate-map-experiment-h200.json"
 SCRATCH = RESULTS / "calibrate-backends-h200.yaml"
 GRID_RUN = RESULTS / "calibrate-grid-h200.yaml"
 GRID_RUN_NAME = "calibrate --grid on the H200 (from scratch)"
+#: the same command with its map steps (``--map-steps 16``, the default with ``--grid``) and the backends: one run
+GRID_MAP_RUN = RESULTS / "calibrate-grid-map-h200.yaml"
+GRID_MAP_RUN_NAME = "calibrate --grid on the H200 (from scratch), its own map steps"
 VALIDATIONS = ("heldout", "range", "fresh5", "layouts", "layouts2", "layouts3")
 KEYS = ("within_5pct", "settings", "median_abs_error", "max_abs_error", "picks_within_3pct")
 STEP_SAMPLES = (100, 50)
@@ -107,6 +110,8 @@ def profiles(cold: bool = False, skip: frozenset[str] = frozenset()) -> dict[str
            GRID_RUN_NAME: grid_run,
            f"{GRID_RUN_NAME}, shipped map data": with_residuals(grid_run, ms + steps, "shipped map data"),
            f"{GRID_RUN_NAME}, all 300 steps": with_residuals(grid_run, steps, "300 steps")}
+    if GRID_MAP_RUN.exists():
+        out[GRID_MAP_RUN_NAME] = load_profile_file(GRID_MAP_RUN)
     keys = sorted({m.shape.key for m in steps})
     rng = random.Random(0)
     for n in STEP_SAMPLES:
@@ -141,12 +146,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cold", action="store_true", help="also the cold fit on the shipped data (minutes)")
     ap.add_argument("--missing", action="store_true", help="with --cold: only the cold fits the record lacks")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="re-predict only this variant (repeatable); the record keeps the others' cells")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     old = json.loads(OUT.read_text()) if OUT.exists() else {"variants": {}}
     doc: dict[str, Any] = {"validations": list(VALIDATIONS), "variants": {}}
     skip = frozenset(old["variants"]) if args.missing else frozenset()
-    for name, prof in profiles(args.cold, skip).items():
+    chosen = profiles(args.cold, skip)
+    if args.only:
+        unknown = [n for n in args.only if n not in chosen]
+        if unknown:
+            raise SystemExit(f"Error: --only {unknown[0]!r}; valid: {', '.join(chosen)}")
+        doc["variants"] = {n: c for n, c in old["variants"].items() if n in chosen or n in COLD_NAMES}
+        chosen = {n: chosen[n] for n in args.only}
+    for name, prof in chosen.items():
         doc["variants"][name] = {v: cell(prof, v) for v in VALIDATIONS}
         print(name, {v: (c["within_5pct"], c["settings"]) for v, c in doc["variants"][name].items()}, flush=True)
     for name in COLD_NAMES:  # recorded by a --cold run

@@ -4,7 +4,6 @@ beside the plan's, their saved record read back, and the bad input refused befor
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 from pathlib import Path
