@@ -30,8 +30,9 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of
 ThoroughOpt = Annotated[bool, typer.Option("--thorough", help="Ten head layouts x five batches x 11 split counts "
                                            "(550 timings, several minutes): a fit that needs no starting profile.")]
 GridOpt = Annotated[bool, typer.Option("--grid", help="A quarter of the shapes behind the shipped H200 profile at "
-                                      "their static launches (75 shapes, 509 timings, about 4 minutes on an H200): "
-                                      "the plan with which a from-scratch fit holds on models it never saw.")]
+                                      "their static launches (75 shapes, 509 timings, about 3 minutes on an H200), "
+                                      "and the map steps of --map-steps: the plan with which a from-scratch fit holds "
+                                      "on models it never saw.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Profile file to write (default: <gpu>.yaml "
                                                 "in $XDG_CONFIG_HOME/decodecalc/profiles).")]
 RowsOpt = Annotated[Optional[Path], typer.Option("--save-measurements", help="Also write the raw timings (JSON; "
