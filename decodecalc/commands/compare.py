@@ -24,7 +24,8 @@ OccupancyOpt = Annotated[Optional[int], typer.Option("--occupancy", help="FlashI
 CSV_FIELDS = ("name", "applicable", "reason", "grid", "programs", "working_programs", "splits", "nonempty_splits",
               "tokens_per_split", "sm_coverage", "waves", "partial_state_bytes_per_layer",
               "partial_state_bytes_used_per_layer", "partial_state_to_kv_ratio", "roofline_time_s",
-              "sm_limited_time_s", "predicted_time_s", "predicted_calibrated", "best")
+              "sm_limited_time_s", "predicted_time_s", "predicted_calibrated", "predicted_error_median",
+              "predicted_error_p90", "best")
 
 
 def to_csv(data: dict[str, Any]) -> str:
@@ -36,6 +37,8 @@ def to_csv(data: dict[str, Any]) -> str:
     wr.writeheader()
     for row in data["policies"]:
         out = dict(row)
+        err = out.get("predicted_error") or {}
+        out["predicted_error_median"], out["predicted_error_p90"] = err.get("median_abs_err"), err.get("p90_abs_err")
         for k in ("grid", "splits", "nonempty_splits", "tokens_per_split"):
             if isinstance(out.get(k), list):
                 v = out[k]

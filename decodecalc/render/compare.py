@@ -28,6 +28,12 @@ def predicted_cell(r: PolicyResult) -> str:
     return fmt_time(t) + ("" if r.extra.get("predicted_calibrated") else " ~")
 
 
+def error_cell(r: PolicyResult) -> str:
+    """The predicted time's expected median error (``predicted_error``), ``±3%``; empty where there is none."""
+    err = r.extra.get("predicted_error")
+    return f"±{100 * err['median_abs_err']:.0f}%" if err else ""
+
+
 def caption(res: CompareResult) -> str:
     w, gpu = res.inputs.work, res.inputs.gpu
     return (f"{w.model.name} TP={w.tp} on {gpu.name} ({gpu.num_sms} SMs): B={w.batch}, seq "
@@ -41,10 +47,10 @@ def compare_table(res: CompareResult, width: int) -> tuple[Table, bool]:
               pad_edge=False)
     cols = ["policy", "grid", "busy/all", "splits", "tok/split", "SM (waves)"] if wide else \
         ["policy", "grid", "splits", "tok/split", "SM (waves)"]
-    cols += ["partial a/u", "/KV", "roofline", "/cov", "predicted"] if wide else ["roofline", "predicted"]
+    cols += ["partial a/u", "/KV", "roofline", "/cov", "predicted", "±"] if wide else ["roofline", "predicted"]
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold",
-                     no_wrap=col in ("policy", "tok/split", "busy/all", "partial a/u", "roofline", "predicted"))
+                     no_wrap=col in ("policy", "tok/split", "busy/all", "partial a/u", "roofline", "predicted", "±"))
     for r in res.policies:
         if not r.applicable or r.plan is None or r.figures is None:
             t.add_row(Text(r.name, style="dim"), Text("n/a", style="dim"), *[""] * (len(cols) - 2))
@@ -65,7 +71,7 @@ def compare_table(res: CompareResult, width: int) -> tuple[Table, bool]:
                       fmt_time(r.sm_limited_time_s or 0.0)]
         else:
             cells.append(fmt_time(f.roofline_time_s))
-        cells.append(predicted_cell(r))
+        cells += [predicted_cell(r), error_cell(r)] if wide else [predicted_cell(r)]
         t.add_row(*cells, style="bold green" if star else None)
     return t, wide
 
@@ -91,10 +97,15 @@ def print_compare(console: Console, res: CompareResult, explain: bool = False) -
     if regime:
         legend += (" in a decode layer's graph (--regime in-graph: back to back plus a measured cost per launch)"
                    if regime == "in-graph" else " back to back (--regime in-graph: inside a decode layer's graph)")
+    legend += ("; ±: a predicted time's expected error, its kernel's median error on launches no fit saw, on head "
+               "layouts its fit measured or not as this one (predicted_error in --json)")
     if wide:
         legend += ("; partial a/u: stage-1 partial state per layer, allocated/used (K = kB, M = MB); /KV: allocated "
                    "partial state over the layer's KV bytes; /cov: roofline time / SM coverage")
     print_wrapped(console, legend)
+    errs = [f"{r.name} {error_cell(r)}" for r in res.policies if r.applicable and error_cell(r)]
+    if errs and not wide:
+        print_wrapped(console, "Expected error of the predicted times (±, as above): " + ", ".join(errs))
     if not wide:
         print_wrapped(console, f"Per policy (busy/all programs, partial state; widen to >= {WIDE} columns for a "
                       "table, or use --json/--csv):")

@@ -67,7 +67,8 @@ def _predicted(s: SystemResult) -> str:
     if p is None or p.time_s is None:
         return "-"
     return (fmt_time(p.time_s) + ("" if p.calibrated else " (uncalibrated)")
-            + (" (in a layer's graph)" if p.regime == "in-graph" else ""))
+            + (" (in a layer's graph)" if p.regime == "in-graph" else "")
+            + (f" ±{100 * p.expected_error.median_abs_err:.1f}%" if p.expected_error is not None else ""))
 
 
 def _common_cells(s: SystemResult) -> dict[str, str]:
@@ -155,6 +156,8 @@ def grid_notes(r: GridReport) -> list[Text]:
             notes.append(Text(f"{s.name}: no predicted time: {pred.error}", style="yellow"))
         for w in pred.warnings if pred is not None else ():
             notes.append(Text(f"{s.name}: predicted time uncalibrated: {w}", style="yellow"))
+        if pred is not None and pred.expected_error is not None:
+            notes.append(Text(f"{s.name}: expected {pred.expected_error.text()}", style="dim"))
     return notes
 
 

@@ -127,7 +127,7 @@ def _backend_predicted(name: str, w: Workload, gpu: GPUSpec, plan: LaunchPlan, o
 
 
 _PREDICTION_KEYS = ("predicted_time_s", "predicted_calibrated", "predicted_warnings", "predicted_time_error",
-                    "predicted_regime")
+                    "predicted_regime", "predicted_error")
 
 
 def _predicted(data: dict[str, Any]) -> dict[str, Any]:

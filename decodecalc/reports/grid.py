@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from decodecalc import figures as analysis
 from decodecalc.derived import Derived, cdiv
@@ -12,6 +12,9 @@ from decodecalc.launchers import sglang_triton, vllm_unified
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
+
+if TYPE_CHECKING:
+    from decodecalc.timemodel.accuracy import ExpectedError
 
 SYSTEMS = ("vllm", "sglang")
 
@@ -44,6 +47,8 @@ class Prediction:
     residual_factor: float = 1.0
     #: what the time is for (timemodel.profile.REGIMES; every command that predicts takes --regime)
     regime: str = "back-to-back"
+    #: the error this time is likely to have (timemodel.accuracy); None without such evidence
+    expected_error: ExpectedError | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON keys of ``systems.<name>`` (grid --json's contract)."""
@@ -55,6 +60,8 @@ class Prediction:
         out["predicted_model_time_s"] = self.model_time_s
         out["predicted_residual_factor"] = self.residual_factor
         out["predicted_regime"] = self.regime
+        if self.expected_error is not None:
+            out["predicted_error"] = self.expected_error.to_json()
         return out
 
 
@@ -156,7 +163,17 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
     return Prediction(time_s=p.time_s, calibrated=p.calibrated and not warnings, warnings=tuple(warnings),
                       model_time_s=p.model_time_s,
                       residual_factor=p.correction.factor if p.correction else 1.0,
-                      regime=prof.regime), _time_explain(p, prof)
+                      regime=prof.regime, expected_error=_expected_error(prof, kernel, work)), _time_explain(p, prof)
+
+
+def _expected_error(prof: Any, kernel: str, work: Workload) -> ExpectedError | None:
+    """The profile's expected error for this launch (timemodel.accuracy). Its evidence is back-to-back launches on
+    the profile's own GPU, so a time in another regime, or from another GPU's datasheet profile, gets none."""
+    from decodecalc.timemodel.accuracy import expected_error
+
+    if prof.regime != "back-to-back" or not prof.calibrated:
+        return None
+    return expected_error(prof, kernel, work.num_heads, work.num_kv_heads, work.head_size, work.kv_bytes_per_element)
 
 
 def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:

@@ -350,6 +350,10 @@ def profile_from_mapping(data: Any, *, origin: str, expect_gpu: str | None = Non
         uncal = fit.get("uncalibrated_families")
         if uncal is not None and not (isinstance(uncal, list) and all(isinstance(f, str) for f in uncal)):
             raise ConfigError(f"'fit.uncalibrated_families' must be a list of family names, got {uncal!r:.60}")
+        if fit.get("expected_error") is not None:
+            from decodecalc.timemodel.accuracy import check_block
+
+            check_block(fit["expected_error"])
         # an older profile: each family added since borrows its parent's numbers and map cells, uncalibrated
         borrowed = [new for new, old in FAMILY_FALLBACKS.items() if new not in fams and old in fams]
         if borrowed:

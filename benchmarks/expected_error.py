@@ -1,0 +1,244 @@
+"""The expected error of every predicted time: per kernel, the shipped H200 profile's measured error on launches no
+fit saw, split by whether the fit measured the launch's head layout; written into the profile as
+``fit.expected_error`` (decodecalc.timemodel.accuracy reads it; grid and compare print it as ``predicted_error``).
+
+    python benchmarks/expected_error.py                 # print the table
+    python benchmarks/expected_error.py --write          # also write the profile block, the JSON and the markdown
+
+Nothing is timed or fitted here: every figure comes from committed measurements and fits.
+
+* vLLM and SGLang's Triton kernels (bf16 KV):
+  - *fitted layout*: fit_timemodel.py's random held-out quarter (shapes by hash; that fit's physics and map never saw
+    them), ``timemodel-fit-h200.json`` (its record ``holdout_fit.holdout`` per kernel, with the map; the rows'
+    ``holdout_pred_us`` are the physics alone);
+  - *new layout*: leaveout_timemodel.py's layout folds, each head layout left out whole (physics and map refitted
+    without it), their left-out rows pooled, with the map (``leaveout-timemodel-h200.json``).
+* FlashInfer (both paths), FA3, FlashMLA, FA2 (bf16 KV), scored with the shipped profile:
+  - the layouts fit_backends_h200.py fitted on (its DATA) are the *fitted layouts*; its held-out quarter (the shapes the
+    shipped families were not fitted on) plus the validation captures' runs of those layouts give the *fitted layout*
+    figure;
+  - the validation captures' runs of other layouts give the *new layout* figure. Validation captures: runs no fit used
+    (VALIDATION); the CUDA-core kernel's step rule (timemodel.backends.cuda_core_step_factor) was chosen with
+    ``flashinfer-ctas-h200.jsonl.gz`` in view, so that file is named in the evidence.
+* FlashInfer and FA3 on an fp8 KV cache (``<kernel>/fp8``): fit_backends_fp8_h200.py's fp8 runs of its UNSEEN_LAYOUTS
+  (*new layout*); no out-of-sample figure for its fitted layouts (every fp8 run of those was fitted), so none is given.
+
+Outputs (``--write``): ``fit.expected_error`` of decodecalc/profiles/h200.yaml (and its parsed copy),
+benchmarks/results/expected-error-h200.json (the figures by source file too) and the table between the
+``<!-- expected-error -->`` markers of BENCHMARKS.md; tests/test_expected_error.py recomputes all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from decodecalc.timemodel import packaged_profile  # noqa: E402
+from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, layout_key  # noqa: E402
+from decodecalc.timemodel.fit import Measurement, percentile  # noqa: E402
+from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
+OUT_JSON = RESULTS / "expected-error-h200.json"
+BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
+MARK = "<!-- expected-error -->"
+TRITON_FIT = RESULTS / "timemodel-fit-h200.json"
+TRITON_LEAVEOUT = RESULTS / "leaveout-timemodel-h200.json"
+#: captures of the default backends that no fit used (their runs of fitted layouts join the held-out quarter)
+VALIDATION = ("validate-backends-h200.jsonl", "capture-flashinfer-short-tiles-h200.jsonl",
+              "backend-steps-alone-h200.jsonl.gz", "flashinfer-ctas-h200.jsonl.gz")
+TRITON_KERNELS = ("vllm", "sglang")
+BACKENDS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
+
+
+def _figure(errors: Sequence[float], layouts: Iterable[str], evidence: str) -> dict[str, Any] | None:
+    lays = sorted(set(layouts))
+    if not errors:
+        return None
+    return {"rows": len(errors), "layouts": len(lays), "median_abs_err": round(percentile(errors, 0.5), 4),
+            "p90_abs_err": round(percentile(errors, 0.9), 4), "evidence": evidence, "layout_list": lays}
+
+
+def triton_records() -> dict[str, dict[str, Any]]:
+    fit = json.loads(TRITON_FIT.read_text())
+    lo = json.loads(TRITON_LEAVEOUT.read_text())
+    out: dict[str, dict[str, Any]] = {}
+    rows = fit["rows_detail"]
+    table = lo["rows"]
+    layout_folds = {name: f for name, f in lo["folds"].items() if f["kind"] == "layout"}
+    for k in TRITON_KERNELS:
+        mine = [r for r in rows if r["kernel"] == k]
+        held = [r for r in mine if r["held_out"]]
+        rec = fit["holdout_fit"]["holdout"][k]  # with the map built on the other rows (rows_detail has the physics)
+        assert rec["rows"] == len(held)
+        fitted = {"rows": rec["rows"], "layouts": len({" ".join(r["shape"].split()[:2]) for r in held}),
+                  "median_abs_err": round(rec["median_abs_err"], 4), "p90_abs_err": round(rec["p90_abs_err"], 4),
+                  "evidence": "random held-out quarter of benchmarks/fit_timemodel.py (shapes by hash; physics and "
+                              "map fitted without them): timemodel-fit-h200.json, holdout_fit.holdout",
+                  "layout_list": sorted({" ".join(r["shape"].split()[:2]) for r in held})}
+        errs: list[float] = []
+        lays: list[str] = []
+        for f in layout_folds.values():
+            for i in f["left_out"]:
+                if table["kernel"][i] == k:
+                    errs.append(abs(f["map_us"][i] / table["measured_us"][i] - 1))
+                    lays.append(table["layout"][i])
+        new = _figure(errs, lays, f"benchmarks/leaveout_timemodel.py, {len(layout_folds)} head layouts each left out "
+                                  "whole (physics and map refitted without it): leaveout-timemodel-h200.json")
+        out[k] = {"fitted_layouts": sorted({" ".join(r["shape"].split()[:2]) for r in mine}),
+                  "fitted_layout": fitted, "new_layout": new}
+    return out
+
+
+def _layout(m: Measurement) -> str:
+    return layout_key(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size)
+
+
+def _err(m: Measurement, prof: Any) -> float:
+    return abs(launch_time_s(m.work, prof) / m.time_s - 1)
+
+
+def backend_records(prof: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The bf16 backends' records and, per kernel and source file, the same figures (the JSON's detail)."""
+    import fit_backends_h200 as fb
+
+    train_data = [m for m in fb.measurements() if m.shape.kv_bytes_per_element != 1]
+    val = {name: [m for m in fb.measurements_from([RESULTS / name]) if m.shape.kv_bytes_per_element != 1]
+           for name in VALIDATION}
+    out: dict[str, dict[str, Any]] = {}
+    detail: dict[str, Any] = {}
+    for k in BACKENDS:
+        fitted_lays = sorted({_layout(m) for m in train_data if m.kernel == k})
+        held = [m for m in train_data if m.kernel == k and fb.held_out(m.shape.key)]
+        seen = [(src, m) for src, ms in val.items() for m in ms if m.kernel == k and _layout(m) in fitted_lays]
+        new = [(src, m) for src, ms in val.items() for m in ms if m.kernel == k and _layout(m) not in fitted_lays]
+        srcs_seen = sorted({s for s, _ in seen})
+        srcs_new = sorted({s for s, _ in new})
+        fitted = _figure([_err(m, prof) for m in held] + [_err(m, prof) for _, m in seen],
+                         [_layout(m) for m in held] + [_layout(m) for _, m in seen],
+                         "benchmarks/fit_backends_h200.py's held-out quarter (shapes by hash)"
+                         + (f" and validation captures {', '.join(srcs_seen)}" if srcs_seen else ""))
+        newfig = _figure([_err(m, prof) for _, m in new], [_layout(m) for _, m in new],
+                         f"validation captures of head layouts no fit saw: {', '.join(srcs_new)}"
+                         + ("; the CUDA-core step rule was chosen with flashinfer-ctas-h200.jsonl.gz in view"
+                            if "flashinfer-ctas-h200.jsonl.gz" in srcs_new else ""))
+        out[k] = {"fitted_layouts": fitted_lays, "fitted_layout": fitted, "new_layout": newfig}
+        detail[k] = {"held_out_quarter": _figure([_err(m, prof) for m in held], map(_layout, held), "")}
+        for src in VALIDATION:
+            for side, pairs in (("fitted_layout", seen), ("new_layout", new)):
+                fig = _figure([_err(m, prof) for s, m in pairs if s == src], [_layout(m) for s, m in pairs if s == src],
+                              "")
+                if fig:
+                    detail[k][f"{src} ({side})"] = fig
+    return out, detail
+
+
+def fp8_records(prof: Any) -> dict[str, dict[str, Any]]:
+    import fit_backends_fp8_h200 as f8
+    from decodecalc.timemodel.backend_fit import layout_of
+
+    ms = [m for m in f8.measurements_from(f8.DATA) if m.shape.kv_bytes_per_element == 1]
+    short = [m for m in f8.measurements_from(f8.SHORT_DATA) if m.shape.kv_bytes_per_element == 1]
+    out: dict[str, dict[str, Any]] = {}
+    for k in f8.FP8_FAMILIES:
+        fitted_lays = sorted({_layout(m) for m in ms + short if m.kernel == k and layout_of(m) in f8.FIT_LAYOUTS})
+        unseen = [m for m in ms if m.kernel == k and layout_of(m) in f8.UNSEEN_LAYOUTS]
+        out[f"{k}/fp8"] = {"fitted_layouts": fitted_lays, "new_layout": _figure(
+            [_err(m, prof) for m in unseen], map(_layout, unseen),
+            "benchmarks/fit_backends_fp8_h200.py's fp8 runs of its UNSEEN_LAYOUTS (whole head layouts left out): "
+            "fp8-backends-flashinfer-h200.jsonl.gz, fp8-backends-fa3-h200.jsonl.gz")}
+    return out
+
+
+def compute() -> dict[str, Any]:
+    prof = packaged_profile("h200")
+    assert prof is not None
+    backends, detail = backend_records(prof)
+    kernels = {**triton_records(), **backends, **fp8_records(prof)}
+    return {"kernels": kernels, "detail": detail}
+
+
+def profile_block(doc: dict[str, Any]) -> dict[str, Any]:
+    """The profile's ``fit.expected_error`` (the figures without their layout lists)."""
+    kernels = {}
+    for k, rec in doc["kernels"].items():
+        kernels[k] = {"fitted_layouts": rec["fitted_layouts"]}
+        for fig in ("fitted_layout", "new_layout"):
+            if rec.get(fig):
+                kernels[k][fig] = {key: v for key, v in rec[fig].items() if key != "layout_list"}
+    block = {"source": "benchmarks/expected_error.py (committed H200 measurements; benchmarks/results/"
+                       "expected-error-h200.json)",
+             "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": kernels}
+    check_block(block)
+    return block
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = ["| kernel | layouts the fit measured | fitted layout: rows (layouts) | median | p90 | new layout: rows "
+             "(layouts) | median | p90 | new layouts behind the figure |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for k, rec in doc["kernels"].items():
+        cells = [k, str(len(rec["fitted_layouts"]))]
+        for fig in ("fitted_layout", "new_layout"):
+            f = rec.get(fig)
+            cells += ([f"{f['rows']} ({f['layouts']})", pct(f["median_abs_err"]), pct(f["p90_abs_err"])] if f
+                      else ["none", "-", "-"])
+        nf = rec.get("new_layout")
+        cells.append(", ".join(nf["layout_list"]) if nf else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def replace_between(text: str, body: str) -> str:
+    start, end = MARK, MARK.replace("<!-- ", "<!-- /")
+    if start not in text or end not in text:
+        raise SystemExit(f"BENCHMARKS.md lacks the {start} ... {end} markers")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
+def write_profile(block: dict[str, Any]) -> None:
+    import dataclasses
+
+    from decodecalc.timemodel import dump_profile, load_profile_file
+    from tools.update_profile_cache import refresh
+
+    on_disk = load_profile_file(PROFILE)
+    fit = {**on_disk.fit, "expected_error": block}
+    PROFILE.write_text(dump_profile(dataclasses.replace(on_disk, fit=fit)), encoding="utf-8")
+    refresh(PROFILE)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help="write the profile block, the JSON and BENCHMARKS.md's table")
+    args = ap.parse_args()
+    doc = compute()
+    table = markdown(doc)
+    print(table)
+    if args.write:
+        block = profile_block(doc)
+        tmp = OUT_JSON.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"schema": 1, "profile_block": block, **doc}, indent=1) + "\n")
+        tmp.replace(OUT_JSON)
+        BENCHMARKS_MD.write_text(replace_between(BENCHMARKS_MD.read_text(), table))
+        write_profile(block)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""How far off a predicted time is likely to be: the measured error of the same kernel's predictions on launches no
+fit of the profile saw, split by whether the profile's fit measured the launch's head layout.
+
+A profile may carry ``fit.expected_error`` (the H200 profile's is written by ``benchmarks/expected_error.py`` from
+committed measurements)::
+
+    expected_error:
+      source: ...
+      goals: {median: 0.03, p90: 0.08}        # issue 18's single-shape goals
+      kernels:
+        vllm:                                 # a --kernel / compare policy name; "<kernel>/fp8" for an e4m3 KV cache
+          fitted_layouts: ["32:8 d128", ...]  # per-rank head layouts (num_heads:num_kv_heads d<head size>) the fit saw
+          fitted_layout: {rows, layouts, median_abs_err, p90_abs_err, evidence}  # new shapes of those layouts
+          new_layout: {rows, layouts, median_abs_err, p90_abs_err, evidence}     # layouts no fit saw
+
+Either figure may be absent (no such evidence); a launch then gets no expected error. Errors are
+``|predicted / measured - 1|`` per launch, as everywhere in :mod:`decodecalc.timemodel.fit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from decodecalc.errors import ConfigError
+
+#: issue 18's single-shape goals on data no fit saw (median, 90th percentile of |predicted / measured - 1|)
+GOAL_MEDIAN = 0.03
+GOAL_P90 = 0.08
+FIGURES = ("fitted_layout", "new_layout")
+_FIGURE_KEYS = ("rows", "layouts", "median_abs_err", "p90_abs_err", "evidence")
+
+
+def layout_key(num_heads: int, num_kv_heads: int, head_size: int) -> str:
+    """A per-rank head layout as the fits and the leave-out folds name it: ``32:8 d128``."""
+    return f"{num_heads}:{num_kv_heads} d{head_size}"
+
+
+def kernel_key(kernel: str, kv_bytes_per_element: int) -> str:
+    """The ``kernels`` entry of a launch: the kernel name, ``/fp8`` added on a one-byte KV cache (its own families)."""
+    return f"{kernel}/fp8" if kv_bytes_per_element == 1 else kernel
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedError:
+    """The error a launch's predicted time is likely to have, and the evidence it comes from."""
+
+    kernel: str  # the ``kernels`` entry it was read from
+    layout: str  # the launch's per-rank head layout
+    layout_fitted: bool  # the profile's fit measured this layout (then: new shapes of fitted layouts)
+    median_abs_err: float
+    p90_abs_err: float
+    rows: int  # launches behind the figure
+    layouts: int  # head layouts behind the figure
+    evidence: str
+    goal_median: float = GOAL_MEDIAN
+    goal_p90: float = GOAL_P90
+
+    @property
+    def meets_goal(self) -> bool:
+        return self.median_abs_err <= self.goal_median and self.p90_abs_err <= self.goal_p90
+
+    @property
+    def basis(self) -> str:
+        return "fitted head layout" if self.layout_fitted else "head layout no fit saw"
+
+    def text(self) -> str:
+        """``±3.4% median, 12% p90 (head layout no fit saw; misses 3%/8% goal)``: how every command words it."""
+        return (f"±{100 * self.median_abs_err:.1f}% median, {100 * self.p90_abs_err:.0f}% p90 ({self.basis}"
+                + ("" if self.meets_goal else
+                   f"; misses {100 * self.goal_median:.0f}%/{100 * self.goal_p90:.0f}% goal") + ")")
+
+    def to_json(self) -> dict[str, Any]:
+        """``predicted_error`` of grid / compare --json."""
+        return {"median_abs_err": round(self.median_abs_err, 4), "p90_abs_err": round(self.p90_abs_err, 4),
+                "layout": self.layout, "layout_fitted": self.layout_fitted, "rows": self.rows,
+                "layouts": self.layouts, "evidence": self.evidence,
+                "goal": {"median_abs_err": self.goal_median, "p90_abs_err": self.goal_p90},
+                "meets_goal": self.meets_goal}
+
+
+def check_block(block: Any) -> None:
+    """Raise :class:`ConfigError` naming the first malformed key of a profile's ``fit.expected_error``."""
+    where = "'fit.expected_error'"
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {type(block).__name__}")
+    goals = block.get("goals", {})
+    if not isinstance(goals, Mapping) or not all(isinstance(goals.get(k, 0.0), (int, float)) for k in ("median", "p90")):
+        raise ConfigError(f"{where}.goals must map median and p90 to numbers, got {goals!r:.80}")
+    kernels = block.get("kernels")
+    if not isinstance(kernels, Mapping):
+        raise ConfigError(f"{where}.kernels must be a mapping of kernel names, got {kernels!r:.60}")
+    for name, rec in kernels.items():
+        at = f"{where}.kernels.{name}"
+        if not isinstance(rec, Mapping):
+            raise ConfigError(f"{at} must be a mapping, got {type(rec).__name__}")
+        lays = rec.get("fitted_layouts", [])
+        if not (isinstance(lays, list) and all(isinstance(x, str) for x in lays)):
+            raise ConfigError(f"{at}.fitted_layouts must be a list of layouts like '32:8 d128', got {lays!r:.60}")
+        for fig in FIGURES:
+            f = rec.get(fig)
+            if f is None:
+                continue
+            if not isinstance(f, Mapping) or any(k not in f for k in _FIGURE_KEYS):
+                raise ConfigError(f"{at}.{fig} must hold {', '.join(_FIGURE_KEYS)}, got {f!r:.80}")
+            for k in ("median_abs_err", "p90_abs_err"):
+                v = f[k]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
+                    raise ConfigError(f"{at}.{fig}.{k} must be a fraction >= 0 (0.05 = 5%), got {v!r}")
+            for k in ("rows", "layouts"):
+                if isinstance(f[k], bool) or not isinstance(f[k], int) or f[k] < 1:
+                    raise ConfigError(f"{at}.{fig}.{k} must be a positive integer, got {f[k]!r}")
+
+
+def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int, head_size: int,
+                   kv_bytes_per_element: int) -> ExpectedError | None:
+    """The expected error of ``kernel``'s predicted time for a launch of this per-rank head layout under
+    ``profile``, or None where the profile holds no such evidence (another GPU's datasheet profile, a kernel or KV
+    format without a record, a figure the record lacks). Every command's ``predicted_error`` comes from here."""
+    block = (getattr(profile, "fit", None) or {}).get("expected_error")
+    if not block:
+        return None
+    key = kernel_key(kernel, kv_bytes_per_element)
+    rec = (block.get("kernels") or {}).get(key)
+    if rec is None:
+        return None
+    layout = layout_key(num_heads, num_kv_heads, head_size)
+    fitted = layout in (rec.get("fitted_layouts") or ())
+    fig = rec.get("fitted_layout" if fitted else "new_layout")
+    if fig is None:
+        return None
+    goals = block.get("goals") or {}
+    return ExpectedError(kernel=key, layout=layout, layout_fitted=fitted, median_abs_err=float(fig["median_abs_err"]),
+                         p90_abs_err=float(fig["p90_abs_err"]), rows=int(fig["rows"]), layouts=int(fig["layouts"]),
+                         evidence=str(fig["evidence"]), goal_median=float(goals.get("median", GOAL_MEDIAN)),
+                         goal_p90=float(goals.get("p90", GOAL_P90)))

@@ -1,0 +1,208 @@
+"""The expected error of a predicted time (decodecalc.timemodel.accuracy, the profile's ``fit.expected_error``):
+recomputed from the committed data it was written from (benchmarks/expected_error.py), the table in BENCHMARKS.md,
+which figure a launch gets, and how grid / compare carry it."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from decodecalc.cli import app
+from decodecalc.errors import ConfigError
+from decodecalc.timemodel import dump_profile, load_profile_file, packaged_profile
+from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, ExpectedError, check_block, expected_error
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+runner = CliRunner()
+ENV = {"COLUMNS": "200", "NO_COLOR": "1", "TERMINAL_WIDTH": "200"}
+
+
+@pytest.fixture(scope="module")
+def block() -> dict:
+    prof = packaged_profile("h200")
+    assert prof is not None
+    return prof.fit["expected_error"]
+
+
+@pytest.fixture(scope="module")
+def recomputed() -> dict:
+    import expected_error as ee
+
+    return ee.compute()
+
+
+def test_the_profile_block_is_what_the_committed_data_give(block, recomputed):
+    import expected_error as ee
+
+    assert ee.profile_block(recomputed) == block
+    saved = json.loads((RESULTS / "expected-error-h200.json").read_text())
+    assert saved["profile_block"] == block
+    assert saved["kernels"] == recomputed["kernels"]
+
+
+def test_benchmarks_table_is_the_recomputed_one(recomputed):
+    import expected_error as ee
+
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    body = text.split(ee.MARK, 1)[1].split(ee.MARK.replace("<!-- ", "<!-- /"), 1)[0].strip()
+    assert body == ee.markdown(recomputed)
+
+
+def _median_p90(errors: list[float]) -> tuple[float, float]:
+    a = np.asarray(errors)
+    return float(np.quantile(a, 0.5)), float(np.quantile(a, 0.9))  # numpy's linear rule, not the script's percentile
+
+
+@pytest.mark.parametrize("kernel", ["vllm", "sglang"])
+def test_triton_new_layout_figure_from_the_leave_out_rows(block, kernel):
+    """Independently of the script: pool every layout fold's left-out rows of the kernel (their with-map predictions,
+    from a fit that never saw the layout) and take median and p90."""
+    lo = json.loads((RESULTS / "leaveout-timemodel-h200.json").read_text())
+    rows = lo["rows"]
+    errs, lays = [], set()
+    for fold in lo["folds"].values():
+        if fold["kind"] != "layout":
+            continue
+        for i in fold["left_out"]:
+            if rows["kernel"][i] == kernel:
+                assert rows["layout"][i] == fold["value"]  # a layout fold leaves out its layout, and only it
+                errs.append(abs(fold["map_us"][i] / rows["measured_us"][i] - 1))
+                lays.add(rows["layout"][i])
+    med, p90 = _median_p90(errs)
+    fig = block["kernels"][kernel]["new_layout"]
+    assert fig["rows"] == len(errs) and fig["layouts"] == len(lays)
+    assert fig["median_abs_err"] == pytest.approx(med, abs=6e-5)
+    assert fig["p90_abs_err"] == pytest.approx(p90, abs=6e-5)
+    # out of sample is worse than new shapes of fitted layouts, for both engines (what the figure is for)
+    assert fig["median_abs_err"] > block["kernels"][kernel]["fitted_layout"]["median_abs_err"]
+
+
+@pytest.mark.parametrize("kernel", ["vllm", "sglang"])
+def test_triton_fitted_layout_figure_from_the_random_held_out_rows(block, kernel):
+    """The fit script's held-out record with the map (its rows store the physics alone: recomputed here, they are
+    the record's physics twin, so the record is of exactly these rows)."""
+    fit = json.loads((RESULTS / "timemodel-fit-h200.json").read_text())
+    held = [r for r in fit["rows_detail"] if r["kernel"] == kernel and r["held_out"]]
+    med, p90 = _median_p90([abs(r["holdout_pred_us"] / r["measured_us"] - 1) for r in held])
+    phys = fit["holdout_fit"]["holdout_physics"][kernel]
+    assert phys["rows"] == len(held)
+    assert (phys["median_abs_err"], phys["p90_abs_err"]) == pytest.approx((med, p90), abs=6e-5)
+    rec = fit["holdout_fit"]["holdout"][kernel]
+    fig = block["kernels"][kernel]["fitted_layout"]
+    assert fig["rows"] == rec["rows"] == len(held)
+    assert fig["layouts"] == len({" ".join(r["shape"].split()[:2]) for r in held})
+    assert (fig["median_abs_err"], fig["p90_abs_err"]) == pytest.approx((rec["median_abs_err"], rec["p90_abs_err"]),
+                                                                        abs=6e-5)
+
+
+def test_new_layout_evidence_never_includes_a_fitted_layout(recomputed):
+    for kernel, rec in recomputed["kernels"].items():
+        fig = rec.get("new_layout")
+        if fig is None or kernel in ("vllm", "sglang"):  # the Triton folds left out layouts the shipped fit has
+            continue
+        assert not set(fig["layout_list"]) & set(rec["fitted_layouts"]), kernel
+
+
+def _profile(block: dict):
+    return dataclasses.replace(packaged_profile("h200"), fit={"expected_error": block})
+
+
+def test_a_launch_gets_the_figure_of_its_side(block):
+    prof = packaged_profile("h200")
+    seen = expected_error(prof, "vllm", 32, 8, 128, 2)  # Llama-3-8B, a layout of the fit
+    new = expected_error(prof, "vllm", 16, 8, 256, 2)  # Gemma-2-9B, no fit saw it
+    assert seen is not None and seen.layout_fitted and seen.layout == "32:8 d128"
+    assert seen.median_abs_err == block["kernels"]["vllm"]["fitted_layout"]["median_abs_err"]
+    assert new is not None and not new.layout_fitted
+    assert new.p90_abs_err == block["kernels"]["vllm"]["new_layout"]["p90_abs_err"]
+    # no figure rather than a borrowed one: FA2 on a layout its fit lacks, fp8 on a fitted layout, an unknown kernel
+    assert expected_error(prof, "fa2", 16, 8, 256, 2) is None
+    assert expected_error(prof, "fa3", 32, 8, 128, 1) is None  # 32:8 d128 is an fp8 fit layout
+    assert expected_error(prof, "fa3", 24, 8, 128, 1) is not None  # one of the fp8 fit's left-out layouts
+    assert expected_error(prof, "reference", 32, 8, 128, 2) is None
+    assert expected_error(dataclasses.replace(prof, fit={}), "vllm", 32, 8, 128, 2) is None
+
+
+@given(med=st.floats(0, 0.2), p90=st.floats(0, 0.5))
+def test_meets_goal_is_both_bounds(med, p90):
+    e = ExpectedError(kernel="vllm", layout="8:1 d128", layout_fitted=True, median_abs_err=med, p90_abs_err=p90,
+                      rows=10, layouts=1, evidence="x")
+    assert e.meets_goal == (med <= GOAL_MEDIAN and p90 <= GOAL_P90)
+    assert ("misses" in e.text()) != e.meets_goal
+    assert e.to_json()["meets_goal"] == e.meets_goal
+
+
+def _fig(**kw):
+    return {"rows": 3, "layouts": 1, "median_abs_err": 0.02, "p90_abs_err": 0.05, "evidence": "e", **kw}
+
+
+@pytest.mark.parametrize("bad, named", [
+    ([], "'fit.expected_error' must be a mapping"),
+    ({"kernels": []}, "kernels must be a mapping"),
+    ({"kernels": {"vllm": {"fitted_layouts": "32:8 d128"}}}, "fitted_layouts must be a list"),
+    ({"kernels": {"vllm": {"new_layout": {"rows": 3}}}}, "vllm.new_layout must hold"),
+    ({"kernels": {"vllm": {"new_layout": _fig(median_abs_err=-0.1)}}}, "median_abs_err must be a fraction"),
+    ({"kernels": {"vllm": {"new_layout": _fig(p90_abs_err="8%")}}}, "p90_abs_err must be a fraction"),
+    ({"kernels": {"vllm": {"fitted_layout": _fig(rows=0)}}}, "rows must be a positive integer"),
+    ({"goals": {"median": "3%"}, "kernels": {}}, "goals must map"),
+])
+def test_a_malformed_block_is_refused_by_name(bad, named):
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
+        check_block(bad)
+
+
+def test_a_profile_file_with_a_malformed_block_is_one_error_line(tmp_path):
+    prof = packaged_profile("h200")
+    path = tmp_path / "h200.yaml"
+    path.write_text(dump_profile(dataclasses.replace(prof, fit={**prof.fit, "expected_error": {"kernels": 3}})))
+    with pytest.raises(ConfigError, match="kernels must be a mapping"):
+        load_profile_file(path)
+
+
+def _invoke(*args: str):
+    r = runner.invoke(app, list(args), env=ENV)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_grid_json_and_screen_carry_it(block):
+    data = json.loads(_invoke("grid", "-m", "gemma-2-9b", "-b", "4", "-s", "2048", "--json"))
+    for name in ("vllm", "sglang"):
+        err = data["systems"][name]["predicted_error"]
+        assert err["layout"] == "16:8 d256" and err["layout_fitted"] is False
+        assert err["median_abs_err"] == block["kernels"][name]["new_layout"]["median_abs_err"]
+        assert err["meets_goal"] is False and err["goal"] == {"median_abs_err": 0.03, "p90_abs_err": 0.08}
+    out = _invoke("grid", "-m", "llama3-8b", "-b", "4", "-s", "2048", "--system", "vllm")
+    fig = block["kernels"]["vllm"]["fitted_layout"]
+    assert f"±{100 * fig['median_abs_err']:.1f}%" in out
+    assert f"{100 * fig['p90_abs_err']:.0f}% p90 (fitted head layout" in out
+
+
+def test_compare_json_csv_and_table_carry_it(block):
+    args = ("compare", "-m", "gemma-2-9b", "-b", "4", "-s", "2048", "-p", "vllm,fa2,fa3,flashinfer-tc")
+    by = {p["name"]: p for p in json.loads(_invoke(*args, "--json"))["policies"]}
+    assert by["fa3"]["predicted_error"]["layout_fitted"] is True  # 16:8 d256 is among FA3's captured layouts
+    assert "predicted_error" not in by["fa2"]  # no run of a layout FA2's fit lacks
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(_invoke(*args, "--csv")))}
+    assert float(rows["vllm"]["predicted_error_median"]) == by["vllm"]["predicted_error"]["median_abs_err"]
+    assert rows["fa2"]["predicted_error_p90"] == ""
+    table = _invoke(*args)
+    assert f"±{100 * by['vllm']['predicted_error']['median_abs_err']:.0f}%" in table
+
+
+def test_no_figure_in_another_regime_or_on_another_gpu():
+    for extra in (("--regime", "in-graph"), ("--gpu", "h100")):
+        data = json.loads(_invoke("grid", "-m", "llama3-8b", "-b", "4", "-s", "2048", "--json", *extra))
+        assert all("predicted_error" not in s for s in data["systems"].values()), extra
