@@ -57,6 +57,12 @@ TRITON_LEAVEOUT = RESULTS / "leaveout-timemodel-h200.json"
 VALIDATION = ("validate-backends-h200.jsonl", "capture-flashinfer-short-tiles-h200.jsonl",
               "backend-steps-alone-h200.jsonl.gz", "flashinfer-ctas-h200.jsonl.gz")
 TRITON_KERNELS = ("vllm", "sglang")
+#: tune validations on the H200 whose workloads no map sampled (the presets' own steps on Llama-3.1-8B / 70B are the
+#: map's: validate_tune_h200_fresh*.json stay out), compared with the current profile by --repredict
+WORKLOAD_FILES = ("validate_tune_h200_heldout_compare.json", "validate_tune_h200_range_compare.json",
+                  "validate_tune_h200_layouts_compare.json", "validate_tune_h200_layouts2_compare.json",
+                  "validate_tune_h200_layouts3_compare.json", "validate_tune_h200_layouts_range_compare.json")
+TUNE_KINDS = ("default", "tuned", "candidate")
 BACKENDS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
 
 
@@ -159,11 +165,58 @@ def fp8_records(prof: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _model_layout(model: str, tp: int) -> str:
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import make_workload
+
+    w = make_workload(resolve_model(model), tp=tp, batch=1, seq_len=1)
+    return layout_key(w.num_heads, w.num_kv_heads, w.head_size)
+
+
+def workload_records(fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Per engine, tune's predicted totals against the measured ones of the validation workloads
+    (validate_tune_h200.py --repredict: the committed *_compare.json, the current profile's predictions), split by
+    whether the model's per-rank layout is among the engine's fitted layouts; tune's own settings only (default,
+    candidates, pick), each (workload, setting) once (the first file's where two runs measured it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in TRITON_KERNELS:
+        sides: dict[str, list[tuple[float, str, str]]] = {"fitted_layout": [], "new_layout": []}
+        srcs: dict[str, set[str]] = {"fitted_layout": set(), "new_layout": set()}
+        seen = set()  # a (workload, setting) measured by two runs (heldout's and range's mix) counts once
+        for name in WORKLOAD_FILES:
+            doc = json.loads((RESULTS / name).read_text())
+            for r in doc["rows"]:
+                key = (r["model"], r["tp"], r["workload"], r["engine"], r["setting"])
+                if r["engine"] != k or r["kind"] not in TUNE_KINDS or key in seen:
+                    continue
+                seen.add(key)
+                lay = _model_layout(r["model"], int(r["tp"]))
+                side = "fitted_layout" if lay in fitted_layouts[k] else "new_layout"
+                sides[side].append((abs(r["error"]), lay, f"{r['model']} TP{r['tp']}"))
+                srcs[side].add(name)
+        rec: dict[str, Any] = {}
+        for side, rows in sides.items():
+            fig = _figure([e for e, _, _ in rows], [lay for _, lay, _ in rows],
+                          f"validate_tune_h200.py --repredict of {', '.join(sorted(srcs[side]))}: tune's totals "
+                          "of every measured setting against their H200 replays")
+            if fig:
+                errs = [e for e, _, _ in rows]
+                fig["within_5pct"] = round(sum(e <= 0.05 for e in errs) / len(errs), 4)
+                fig["max_abs_err"] = round(max(errs), 4)
+                fig["models"] = sorted({m for _, _, m in rows})
+                rec[side] = fig
+        out[k] = rec
+    return out
+
+
 def compute() -> dict[str, Any]:
     prof = packaged_profile("h200")
     assert prof is not None
     backends, detail = backend_records(prof)
     kernels = {**triton_records(), **backends, **fp8_records(prof)}
+    totals = workload_records({k: kernels[k]["fitted_layouts"] for k in TRITON_KERNELS})
+    for k, rec in totals.items():
+        kernels[k]["workload_totals"] = rec
     return {"kernels": kernels, "detail": detail}
 
 
@@ -175,6 +228,9 @@ def profile_block(doc: dict[str, Any]) -> dict[str, Any]:
         for fig in ("fitted_layout", "new_layout"):
             if rec.get(fig):
                 kernels[k][fig] = {key: v for key, v in rec[fig].items() if key != "layout_list"}
+        if rec.get("workload_totals"):
+            kernels[k]["workload_totals"] = {fig: {key: v for key, v in f.items() if key not in ("layout_list", "models")}
+                                             for fig, f in rec["workload_totals"].items()}
     block = {"source": "benchmarks/expected_error.py (committed H200 measurements; benchmarks/results/"
                        "expected-error-h200.json)",
              "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": kernels}
@@ -199,6 +255,13 @@ def markdown(doc: dict[str, Any]) -> str:
         nf = rec.get("new_layout")
         cells.append(", ".join(nf["layout_list"]) if nf else "-")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Whole workloads' totals (tune's, every measured setting of its search):", "",
+              "| engine | side | totals (layouts) | median | p90 | within 5% | worst | models |", "|---|---|---|---|---|---|---|---|"]
+    for k, rec in doc["kernels"].items():
+        for side, f in (rec.get("workload_totals") or {}).items():
+            lines.append(f"| {k} | {side.replace('_', ' ')} | {f['rows']} ({f['layouts']}) | {pct(f['median_abs_err'])} | "
+                         f"{pct(f['p90_abs_err'])} | {pct(f['within_5pct'])} | {pct(f['max_abs_err'])} | "
+                         f"{', '.join(f['models'])} |")
     return "\n".join(lines)
 
 

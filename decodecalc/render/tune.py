@@ -109,6 +109,8 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
         console.print("    " + cmd, highlight=False, markup=False, soft_wrap=True)
     for extra in e.apply[1:]:
         _say(console, extra, indent="  ", style="dim")
+    if e.expected_error is not None:
+        _say(console, f"expected error of these totals: {e.expected_error.text()}", indent="  ", style="dim")
     if e.domain_warnings:
         _say(console, f"uncalibrated: outside the profile's measured domain: {'; '.join(e.domain_warnings)}",
              indent="  ", style="yellow")

@@ -221,7 +221,20 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         changes=step_changes(ctx, best.times, default.times), range_note=why,
         edge_note=_edge_note(engine, best, options, why),
         left_out=tuple(f"{o.label} ({o.scratch_bytes / 1e9:,.1f} GB)" for o in dropped),
+        expected_error=_expected_total_error(ctx, engine),
     )
+
+
+def _expected_total_error(ctx: TuneContext, engine: str) -> Any:
+    """The profile's expected error of this engine's workload totals (timemodel.accuracy); its evidence is back-to-back
+    replays on the profile's own GPU, so another regime or a datasheet profile gets none."""
+    from decodecalc.timemodel.accuracy import expected_error
+
+    prof, w = ctx.profile, ctx.work
+    if prof.regime != "back-to-back" or not prof.calibrated:
+        return None
+    return expected_error(prof, engine, w.num_heads, w.num_kv_heads, w.head_size, w.kv_bytes_per_element,
+                          of="workload total")
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,8 @@ class EngineTune:
     left_out: tuple[str, ...] = ()  # candidates whose scratch the GPU cannot hold
     #: why the workload lies outside the profile's measured domain for this engine's kernel (timemodel.domain)
     domain_warnings: tuple[str, ...] = ()
+    #: the error the totals are likely to have (timemodel.accuracy, of="workload total"); None without evidence
+    expected_error: Any = None
 
     @property
     def saving_vs_default(self) -> float:
@@ -104,7 +106,8 @@ class EngineTune:
                 "calibrated": self.calibrated, "attention_s_per_1k_tokens": dict(self.attention_s_per_1k_tokens),
                 "saving_vs_default": self.saving_vs_default,
                 "steps": self.changes, "range": self.range_note, "edge_of_range": self.edge_note or None,
-                "left_out": list(self.left_out), "domain_warnings": list(self.domain_warnings)}
+                "left_out": list(self.left_out), "domain_warnings": list(self.domain_warnings),
+                **({"predicted_error": self.expected_error.to_json()} if self.expected_error is not None else {})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

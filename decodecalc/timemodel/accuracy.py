@@ -12,9 +12,12 @@ committed measurements)::
           fitted_layouts: ["32:8 d128", ...]  # per-rank head layouts (num_heads:num_kv_heads d<head size>) the fit saw
           fitted_layout: {rows, layouts, median_abs_err, p90_abs_err, evidence}  # new shapes of those layouts
           new_layout: {rows, layouts, median_abs_err, p90_abs_err, evidence}     # layouts no fit saw
+          workload_totals: {fitted_layout: {...}, new_layout: {...}}  # the same, of whole workloads' totals
+                                              # (tune's), each also with within_5pct and max_abs_err
 
 Either figure may be absent (no such evidence); a launch then gets no expected error. Errors are
-``|predicted / measured - 1|`` per launch, as everywhere in :mod:`decodecalc.timemodel.fit`.
+``|predicted / measured - 1|`` per launch (per workload total for ``workload_totals``), as everywhere in
+:mod:`decodecalc.timemodel.fit`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from decodecalc.errors import ConfigError
 #: issue 18's single-shape goals on data no fit saw (median, 90th percentile of |predicted / measured - 1|)
 GOAL_MEDIAN = 0.03
 GOAL_P90 = 0.08
+#: and for whole workloads' totals: at least 95% of them within 5%, none beyond 10%
+GOAL_TOTALS_WITHIN_5PCT = 0.95
+GOAL_TOTALS_MAX = 0.10
 FIGURES = ("fitted_layout", "new_layout")
 _FIGURE_KEYS = ("rows", "layouts", "median_abs_err", "p90_abs_err", "evidence")
 
@@ -56,10 +62,22 @@ class ExpectedError:
     evidence: str
     goal_median: float = GOAL_MEDIAN
     goal_p90: float = GOAL_P90
+    of: str = "launch"  # what the figure is the error of: "launch" or "workload total"
+    within_5pct: float | None = None  # the share within 5% (workload totals)
+    max_abs_err: float | None = None
 
     @property
     def meets_goal(self) -> bool:
+        if self.of == "workload total":
+            return (self.within_5pct is not None and self.within_5pct >= GOAL_TOTALS_WITHIN_5PCT
+                    and self.max_abs_err is not None and self.max_abs_err <= GOAL_TOTALS_MAX)
         return self.median_abs_err <= self.goal_median and self.p90_abs_err <= self.goal_p90
+
+    @property
+    def goal(self) -> dict[str, float]:
+        if self.of == "workload total":
+            return {"within_5pct": GOAL_TOTALS_WITHIN_5PCT, "max_abs_err": GOAL_TOTALS_MAX}
+        return {"median_abs_err": self.goal_median, "p90_abs_err": self.goal_p90}
 
     @property
     def basis(self) -> str:
@@ -67,17 +85,25 @@ class ExpectedError:
 
     def text(self) -> str:
         """``±3.4% median, 12% p90 (head layout no fit saw; misses 3%/8% goal)``: how every command words it."""
-        return (f"±{100 * self.median_abs_err:.1f}% median, {100 * self.p90_abs_err:.0f}% p90 ({self.basis}"
-                + ("" if self.meets_goal else
-                   f"; misses {100 * self.goal_median:.0f}%/{100 * self.goal_p90:.0f}% goal") + ")")
+        within = f", {100 * self.within_5pct:.0f}% within 5%" if self.within_5pct is not None else ""
+        if self.of == "workload total":
+            miss = f"misses {100 * GOAL_TOTALS_WITHIN_5PCT:.0f}%-within-5% goal"
+        else:
+            miss = f"misses {100 * self.goal_median:.0f}%/{100 * self.goal_p90:.0f}% goal"
+        return (f"±{100 * self.median_abs_err:.1f}% median, {100 * self.p90_abs_err:.0f}% p90{within} ({self.basis}"
+                + ("" if self.meets_goal else f"; {miss}") + ")")
 
     def to_json(self) -> dict[str, Any]:
         """``predicted_error`` of grid / compare --json."""
-        return {"median_abs_err": round(self.median_abs_err, 4), "p90_abs_err": round(self.p90_abs_err, 4),
-                "layout": self.layout, "layout_fitted": self.layout_fitted, "rows": self.rows,
-                "layouts": self.layouts, "evidence": self.evidence,
-                "goal": {"median_abs_err": self.goal_median, "p90_abs_err": self.goal_p90},
-                "meets_goal": self.meets_goal}
+        out = {"of": self.of, "median_abs_err": round(self.median_abs_err, 4),
+               "p90_abs_err": round(self.p90_abs_err, 4), "layout": self.layout, "layout_fitted": self.layout_fitted,
+               "rows": self.rows, "layouts": self.layouts, "evidence": self.evidence,
+               "goal": self.goal, "meets_goal": self.meets_goal}
+        if self.within_5pct is not None:
+            out["within_5pct"] = round(self.within_5pct, 4)
+        if self.max_abs_err is not None:
+            out["max_abs_err"] = round(self.max_abs_err, 4)
+        return out
 
 
 def check_block(block: Any) -> None:
@@ -98,26 +124,38 @@ def check_block(block: Any) -> None:
         lays = rec.get("fitted_layouts", [])
         if not (isinstance(lays, list) and all(isinstance(x, str) for x in lays)):
             raise ConfigError(f"{at}.fitted_layouts must be a list of layouts like '32:8 d128', got {lays!r:.60}")
-        for fig in FIGURES:
-            f = rec.get(fig)
-            if f is None:
-                continue
-            if not isinstance(f, Mapping) or any(k not in f for k in _FIGURE_KEYS):
-                raise ConfigError(f"{at}.{fig} must hold {', '.join(_FIGURE_KEYS)}, got {f!r:.80}")
-            for k in ("median_abs_err", "p90_abs_err"):
-                v = f[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
-                    raise ConfigError(f"{at}.{fig}.{k} must be a fraction >= 0 (0.05 = 5%), got {v!r}")
-            for k in ("rows", "layouts"):
-                if isinstance(f[k], bool) or not isinstance(f[k], int) or f[k] < 1:
-                    raise ConfigError(f"{at}.{fig}.{k} must be a positive integer, got {f[k]!r}")
+        _check_figures(rec, at)
+        totals = rec.get("workload_totals")
+        if totals is not None:
+            if not isinstance(totals, Mapping):
+                raise ConfigError(f"{at}.workload_totals must be a mapping, got {type(totals).__name__}")
+            _check_figures(totals, f"{at}.workload_totals")
+
+
+def _check_figures(rec: Mapping[str, Any], at: str) -> None:
+    for fig in FIGURES:
+        f = rec.get(fig)
+        if f is None:
+            continue
+        if not isinstance(f, Mapping) or any(k not in f for k in _FIGURE_KEYS):
+            raise ConfigError(f"{at}.{fig} must hold {', '.join(_FIGURE_KEYS)}, got {f!r:.80}")
+        for k in ("median_abs_err", "p90_abs_err", "max_abs_err", "within_5pct"):
+            v = f.get(k, 0.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
+                raise ConfigError(f"{at}.{fig}.{k} must be a fraction >= 0 (0.05 = 5%), got {v!r}")
+        for k in ("rows", "layouts"):
+            if isinstance(f[k], bool) or not isinstance(f[k], int) or f[k] < 1:
+                raise ConfigError(f"{at}.{fig}.{k} must be a positive integer, got {f[k]!r}")
 
 
 def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int, head_size: int,
-                   kv_bytes_per_element: int) -> ExpectedError | None:
-    """The expected error of ``kernel``'s predicted time for a launch of this per-rank head layout under
-    ``profile``, or None where the profile holds no such evidence (another GPU's datasheet profile, a kernel or KV
-    format without a record, a figure the record lacks). Every command's ``predicted_error`` comes from here."""
+                   kv_bytes_per_element: int, *, of: str = "launch") -> ExpectedError | None:
+    """The expected error of ``kernel``'s predicted time for a launch (``of="launch"``) or a whole workload's total
+    (``of="workload total"``, tune's) of this per-rank head layout under ``profile``, or None where the profile holds
+    no such evidence (another GPU's datasheet profile, a kernel or KV format without a record, a figure the record
+    lacks). Every command's ``predicted_error`` comes from here."""
+    if of not in ("launch", "workload total"):
+        raise ValueError(f"of={of!r}")
     block = (getattr(profile, "fit", None) or {}).get("expected_error")
     if not block:
         return None
@@ -127,11 +165,14 @@ def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int,
         return None
     layout = layout_key(num_heads, num_kv_heads, head_size)
     fitted = layout in (rec.get("fitted_layouts") or ())
-    fig = rec.get("fitted_layout" if fitted else "new_layout")
+    figures = rec if of == "launch" else (rec.get("workload_totals") or {})
+    fig = figures.get("fitted_layout" if fitted else "new_layout")
     if fig is None:
         return None
     goals = block.get("goals") or {}
     return ExpectedError(kernel=key, layout=layout, layout_fitted=fitted, median_abs_err=float(fig["median_abs_err"]),
                          p90_abs_err=float(fig["p90_abs_err"]), rows=int(fig["rows"]), layouts=int(fig["layouts"]),
                          evidence=str(fig["evidence"]), goal_median=float(goals.get("median", GOAL_MEDIAN)),
-                         goal_p90=float(goals.get("p90", GOAL_P90)))
+                         goal_p90=float(goals.get("p90", GOAL_P90)), of=of,
+                         within_5pct=float(fig["within_5pct"]) if "within_5pct" in fig else None,
+                         max_abs_err=float(fig["max_abs_err"]) if "max_abs_err" in fig else None)
