@@ -256,6 +256,30 @@ def test_every_family_is_judged_by_fits_that_never_saw_its_layout(small_fit):
     assert {"fa3_fwd", "fa3_fwd_fp8", "flashinfer_tc", "flashinfer_tc_fp8"} <= set(fit.families)
 
 
+def test_the_expected_error_is_each_kernels_out_of_fold_figure(small_fit):
+    """fit.expected_error of a calibration: per kernel entry (fp8 apart), the layouts timed and, for a layout no fit saw,
+    the out-of-fold errors of that kernel's every run (its merge or combine launches included: the whole launch)."""
+    from decodecalc.timemodel.accuracy import expected_error
+
+    ms, fit = small_fit
+    assert set(fit.expected_error) == {"fa3", "fa3/fp8", "flashinfer-tc", "flashinfer-tc/fp8"}
+    for key, rec in fit.expected_error.items():
+        kernel, fp8 = key.split("/")[0], key.endswith("/fp8")
+        mine = [m for m in ms if m.kernel == kernel and (m.shape.kv_bytes_per_element == 1) == fp8]
+        assert rec["fitted_layouts"] == sorted({f"{m.shape.num_heads}:{m.shape.num_kv_heads} d{m.shape.head_size}"
+                                                for m in mine})
+        assert rec["new_layout"]["rows"] == len(mine) and rec["new_layout"]["layouts"] == len(rec["fitted_layouts"])
+        assert "fitted_layout" not in rec  # every run of a timed layout was fitted: no out-of-sample figure
+    fams = [f for f, r in fit.families.items() if r["kernel"] == "fa3" and not f.endswith(("fp8", "wide"))]
+    assert fams == ["fa3_fwd"]
+    assert fit.expected_error["fa3"]["new_layout"]["rows"] == fit.families["fa3_fwd"]["left_out"]["rows"]
+    assert fit.expected_error["fa3"]["new_layout"]["median_abs_err"] == fit.families["fa3_fwd"]["left_out"]["median_abs_err"]
+    prof = dataclasses.replace(fit.profile, fit={"expected_error": {"kernels": dict(fit.expected_error)}})
+    assert expected_error(prof, "fa3", 64, 8, 128, 2).median_abs_err == fit.expected_error["fa3"]["new_layout"][
+        "median_abs_err"]  # 64:8 d128 was not timed here
+    assert expected_error(prof, "fa3", 8, 1, 128, 2) is None  # timed: no out-of-sample figure
+
+
 def test_the_left_out_figure_is_the_fold_fit_that_left_the_layout_out(small_fit, fa3_fit_runs, tc_fit_runs):
     # refit one fold by hand: the first fold's layouts predicted by a fit on the others' rows reproduce the record
     ms, fit = small_fit
@@ -302,6 +326,10 @@ def test_calibrate_from_measurements_writes_the_backends_and_their_verdicts(tmp_
     shipped = packaged_profile("h200").families
     assert doc["families"]["flashinfer_tc"]["latency_s"] == pytest.approx(shipped["flashinfer_tc"].latency_s)
     assert doc["families"]["fa3_fwd"]["latency_s"] != pytest.approx(shipped["fa3_fwd"].latency_s)
+    # the profile's expected error: the backend it calibrated, out of fold; the Triton kernels none (nothing held out)
+    ee = doc["fit"]["expected_error"]["kernels"]
+    assert set(ee) == {"fa3", "fa3/fp8"} and ee["fa3"]["fitted_layouts"] == ["16:2 d256", "32:8 d128", "8:1 d128"]
+    assert ee["fa3"]["new_layout"]["rows"] == cal["families"]["fa3_fwd"]["left_out"]["rows"]
 
 
 def test_an_uncalibrated_family_names_calibrates_left_out_figures():

@@ -306,6 +306,9 @@ class BackendFit:
     held_out_layouts: tuple[str, ...]
     #: per backend kernel, the shapes its timings cover (timemodel.domain keys): a prediction outside is uncalibrated
     domains: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    #: per backend kernel (and ``<kernel>/fp8``): the ``kernels`` entries of the profile's ``fit.expected_error``
+    #: (timemodel.accuracy): the layouts timed and the out-of-fold error on them as the new-layout figure
+    expected_error: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def uncalibrated(self) -> list[str]:
@@ -364,7 +367,32 @@ def calibrate_backends(ms: Sequence[Measurement], base: TimeProfile, *, cold: bo
                          "training": _stats(final, rows), "left_out": out, "calibrated": ok}
     return BackendFit(profile=final, families=families,
                       held_out_layouts=tuple(", ".join(layout_label(x) for x in g) for g in groups),
-                      domains=timed_domains(ms))
+                      domains=timed_domains(ms), expected_error=_expected_error_kernels(ms, out_of_fold, len(groups)))
+
+
+def _expected_error_kernels(ms: Sequence[Measurement], out_of_fold: Sequence[tuple[Measurement, TimeProfile]],
+                            folds: int) -> dict[str, dict[str, Any]]:
+    """Per kernel entry (timemodel.accuracy.kernel_key): the layouts timed (the final fit saw them all) and, as the
+    figure of a layout no fit saw, every layout's runs predicted by the fold fit that left it out. No figure for new
+    shapes of a timed layout: every run of those was fitted."""
+    from decodecalc.timemodel.accuracy import kernel_key, layout_key
+
+    def lay(m: Measurement) -> str:
+        return layout_key(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size)
+
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted({kernel_key(m.kernel, m.shape.kv_bytes_per_element) for m in ms}):
+        mine = [m for m in ms if kernel_key(m.kernel, m.shape.kv_bytes_per_element) == key]
+        rec: dict[str, Any] = {"fitted_layouts": sorted({lay(m) for m in mine})}
+        oof = [(m, p) for m, p in out_of_fold if kernel_key(m.kernel, m.shape.kv_bytes_per_element) == key]
+        st = _oof_stats(oof)
+        if st.get("rows"):
+            rec["new_layout"] = {"rows": st["rows"], "layouts": len({lay(m) for m, _ in oof}),
+                                 "median_abs_err": st["median_abs_err"], "p90_abs_err": st["p90_abs_err"],
+                                 "evidence": f"decodecalc calibrate --backends: each timed layout predicted by the fit of "
+                                             f"the {folds} folds of whole head layouts that left it out"}
+        out[key] = rec
+    return out
 
 
 def _oof_stats(pairs: Sequence[tuple[Measurement, TimeProfile]]) -> dict[str, float]:

@@ -133,7 +133,7 @@ def neutral_start(base: TimeProfile) -> TimeProfile:
 
 
 #: what a profile's ``fit`` record says of its physics, kept by ``--keep-physics`` (the statistics are this run's)
-_KEPT_FIT = ("domain", "backend_families")
+_KEPT_FIT = ("domain", "backend_families", "expected_error")
 
 
 def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: TimeProfile, num_sms: int,
@@ -246,8 +246,21 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              "uncalibrated_families": uncal,
              **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name,
                                 backend_failures(backend_records)) if backend_fit else {}),
+             **({"expected_error": _expected_error_block(backend_fit)} if backend_fit and backend_fit.expected_error
+                else {}),
              **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {}),
              **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {})})
+
+
+def _expected_error_block(backend_fit: Any) -> dict[str, Any]:
+    """The profile's ``fit.expected_error`` of a calibration (timemodel.accuracy): the backends' out-of-fold figures.
+    The Triton kernels get none: calibrate fits them on every layout it times and holds none out."""
+    from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block
+
+    block = {"source": "decodecalc calibrate --backends (head layouts left out in folds)",
+             "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": dict(backend_fit.expected_error)}
+    check_block(block)
+    return block
 
 
 def _map_name(rec: Mapping[str, Any]) -> str:
