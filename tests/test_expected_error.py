@@ -272,3 +272,13 @@ def test_tune_json_and_screen_carry_the_totals_error(block):
     ing = json.loads(_invoke("tune", "-m", "llama3.1-8b", "--workload", "chat", "--engine", "vllm", "--json",
                              "--regime", "in-graph"))
     assert "predicted_error" not in ing["engines"]["vllm"]
+
+
+def test_recommend_carries_the_same_figure_as_grid():
+    """One function behind every command: grid's and recommend's figures for the same step are the same record."""
+    args = ("-m", "gemma-2-9b", "-b", "4", "-s", "8192")
+    grid = json.loads(_invoke("grid", *args, "--json"))["systems"]
+    rec = json.loads(_invoke("recommend", *args, "--json"))["kernels"]
+    for k in ("vllm", "sglang"):
+        assert rec[k]["predicted_error"] == grid[k]["predicted_error"]
+    assert "expected error of these times ±" in " ".join(_invoke("recommend", *args).split())

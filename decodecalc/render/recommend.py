@@ -77,6 +77,8 @@ def print_recommendation(console: Console, err: Console, res: RecommendResult, t
             print_wrapped(console, f"{k}: the engine default is predicted {1 / kr.speedup - 1:.1%} faster than the "
                           "recommendation: a tie within the model's error, where the rule prefers more splits; "
                           "keep the default if you trust the prediction over that trend.")
+        if kr.expected_error is not None:
+            print_wrapped(console, f"{k}: expected error of these times {kr.expected_error.text()}", style="dim")
     for k, kr in rec.kernels.items():
         console.print(Text(f"{k}: how to apply", style="bold"))
         for line in kr.apply:

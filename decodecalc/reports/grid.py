@@ -142,6 +142,7 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
     measured domain (timemodel.domain) the prediction is uncalibrated and ``predicted_warnings`` says why.
     """
     from decodecalc import timemodel
+    from decodecalc.timemodel.accuracy import expected_error_for
     from decodecalc.timemodel.domain import domain_warnings
 
     try:
@@ -163,17 +164,7 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
     return Prediction(time_s=p.time_s, calibrated=p.calibrated and not warnings, warnings=tuple(warnings),
                       model_time_s=p.model_time_s,
                       residual_factor=p.correction.factor if p.correction else 1.0,
-                      regime=prof.regime, expected_error=_expected_error(prof, kernel, work)), _time_explain(p, prof)
-
-
-def _expected_error(prof: Any, kernel: str, work: Workload) -> ExpectedError | None:
-    """The profile's expected error for this launch (timemodel.accuracy). Its evidence is back-to-back launches on
-    the profile's own GPU, so a time in another regime, or from another GPU's datasheet profile, gets none."""
-    from decodecalc.timemodel.accuracy import expected_error
-
-    if prof.regime != "back-to-back" or not prof.calibrated:
-        return None
-    return expected_error(prof, kernel, work.num_heads, work.num_kv_heads, work.head_size, work.kv_bytes_per_element)
+                      regime=prof.regime, expected_error=expected_error_for(prof, kernel, work)), _time_explain(p, prof)
 
 
 def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:

@@ -71,6 +71,8 @@ class KernelRecommendation:
     apply: tuple[str, ...]
     calibrated: bool
     note: str = ""
+    #: the error its predicted times are likely to have (timemodel.accuracy); None without such evidence
+    expected_error: Any = None
 
     @property
     def speedup(self) -> float:
@@ -103,6 +105,7 @@ class KernelRecommendation:
             "apply": list(self.apply),
             "calibrated": self.calibrated,
             "note": self.note,
+            **({"predicted_error": self.expected_error.to_json()} if self.expected_error is not None else {}),
         }
 
 
@@ -318,11 +321,13 @@ def recommend(work: Workload, gpu: GPUSpec, *, kernels: Sequence[str] = KERNELS,
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()) or "no kernel to recommend for")
     import dataclasses
 
+    from decodecalc.timemodel.accuracy import expected_error_for
     from decodecalc.timemodel.domain import domain_warnings
 
     # each kernel against its own measured domain (SGLang's covers an fp8 KV cache, vLLM's does not)
     per = {k: domain_warnings(work, gpu, prof, kernel=k) for k in out}
     out = {k: dataclasses.replace(v, calibrated=False) if per[k] else v for k, v in out.items()}
+    out = {k: dataclasses.replace(v, expected_error=expected_error_for(prof, k, work)) for k, v in out.items()}
     shared = len({w for w in per.values()}) == 1
     outside = next(iter(per.values())) if shared else tuple(f"{k}: {w}" for k, ws in per.items() for w in ws)
     return Recommendation(gpu=gpu.name, profile=prof, kernels=out, skipped=skipped, domain_warnings=outside)

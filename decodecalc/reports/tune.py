@@ -44,6 +44,7 @@ from decodecalc.reports.tune_types import (
 )
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
+from decodecalc.timemodel.accuracy import expected_error_for
 from decodecalc.timemodel.domain import domain_warnings
 from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
@@ -221,20 +222,8 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         changes=step_changes(ctx, best.times, default.times), range_note=why,
         edge_note=_edge_note(engine, best, options, why),
         left_out=tuple(f"{o.label} ({o.scratch_bytes / 1e9:,.1f} GB)" for o in dropped),
-        expected_error=_expected_total_error(ctx, engine),
+        expected_error=expected_error_for(ctx.profile, engine, ctx.work, of="workload total"),
     )
-
-
-def _expected_total_error(ctx: TuneContext, engine: str) -> Any:
-    """The profile's expected error of this engine's workload totals (timemodel.accuracy); its evidence is back-to-back
-    replays on the profile's own GPU, so another regime or a datasheet profile gets none."""
-    from decodecalc.timemodel.accuracy import expected_error
-
-    prof, w = ctx.profile, ctx.work
-    if prof.regime != "back-to-back" or not prof.calibrated:
-        return None
-    return expected_error(prof, engine, w.num_heads, w.num_kv_heads, w.head_size, w.kv_bytes_per_element,
-                          of="workload total")
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,3 +176,13 @@ def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int,
                          goal_p90=float(goals.get("p90", GOAL_P90)), of=of,
                          within_5pct=float(fig["within_5pct"]) if "within_5pct" in fig else None,
                          max_abs_err=float(fig["max_abs_err"]) if "max_abs_err" in fig else None)
+
+
+def expected_error_for(profile: Any, kernel: str, work: Any, *, of: str = "launch") -> ExpectedError | None:
+    """:func:`expected_error` for a :class:`~decodecalc.workload.Workload`'s per-rank layout, as every command asks
+    for it: the figures are of back-to-back launches on the profile's own GPU, so a time in another regime
+    (``--regime in-graph``) or from an uncalibrated (datasheet) profile gets none."""
+    if getattr(profile, "regime", "back-to-back") != "back-to-back" or not getattr(profile, "calibrated", False):
+        return None
+    return expected_error(profile, kernel, work.num_heads, work.num_kv_heads, work.head_size,
+                          work.kv_bytes_per_element, of=of)
