@@ -20,6 +20,9 @@ Nothing is timed or fitted here: every figure comes from committed measurements 
   - the validation captures' runs of other layouts give the *new layout* figure. Validation captures: runs no fit used
     (VALIDATION); the CUDA-core kernel's step rule (timemodel.backends.cuda_core_step_factor) was chosen with
     ``flashinfer-ctas-h200.jsonl.gz`` in view, so that file is named in the evidence.
+* In a decode layer's graph (``--regime in-graph``): in_graph_h200.py's runs (six layouts, every system), each
+  predicted as in_graph_compare's held-out column has it (the back-to-back prediction plus the system's in-graph cost
+  fitted on the other half of the layouts), split by the kernel's fitted layouts as above.
 * FlashInfer and FA3 on an fp8 KV cache (``<kernel>/fp8``): fit_backends_fp8_h200.py's fp8 runs of its UNSEEN_LAYOUTS
   (*new layout*); no out-of-sample figure for its fitted layouts (every fp8 run of those was fitted), so none is given.
 
@@ -53,6 +56,7 @@ BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 MARK = "<!-- expected-error -->"
 TRITON_FIT = RESULTS / "timemodel-fit-h200.json"
 TRITON_LEAVEOUT = RESULTS / "leaveout-timemodel-h200.json"
+IN_GRAPH = RESULTS / "in-graph-h200.jsonl"
 #: captures of the default backends that no fit used (their runs of fitted layouts join the held-out quarter)
 VALIDATION = ("validate-backends-h200.jsonl", "capture-flashinfer-short-tiles-h200.jsonl",
               "backend-steps-alone-h200.jsonl.gz", "flashinfer-ctas-h200.jsonl.gz")
@@ -209,6 +213,29 @@ def workload_records(fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str
     return out
 
 
+def in_graph_records(prof: Any, fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Per system of in_graph_h200.py's runs: the in-graph prediction (back to back plus the regime's cost fitted on the
+    other half of the layouts, in_graph_compare's held-out column) against the in-graph time, by fitted or new layout."""
+    import in_graph_compare as ig
+
+    rs = ig.rows(IN_GRAPH, prof)
+    ig.add_in_graph_predictions(rs)
+    out: dict[str, dict[str, Any]] = {}
+    for k in sorted({r["backend"] for r in rs}):
+        rec: dict[str, Any] = {}
+        for side in ("fitted_layout", "new_layout"):
+            sel = [r for r in rs if r["backend"] == k
+                   and (_model_layout(r["model"], int(r["tp"])) in fitted_layouts.get(k, ())) == (side == "fitted_layout")]
+            fig = _figure([abs(r["in_graph_heldout_us"] / r["in_graph_us"] - 1) for r in sel],
+                          [_model_layout(r["model"], int(r["tp"])) for r in sel],
+                          "benchmarks/in_graph_h200.py's runs between a decode layer's kernels (in-graph-h200.jsonl): "
+                          "back-to-back prediction plus the in-graph cost fitted on the other half of the layouts")
+            if fig:
+                rec[side] = fig
+        out[k] = rec
+    return out
+
+
 def compute() -> dict[str, Any]:
     prof = packaged_profile("h200")
     assert prof is not None
@@ -217,6 +244,9 @@ def compute() -> dict[str, Any]:
     totals = workload_records({k: kernels[k]["fitted_layouts"] for k in TRITON_KERNELS})
     for k, rec in totals.items():
         kernels[k]["workload_totals"] = rec
+    for k, rec in in_graph_records(prof, {k: r["fitted_layouts"] for k, r in kernels.items()}).items():
+        if k in kernels and rec:
+            kernels[k]["in_graph"] = rec
     return {"kernels": kernels, "detail": detail}
 
 
@@ -228,9 +258,10 @@ def profile_block(doc: dict[str, Any]) -> dict[str, Any]:
         for fig in ("fitted_layout", "new_layout"):
             if rec.get(fig):
                 kernels[k][fig] = {key: v for key, v in rec[fig].items() if key != "layout_list"}
-        if rec.get("workload_totals"):
-            kernels[k]["workload_totals"] = {fig: {key: v for key, v in f.items() if key not in ("layout_list", "models")}
-                                             for fig, f in rec["workload_totals"].items()}
+        for sub in ("workload_totals", "in_graph"):
+            if rec.get(sub):
+                kernels[k][sub] = {fig: {key: v for key, v in f.items() if key not in ("layout_list", "models")}
+                                   for fig, f in rec[sub].items()}
     block = {"source": "benchmarks/expected_error.py (committed H200 measurements; benchmarks/results/"
                        "expected-error-h200.json)",
              "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": kernels}
@@ -262,6 +293,12 @@ def markdown(doc: dict[str, Any]) -> str:
             lines.append(f"| {k} | {side.replace('_', ' ')} | {f['rows']} ({f['layouts']}) | {pct(f['median_abs_err'])} | "
                          f"{pct(f['p90_abs_err'])} | {pct(f['within_5pct'])} | {pct(f['max_abs_err'])} | "
                          f"{', '.join(f['models'])} |")
+    lines += ["", "In a decode layer's graph (`--regime in-graph`; each system's in-graph cost fitted on the other half "
+              "of the layouts):", "", "| kernel | side | launches (layouts) | median | p90 | layouts |", "|---|---|---|---|---|---|"]
+    for k, rec in doc["kernels"].items():
+        for side, f in (rec.get("in_graph") or {}).items():
+            lines.append(f"| {k} | {side.replace('_', ' ')} | {f['rows']} ({f['layouts']}) | {pct(f['median_abs_err'])} | "
+                         f"{pct(f['p90_abs_err'])} | {', '.join(f['layout_list'])} |")
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ committed measurements)::
           new_layout: {rows, layouts, median_abs_err, p90_abs_err, evidence}     # layouts no fit saw
           workload_totals: {fitted_layout: {...}, new_layout: {...}}  # the same, of whole workloads' totals
                                               # (tune's), each also with within_5pct and max_abs_err
+          in_graph: {fitted_layout: {...}, new_layout: {...}}  # launches in a decode layer's graph (--regime in-graph)
 
 Either figure may be absent (no such evidence); a launch then gets no expected error. Errors are
 ``|predicted / measured - 1|`` per launch (per workload total for ``workload_totals``), as everywhere in
@@ -63,6 +64,7 @@ class ExpectedError:
     goal_median: float = GOAL_MEDIAN
     goal_p90: float = GOAL_P90
     of: str = "launch"  # what the figure is the error of: "launch" or "workload total"
+    regime: str = "back-to-back"  # the timing regime of the evidence (timemodel.profile.REGIMES)
     within_5pct: float | None = None  # the share within 5% (workload totals)
     max_abs_err: float | None = None
 
@@ -95,7 +97,7 @@ class ExpectedError:
 
     def to_json(self) -> dict[str, Any]:
         """``predicted_error`` of grid / compare --json."""
-        out = {"of": self.of, "median_abs_err": round(self.median_abs_err, 4),
+        out = {"of": self.of, "regime": self.regime, "median_abs_err": round(self.median_abs_err, 4),
                "p90_abs_err": round(self.p90_abs_err, 4), "layout": self.layout, "layout_fitted": self.layout_fitted,
                "rows": self.rows, "layouts": self.layouts, "evidence": self.evidence,
                "goal": self.goal, "meets_goal": self.meets_goal}
@@ -125,11 +127,12 @@ def check_block(block: Any) -> None:
         if not (isinstance(lays, list) and all(isinstance(x, str) for x in lays)):
             raise ConfigError(f"{at}.fitted_layouts must be a list of layouts like '32:8 d128', got {lays!r:.60}")
         _check_figures(rec, at)
-        totals = rec.get("workload_totals")
-        if totals is not None:
-            if not isinstance(totals, Mapping):
-                raise ConfigError(f"{at}.workload_totals must be a mapping, got {type(totals).__name__}")
-            _check_figures(totals, f"{at}.workload_totals")
+        for sub in ("workload_totals", "in_graph"):
+            figs = rec.get(sub)
+            if figs is not None:
+                if not isinstance(figs, Mapping):
+                    raise ConfigError(f"{at}.{sub} must be a mapping, got {type(figs).__name__}")
+                _check_figures(figs, f"{at}.{sub}")
 
 
 def _check_figures(rec: Mapping[str, Any], at: str) -> None:
@@ -149,13 +152,14 @@ def _check_figures(rec: Mapping[str, Any], at: str) -> None:
 
 
 def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int, head_size: int,
-                   kv_bytes_per_element: int, *, of: str = "launch") -> ExpectedError | None:
+                   kv_bytes_per_element: int, *, of: str = "launch", regime: str = "back-to-back") -> ExpectedError | None:
     """The expected error of ``kernel``'s predicted time for a launch (``of="launch"``) or a whole workload's total
-    (``of="workload total"``, tune's) of this per-rank head layout under ``profile``, or None where the profile holds
-    no such evidence (another GPU's datasheet profile, a kernel or KV format without a record, a figure the record
-    lacks). Every command's ``predicted_error`` comes from here."""
-    if of not in ("launch", "workload total"):
-        raise ValueError(f"of={of!r}")
+    (``of="workload total"``, tune's) of this per-rank head layout under ``profile``, in a timing ``regime``
+    (``back-to-back``; ``in-graph``: launches only), or None where the profile holds no such evidence (another GPU's
+    datasheet profile, a kernel or KV format without a record, a figure the record lacks). Every command's
+    ``predicted_error`` comes from here."""
+    if of not in ("launch", "workload total") or regime not in ("back-to-back", "in-graph"):
+        raise ValueError(f"of={of!r}, regime={regime!r}")
     block = (getattr(profile, "fit", None) or {}).get("expected_error")
     if not block:
         return None
@@ -165,7 +169,10 @@ def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int,
         return None
     layout = layout_key(num_heads, num_kv_heads, head_size)
     fitted = layout in (rec.get("fitted_layouts") or ())
-    figures = rec if of == "launch" else (rec.get("workload_totals") or {})
+    if regime == "in-graph":
+        figures = (rec.get("in_graph") or {}) if of == "launch" else {}
+    else:
+        figures = rec if of == "launch" else (rec.get("workload_totals") or {})
     fig = figures.get("fitted_layout" if fitted else "new_layout")
     if fig is None:
         return None
@@ -173,16 +180,15 @@ def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int,
     return ExpectedError(kernel=key, layout=layout, layout_fitted=fitted, median_abs_err=float(fig["median_abs_err"]),
                          p90_abs_err=float(fig["p90_abs_err"]), rows=int(fig["rows"]), layouts=int(fig["layouts"]),
                          evidence=str(fig["evidence"]), goal_median=float(goals.get("median", GOAL_MEDIAN)),
-                         goal_p90=float(goals.get("p90", GOAL_P90)), of=of,
+                         goal_p90=float(goals.get("p90", GOAL_P90)), of=of, regime=regime,
                          within_5pct=float(fig["within_5pct"]) if "within_5pct" in fig else None,
                          max_abs_err=float(fig["max_abs_err"]) if "max_abs_err" in fig else None)
 
 
 def expected_error_for(profile: Any, kernel: str, work: Any, *, of: str = "launch") -> ExpectedError | None:
-    """:func:`expected_error` for a :class:`~decodecalc.workload.Workload`'s per-rank layout, as every command asks
-    for it: the figures are of back-to-back launches on the profile's own GPU, so a time in another regime
-    (``--regime in-graph``) or from an uncalibrated (datasheet) profile gets none."""
-    if getattr(profile, "regime", "back-to-back") != "back-to-back" or not getattr(profile, "calibrated", False):
+    """:func:`expected_error` for a :class:`~decodecalc.workload.Workload`'s per-rank layout in the profile's regime,
+    as every command asks for it; an uncalibrated (datasheet) profile gets none (its figures would be another GPU's)."""
+    if not getattr(profile, "calibrated", False):
         return None
     return expected_error(profile, kernel, work.num_heads, work.num_kv_heads, work.head_size,
-                          work.kv_bytes_per_element, of=of)
+                          work.kv_bytes_per_element, of=of, regime=getattr(profile, "regime", "back-to-back"))
