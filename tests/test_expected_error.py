@@ -315,3 +315,13 @@ def test_recommend_carries_the_same_figure_as_grid():
     for k in ("vllm", "sglang"):
         assert rec[k]["predicted_error"] == grid[k]["predicted_error"]
     assert "expected error of these times ±" in " ".join(_invoke("recommend", *args).split())
+
+
+def test_explain_shows_the_figure_its_inputs_and_source(block):
+    raw = _invoke("grid", "-m", "llama3-8b", "-b", "4", "-s", "2048", "--system", "vllm", "--explain")
+    out = " ".join(raw.split())
+    fig = block["kernels"]["vllm"]["fitted_layout"]
+    assert f"predicted_error = {fig['median_abs_err']}" in out
+    assert "layout=32:8 d128" in out and f"launches={fig['rows']}" in out
+    flat = "".join(ch for ch in raw if not ch.isspace() and ch != "│")  # the panel wraps its lines
+    assert "fit.expected_error.kernels.vllm.fitted_layout" in flat

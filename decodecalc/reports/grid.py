@@ -161,10 +161,24 @@ def _predicted(plan: LaunchPlan, work: Workload, gpu: GPUSpec, kernel: str,
         why = uncalibrated_note(prof, fams) if fams else "re-run 'decodecalc calibrate'"
         warnings = (f"a kernel family of this launch is not calibrated in the profile ({prof.path or 'built-in'}): "
                     f"{why}", *warnings)
+    err = expected_error_for(prof, kernel, work)
+    explain = _time_explain(p, prof) + ((_error_explain(err, prof),) if err is not None else ())
     return Prediction(time_s=p.time_s, calibrated=p.calibrated and not warnings, warnings=tuple(warnings),
                       model_time_s=p.model_time_s,
                       residual_factor=p.correction.factor if p.correction else 1.0,
-                      regime=prof.regime, expected_error=expected_error_for(prof, kernel, work)), _time_explain(p, prof)
+                      regime=prof.regime, expected_error=err), explain
+
+
+def _error_explain(err: ExpectedError, prof: Any) -> Derived:
+    """The --explain record of a predicted time's expected error (timemodel.accuracy)."""
+    side = "fitted_layout" if err.layout_fitted else "new_layout"
+    where = f"fit.expected_error.kernels.{err.kernel}" + (".in_graph" if err.regime == "in-graph" else "")
+    return Derived("predicted_error", round(err.median_abs_err, 4),
+                   "median |predicted / measured - 1| of this kernel's launches that no fit saw, on head layouts "
+                   + ("the fit measured" if err.layout_fitted else "no fit saw") + f" (p90 {err.p90_abs_err:.4f})",
+                   {"layout": err.layout, "layout_fitted": err.layout_fitted, "launches": err.rows,
+                    "layouts": err.layouts, "regime": err.regime},
+                   source=f"profile {prof.path or 'built-in'}, {where}.{side}: {err.evidence}")
 
 
 def _time_explain(p: Any, prof: Any) -> tuple[Derived, ...]:
