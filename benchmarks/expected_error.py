@@ -23,6 +23,9 @@ Nothing is timed or fitted here: every figure comes from committed measurements 
 * In a decode layer's graph (``--regime in-graph``): in_graph_h200.py's runs (six layouts, every system), each
   predicted as in_graph_compare's held-out column has it (the back-to-back prediction plus the system's in-graph cost
   fitted on the other half of the layouts), split by the kernel's fitted layouts as above.
+* The backends' whole workloads (``workload_totals`` of flashinfer, flashinfer-tc, fa3 and their ``/fp8``):
+  validate_backends_workload_h200.py's runs (BACKEND_WORKLOAD_FILES) under the current profile, by fitted or new
+  layout of the kernel's record.
 * FlashInfer and FA3 on an fp8 KV cache (``<kernel>/fp8``): fit_backends_fp8_h200.py's fp8 runs of its UNSEEN_LAYOUTS
   (*new layout*); no out-of-sample figure for its fitted layouts (every fp8 run of those was fitted), so none is given.
 
@@ -67,6 +70,12 @@ WORKLOAD_FILES = ("validate_tune_h200_heldout_compare.json", "validate_tune_h200
                   "validate_tune_h200_layouts_compare.json", "validate_tune_h200_layouts2_compare.json",
                   "validate_tune_h200_layouts3_compare.json", "validate_tune_h200_layouts_range_compare.json")
 TUNE_KINDS = ("default", "tuned", "candidate")
+#: the default backends' whole workloads on the H200 (validate_backends_workload_h200.py; compared under the current
+#: profile by its own ``compare``)
+MIN_BACKEND_TOTALS = 3
+BACKEND_WORKLOAD_FILES = ("validate-backends-workload-h200.json", "validate-backends-workload-h200-run2.json",
+                          "validate-backends-workload-h200-run3.json", "validate-backends-workload-h200-fp8.json",
+                          "validate-backends-workload-h200-fp8-run2.json")
 BACKENDS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
 
 
@@ -236,6 +245,52 @@ def in_graph_records(prof: Any, fitted_layouts: dict[str, list[str]]) -> dict[st
     return out
 
 
+def backend_workload_records(kernels: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per backend kernel (and ``/fp8``): validate_backends_workload_h200.py's whole workloads, each path's total under
+    the current profile (its ``compare``, tune's timer) against the H200 replay, by fitted or new layout of the
+    kernel's record."""
+    import contextlib
+    import io
+
+    import validate_backends_workload_h200 as vbw
+
+    from decodecalc.timemodel.accuracy import kernel_key
+
+    sides: dict[str, dict[str, list[tuple[float, str, str]]]] = {}
+    for name in BACKEND_WORKLOAD_FILES:
+        with contextlib.redirect_stdout(io.StringIO()):
+            got = vbw.compare(RESULTS / name, [])
+        for row in got["rows"]:
+            kvb = 1 if str(row["kv_cache_dtype"]).startswith("fp8") else 2
+            lay = _model_layout(row["model"], int(row["tp"]))
+            for path, t in row["totals"].items():
+                if "Triton" in path:
+                    continue
+                key = kernel_key(path, kvb)
+                side = "fitted_layout" if lay in kernels.get(key, {}).get("fitted_layouts", ()) else "new_layout"
+                sides.setdefault(key, {}).setdefault(side, []).append(
+                    (abs(t["error"]), lay, f"{row['model']} TP{row['tp']}"))
+    out: dict[str, dict[str, Any]] = {}
+    for key, by_side in sides.items():
+        rec: dict[str, Any] = {}
+        for side in ("fitted_layout", "new_layout"):
+            rows = by_side.get(side, [])
+            if len(rows) < MIN_BACKEND_TOTALS:  # a median and p90 of one or two totals say nothing
+                continue
+            errs = [e for e, _, _ in rows]
+            fig = _figure(errs, [lay for _, lay, _ in rows],
+                          f"benchmarks/validate_backends_workload_h200.py ({', '.join(BACKEND_WORKLOAD_FILES)}): "
+                          "each path's total over 100 chat or long-prompt steps replayed in one CUDA graph on the "
+                          "H200 (FA3 as vLLM runs it, num_splits 32)")
+            assert fig is not None
+            fig["within_5pct"] = round(sum(e <= 0.05 for e in errs) / len(errs), 4)
+            fig["max_abs_err"] = round(max(errs), 4)
+            fig["models"] = sorted({m for _, _, m in rows})
+            rec[side] = fig
+        out[key] = rec
+    return out
+
+
 def compute() -> dict[str, Any]:
     prof = packaged_profile("h200")
     assert prof is not None
@@ -244,6 +299,9 @@ def compute() -> dict[str, Any]:
     totals = workload_records({k: kernels[k]["fitted_layouts"] for k in TRITON_KERNELS})
     for k, rec in totals.items():
         kernels[k]["workload_totals"] = rec
+    for k, rec in backend_workload_records(kernels).items():
+        if k in kernels:
+            kernels[k]["workload_totals"] = rec
     for k, rec in in_graph_records(prof, {k: r["fitted_layouts"] for k, r in kernels.items()}).items():
         if k in kernels and rec:
             kernels[k]["in_graph"] = rec
@@ -286,7 +344,8 @@ def markdown(doc: dict[str, Any]) -> str:
         nf = rec.get("new_layout")
         cells.append(", ".join(nf["layout_list"]) if nf else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Whole workloads' totals (tune's, every measured setting of its search):", "",
+    lines += ["", "Whole workloads' totals (tune's: for vLLM and SGLang every measured setting of its search; for the "
+              "backends each path's total on the backend workloads):", "",
               "| engine | side | totals (layouts) | median | p90 | within 5% | worst | models |", "|---|---|---|---|---|---|---|---|"]
     for k, rec in doc["kernels"].items():
         for side, f in (rec.get("workload_totals") or {}).items():

@@ -63,12 +63,14 @@ def random_steps_trace(seed: int, n: int = 120, max_len: int = 70000,
 def fit_without_inherited(fit: dict) -> dict:
     """A calibrated profile's ``fit`` without what rides along from the starting (packaged) profile and moves when
     that one's does: the default backends' records (bf16 and fp8), the kernels' own domains, what was measured outside
-    the domain, and the backend families' entries of the uncalibrated list."""
+    the domain, the expected error kept with its physics (--keep-physics), and the backend families' entries of the
+    uncalibrated list."""
     from decodecalc.timemodel import KERNEL_FAMILIES
 
     backend = {f for k in ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2") for f in KERNEL_FAMILIES[k]}
     out = {k: v for k, v in fit.items()
-           if k not in ("backend_families", "backend_fp8_families", "kernel_domains", "outside_domain")}
+           if k not in ("backend_families", "backend_fp8_families", "kernel_domains", "outside_domain",
+                        "expected_error")}
     if "uncalibrated_families" in out:
         out["uncalibrated_families"] = sorted(set(out["uncalibrated_families"]) - backend)
     return out

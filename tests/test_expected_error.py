@@ -325,3 +325,47 @@ def test_explain_shows_the_figure_its_inputs_and_source(block):
     assert "layout=32:8 d128" in out and f"launches={fig['rows']}" in out
     flat = "".join(ch for ch in raw if not ch.isspace() and ch != "│")  # the panel wraps its lines
     assert "fit.expected_error.kernels.vllm.fitted_layout" in flat
+
+
+def test_backend_workload_totals_recomputed(block):
+    """The backends' totals: each run's paths under the current profile (the benchmark's compare), split here by the
+    model's layout against the kernel's record; a side with fewer than 3 totals has no figure."""
+    import contextlib
+    import io
+
+    import expected_error as ee
+    import validate_backends_workload_h200 as vbw
+
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import make_workload
+
+    errs: dict[tuple[str, str], list[float]] = {}
+    for name in ee.BACKEND_WORKLOAD_FILES:
+        with contextlib.redirect_stdout(io.StringIO()):
+            got = vbw.compare(RESULTS / name, [])
+        for row in got["rows"]:
+            w = make_workload(resolve_model(row["model"]), tp=int(row["tp"]), batch=1, seq_len=1)
+            lay = f"{w.num_heads}:{w.num_kv_heads} d{w.head_size}"
+            for path, t in row["totals"].items():
+                if path in ("flashinfer", "flashinfer-tc", "fa3"):
+                    key = path + ("/fp8" if row["kv_cache_dtype"] != "auto" else "")
+                    side = "fitted_layout" if lay in block["kernels"][key]["fitted_layouts"] else "new_layout"
+                    errs.setdefault((key, side), []).append(abs(t["predicted_s"] / t["measured_s"] - 1))
+    assert {k for k, _ in errs} == {"flashinfer", "flashinfer-tc", "fa3", "flashinfer/fp8", "flashinfer-tc/fp8",
+                                    "fa3/fp8"}
+    for (key, side), e in errs.items():
+        fig = block["kernels"][key].get("workload_totals", {}).get(side)
+        if len(e) < 3:
+            assert fig is None, (key, side)
+            continue
+        med, p90 = _median_p90(e)
+        assert fig["rows"] == len(e) and fig["max_abs_err"] == pytest.approx(max(e), abs=6e-5), (key, side)
+        assert (fig["median_abs_err"], fig["p90_abs_err"]) == pytest.approx((med, p90), abs=6e-5)
+
+
+def test_tune_backend_lines_carry_their_totals_error(block):
+    out = json.loads(_invoke("tune", "-m", "llama3.1-8b", "--workload", "chat", "--json"))
+    fa3 = next(b for b in out["backends"] if b["engine"] == "vllm" and b["backend"] == "FlashAttention-3")
+    fig = block["kernels"]["fa3"]["workload_totals"]["fitted_layout"]
+    assert fa3["predicted_error"]["of"] == "workload total"
+    assert fa3["predicted_error"]["median_abs_err"] == fig["median_abs_err"]

@@ -128,7 +128,8 @@ def _backends(console: Console, result: TuneResult) -> None:
         d = bk.to_dict(e.default.stats.total_s, e.best.stats.total_s) if e else bk.to_dict(None)
         _say(console, f"backend {bk.engine} -> {bk.backend} ({bk.how}): total "
              f"{bk.stats.total_s * 1e3:,.2f} ms, {fmt_saving(d.get('saving_vs_default', 0))} the default Triton "
-             f"setting, {fmt_saving(d.get('saving_vs_tuned', 0))} the tuned one")
+             f"setting, {fmt_saving(d.get('saving_vs_tuned', 0))} the tuned one"
+             + (f"; expected error {bk.expected_error.text()}" if bk.expected_error is not None else ""))
 
 
 def _heuristics(console: Console, result: TuneResult) -> None:

@@ -17,6 +17,7 @@ from decodecalc.launchers import flash_attn3, flashinfer
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.timemodel import KERNEL_FAMILIES, kernel_families
+from decodecalc.timemodel.accuracy import expected_error_for
 from decodecalc.timemodel.domain import domain_warnings
 
 Planner = Callable[[Any, Any], LaunchPlan]
@@ -29,11 +30,15 @@ class BackendNote:
     how: str
     stats: Stats | None
     note: str
+    #: the error of the total (timemodel.accuracy, of="workload total"); None without such evidence
+    expected_error: Any = None
 
     def to_dict(self, default_total: float | None, tuned_total: float | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note}
         if self.stats is not None:
             d |= self.stats.to_dict()
+            if self.expected_error is not None:
+                d["predicted_error"] = self.expected_error.to_json()
             if default_total:
                 d["saving_vs_default"] = 1.0 - self.stats.total_s / default_total
             if tuned_total:
@@ -122,5 +127,6 @@ def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
             continue
         path = _PATH_NOTE.get(key)
         out.append(BackendNote(engine=engine, backend=name, how=how, stats=ctx.stats(times),
-                               note=f"time-model kernel {key}, calibrated" + (f"; {path}" if path else "")))
+                               note=f"time-model kernel {key}, calibrated" + (f"; {path}" if path else ""),
+                               expected_error=expected_error_for(ctx.profile, key, ctx.work, of="workload total")))
     return tuple(out)
