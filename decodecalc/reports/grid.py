@@ -174,8 +174,9 @@ def _error_explain(err: ExpectedError, prof: Any) -> Derived:
     side = "fitted_layout" if err.layout_fitted else "new_layout"
     where = f"fit.expected_error.kernels.{err.kernel}" + (".in_graph" if err.regime == "in-graph" else "")
     return Derived("predicted_error", round(err.median_abs_err, 4),
-                   "median |predicted / measured - 1| of this kernel's launches that no fit saw, on head layouts "
-                   + ("the fit measured" if err.layout_fitted else "no fit saw") + f" (p90 {err.p90_abs_err:.4f})",
+                   "median |predicted / measured - 1| over this kernel's launches that no fit saw (launches, timed in "
+                   "regime), on layouts head layouts the fit measured if layout_fitted (layout among them) else on "
+                   f"layouts no fit saw; p90 {err.p90_abs_err:.4f}",
                    {"layout": err.layout, "layout_fitted": err.layout_fitted, "launches": err.rows,
                     "layouts": err.layouts, "regime": err.regime},
                    source=f"profile {prof.path or 'built-in'}, {where}.{side}: {err.evidence}")
