@@ -29,6 +29,9 @@ Nothing is timed or fitted here: every figure comes from committed measurements 
 * FlashInfer and FA3 on an fp8 KV cache (``<kernel>/fp8``): fit_backends_fp8_h200.py's fp8 runs of its UNSEEN_LAYOUTS
   (*new layout*); no out-of-sample figure for its fitted layouts (every fp8 run of those was fitted), so none is given.
 
+Each kernel's training figure (its fit on its own rows, in sample) is reported beside them in the table and the JSON,
+never used as an expected error.
+
 Outputs (``--write``): ``fit.expected_error`` of decodecalc/profiles/h200.yaml (and its parsed copy),
 benchmarks/results/expected-error-h200.json (the figures by source file too) and the table between the
 ``<!-- expected-error -->`` markers of BENCHMARKS.md; tests/test_expected_error.py recomputes all three.
@@ -49,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from decodecalc.timemodel import packaged_profile  # noqa: E402
 from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, layout_key  # noqa: E402
-from decodecalc.timemodel.fit import Measurement, percentile  # noqa: E402
+from decodecalc.timemodel.fit import Measurement, error_summary, percentile  # noqa: E402
 from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -87,6 +90,18 @@ def _figure(errors: Sequence[float], layouts: Iterable[str], evidence: str) -> d
             "p90_abs_err": round(percentile(errors, 0.9), 4), "evidence": evidence, "layout_list": lays}
 
 
+def _totals_figure(rows: Sequence[tuple[float, str, str]], evidence: str) -> dict[str, Any] | None:
+    """A figure of whole workloads' totals from (|error|, layout, model) rows: the launch figure plus the share within
+    5%, the worst and the models behind it."""
+    errs = [e for e, _, _ in rows]
+    fig = _figure(errs, [lay for _, lay, _ in rows], evidence)
+    if fig:
+        fig["within_5pct"] = round(sum(e <= 0.05 for e in errs) / len(errs), 4)
+        fig["max_abs_err"] = round(max(errs), 4)
+        fig["models"] = sorted({m for _, _, m in rows})
+    return fig
+
+
 def triton_records() -> dict[str, dict[str, Any]]:
     fit = json.loads(TRITON_FIT.read_text())
     lo = json.loads(TRITON_LEAVEOUT.read_text())
@@ -113,9 +128,16 @@ def triton_records() -> dict[str, dict[str, Any]]:
                     lays.append(table["layout"][i])
         new = _figure(errs, lays, f"benchmarks/leaveout_timemodel.py, {len(layout_folds)} head layouts each left out "
                                   "whole (physics and map refitted without it): leaveout-timemodel-h200.json")
+        train = fit["holdout_fit"]["train"][k]  # the same fit on its own rows, with its map: in sample
         out[k] = {"fitted_layouts": sorted({" ".join(r["shape"].split()[:2]) for r in mine}),
-                  "fitted_layout": fitted, "new_layout": new}
+                  "fitted_layout": fitted, "new_layout": new, "training": _in_sample(train)}
     return out
+
+
+def _in_sample(rec: dict[str, Any]) -> dict[str, Any]:
+    """A fit's figure on its own training rows (reported beside the left-out ones, never used as an expected error)."""
+    return {"rows": rec["rows"], "median_abs_err": round(rec["median_abs_err"], 4),
+            "p90_abs_err": round(rec["p90_abs_err"], 4)}
 
 
 def _layout(m: Measurement) -> str:
@@ -138,6 +160,7 @@ def backend_records(prof: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any
     for k in BACKENDS:
         fitted_lays = sorted({_layout(m) for m in train_data if m.kernel == k})
         held = [m for m in train_data if m.kernel == k and fb.held_out(m.shape.key)]
+        trained = [m for m in train_data if m.kernel == k and not fb.held_out(m.shape.key)]
         seen = [(src, m) for src, ms in val.items() for m in ms if m.kernel == k and _layout(m) in fitted_lays]
         new = [(src, m) for src, ms in val.items() for m in ms if m.kernel == k and _layout(m) not in fitted_lays]
         srcs_seen = sorted({s for s, _ in seen})
@@ -150,7 +173,8 @@ def backend_records(prof: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any
                          f"validation captures of head layouts no fit saw: {', '.join(srcs_new)}"
                          + ("; the CUDA-core step rule was chosen with flashinfer-ctas-h200.jsonl.gz in view"
                             if "flashinfer-ctas-h200.jsonl.gz" in srcs_new else ""))
-        out[k] = {"fitted_layouts": fitted_lays, "fitted_layout": fitted, "new_layout": newfig}
+        out[k] = {"fitted_layouts": fitted_lays, "fitted_layout": fitted, "new_layout": newfig,
+                  "training": _in_sample(error_summary(prof, trained))}
         detail[k] = {"held_out_quarter": _figure([_err(m, prof) for m in held], map(_layout, held), "")}
         for src in VALIDATION:
             for side, pairs in (("fitted_layout", seen), ("new_layout", new)):
@@ -171,10 +195,12 @@ def fp8_records(prof: Any) -> dict[str, dict[str, Any]]:
     for k in f8.FP8_FAMILIES:
         fitted_lays = sorted({_layout(m) for m in ms + short if m.kernel == k and layout_of(m) in f8.FIT_LAYOUTS})
         unseen = [m for m in ms if m.kernel == k and layout_of(m) in f8.UNSEEN_LAYOUTS]
+        trained = [m for m in ms + short if m.kernel == k and layout_of(m) in f8.FIT_LAYOUTS]
         out[f"{k}/fp8"] = {"fitted_layouts": fitted_lays, "new_layout": _figure(
             [_err(m, prof) for m in unseen], map(_layout, unseen),
             "benchmarks/fit_backends_fp8_h200.py's fp8 runs of its UNSEEN_LAYOUTS (whole head layouts left out): "
-            "fp8-backends-flashinfer-h200.jsonl.gz, fp8-backends-fa3-h200.jsonl.gz")}
+            "fp8-backends-flashinfer-h200.jsonl.gz, fp8-backends-fa3-h200.jsonl.gz"),
+            "training": _in_sample(error_summary(prof, trained))}
     return out
 
 
@@ -209,14 +235,9 @@ def workload_records(fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str
                 srcs[side].add(name)
         rec: dict[str, Any] = {}
         for side, rows in sides.items():
-            fig = _figure([e for e, _, _ in rows], [lay for _, lay, _ in rows],
-                          f"validate_tune_h200.py --repredict of {', '.join(sorted(srcs[side]))}: tune's totals "
-                          "of every measured setting against their H200 replays")
+            fig = _totals_figure(rows, f"validate_tune_h200.py --repredict of {', '.join(sorted(srcs[side]))}: "
+                                       "tune's totals of every measured setting against their H200 replays")
             if fig:
-                errs = [e for e, _, _ in rows]
-                fig["within_5pct"] = round(sum(e <= 0.05 for e in errs) / len(errs), 4)
-                fig["max_abs_err"] = round(max(errs), 4)
-                fig["models"] = sorted({m for _, _, m in rows})
                 rec[side] = fig
         out[k] = rec
     return out
@@ -277,16 +298,10 @@ def backend_workload_records(kernels: dict[str, dict[str, Any]]) -> dict[str, di
             rows = by_side.get(side, [])
             if len(rows) < MIN_BACKEND_TOTALS:  # a median and p90 of one or two totals say nothing
                 continue
-            errs = [e for e, _, _ in rows]
-            fig = _figure(errs, [lay for _, lay, _ in rows],
-                          f"benchmarks/validate_backends_workload_h200.py ({', '.join(BACKEND_WORKLOAD_FILES)}): "
-                          "each path's total over 100 chat or long-prompt steps replayed in one CUDA graph on the "
-                          "H200 (FA3 as vLLM runs it, num_splits 32)")
-            assert fig is not None
-            fig["within_5pct"] = round(sum(e <= 0.05 for e in errs) / len(errs), 4)
-            fig["max_abs_err"] = round(max(errs), 4)
-            fig["models"] = sorted({m for _, _, m in rows})
-            rec[side] = fig
+            rec[side] = _totals_figure(
+                rows, f"benchmarks/validate_backends_workload_h200.py ({', '.join(BACKEND_WORKLOAD_FILES)}): each "
+                      "path's total over 100 chat or long-prompt steps replayed in one CUDA graph on the H200 (FA3 as "
+                      "vLLM runs it, num_splits 32)")
         out[key] = rec
     return out
 
@@ -332,11 +347,12 @@ def pct(x: float) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    lines = ["| kernel | layouts the fit measured | fitted layout: rows (layouts) | median | p90 | new layout: rows "
-             "(layouts) | median | p90 | new layouts behind the figure |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| kernel | layouts the fit measured | training (in sample): median / p90 | fitted layout: rows "
+             "(layouts) | median | p90 | new layout: rows (layouts) | median | p90 | new layouts behind the figure |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for k, rec in doc["kernels"].items():
-        cells = [k, str(len(rec["fitted_layouts"]))]
+        tr = rec["training"]
+        cells = [k, str(len(rec["fitted_layouts"])), f"{pct(tr['median_abs_err'])} / {pct(tr['p90_abs_err'])}"]
         for fig in ("fitted_layout", "new_layout"):
             f = rec.get(fig)
             cells += ([f"{f['rows']} ({f['layouts']})", pct(f["median_abs_err"]), pct(f["p90_abs_err"])] if f

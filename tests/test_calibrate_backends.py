@@ -21,7 +21,7 @@ from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.backend_fit import (BACKEND_LAYOUTS, BACKEND_SHAPES, BACKEND_SHORT_SHAPES, KV_DTYPES,
                                               backend_plan, calibrate_backends, layout_folds, layout_of, main_family,
                                               parse_backends)
-from decodecalc.timemodel.calibration_fit import check_backend_record, merge_measurements
+from decodecalc.timemodel.calibration_saved import check_backend_record, merge_measurements
 from decodecalc.timemodel.predict import launch_time_s
 from decodecalc.verify.backend_calibration import record_measurement, record_measurements, saved_record
 

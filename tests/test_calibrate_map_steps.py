@@ -14,12 +14,8 @@ from typer.testing import CliRunner
 from decodecalc.cli import app
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import packaged_profile
-from decodecalc.timemodel.calibration_fit import (
-    MAP_MODELS,
-    MAP_WORKLOADS,
-    calibration_from_measurements,
-    neutral_start,
-)
+from decodecalc.timemodel.calibration_fit import MAP_MODELS, MAP_WORKLOADS, neutral_start
+from decodecalc.timemodel.calibration_saved import calibration_from_measurements
 from decodecalc.timemodel.fit import error_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +113,7 @@ def test_the_map_steps_map_predicts_other_steps_of_the_reference_workloads_bette
 
 def test_saved_map_steps_are_merged_and_bad_ones_refused_with_their_index(tmp_path):
     from decodecalc.errors import ConfigError
-    from decodecalc.timemodel.calibration_fit import merge_measurements
+    from decodecalc.timemodel.calibration_saved import merge_measurements
 
     data = {**_grid_run(), "map_steps": _map_records(1)}
     merged, _ = merge_measurements([(data, "a"), ({"cases": data["cases"][:2], "map_steps": _map_records(1)[:1]}, "b")])

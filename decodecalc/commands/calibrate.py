@@ -109,7 +109,8 @@ def register(app: typer.Typer) -> None:
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
         from decodecalc.timemodel import datasheet_profile, packaged_profile, user_profile_dir
-        from decodecalc.timemodel.calibration_fit import calibration_from_measurements, neutral_start
+        from decodecalc.timemodel.calibration_fit import neutral_start
+        from decodecalc.timemodel.calibration_saved import calibration_from_measurements
         from decodecalc.yamlio import load_json_file
 
         if sum((quick, thorough, grid)) > 1:
@@ -165,7 +166,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")
             if layouts:
                 raise ConfigError("--model with --from-measurements: the saved timings say which layouts were timed")
-            from decodecalc.timemodel.calibration_fit import merge_measurements
+            from decodecalc.timemodel.calibration_saved import merge_measurements
 
             from decodecalc.limits import MAX_MEASUREMENTS_BYTES, MAX_MEASUREMENTS_VALUES
 

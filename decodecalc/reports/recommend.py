@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers.sglang_triton import SglangSettings, plan_sglang
@@ -29,6 +29,9 @@ from decodecalc.timemodel import (
     work_for_plan,
 )
 from decodecalc.workload import Workload
+
+if TYPE_CHECKING:
+    from decodecalc.timemodel.accuracy import ExpectedError
 
 KERNELS = ("vllm", "sglang")
 #: candidate split counts when the user gives none (1 = unsplit: vLLM's 2D kernel, SGLang one split).
@@ -72,7 +75,7 @@ class KernelRecommendation:
     calibrated: bool
     note: str = ""
     #: the error its predicted times are likely to have (timemodel.accuracy); None without such evidence
-    expected_error: Any = None
+    expected_error: ExpectedError | None = None
 
     @property
     def speedup(self) -> float:

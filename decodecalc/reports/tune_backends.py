@@ -17,7 +17,7 @@ from decodecalc.launchers import flash_attn3, flashinfer
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.timemodel import KERNEL_FAMILIES, kernel_families
-from decodecalc.timemodel.accuracy import expected_error_for
+from decodecalc.timemodel.accuracy import ExpectedError, expected_error_for
 from decodecalc.timemodel.domain import domain_warnings
 
 Planner = Callable[[Any, Any], LaunchPlan]
@@ -31,7 +31,7 @@ class BackendNote:
     stats: Stats | None
     note: str
     #: the error of the total (timemodel.accuracy, of="workload total"); None without such evidence
-    expected_error: Any = None
+    expected_error: ExpectedError | None = None
 
     def to_dict(self, default_total: float | None, tuned_total: float | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.sglang_triton import SglangSettings
@@ -15,6 +15,9 @@ from decodecalc.reports.tune_stats import Stats, stats
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
 from decodecalc.workload import Workload
+
+if TYPE_CHECKING:
+    from decodecalc.timemodel.accuracy import ExpectedError
 
 ENGINES = ("vllm", "sglang")
 OBJECTIVES = ("mean", "p99")
@@ -87,7 +90,7 @@ class EngineTune:
     #: why the workload lies outside the profile's measured domain for this engine's kernel (timemodel.domain)
     domain_warnings: tuple[str, ...] = ()
     #: the error the totals are likely to have (timemodel.accuracy, of="workload total"); None without evidence
-    expected_error: Any = None
+    expected_error: ExpectedError | None = None
 
     @property
     def saving_vs_default(self) -> float:
