@@ -174,6 +174,9 @@ def register(app: typer.Typer) -> None:
                                                                max_bytes=MAX_MEASUREMENTS_BYTES,
                                                                max_values=MAX_MEASUREMENTS_VALUES), str(p))
                                                for p in from_measurements])
+            if data.get("pending"):  # saved before the backends ran, and the run ended there
+                typer.echo(f"note: {source} was saved before the compiled backends ran (the run stopped there): "
+                           "fitting its Triton timings alone", err=True)
             from decodecalc.verify.backend_calibration import record_measurements
 
             prof = calibration_from_measurements(data, gpu=spec, base=base, source=source, start_note=note,
@@ -234,7 +237,8 @@ def register(app: typer.Typer) -> None:
                         write_atomic(save_measurements, lambda tmp: tmp.write_bytes(packed) and None)
                     else:
                         write_atomic(save_measurements, text)
-                bar.update(task, description="fitting")
+                if not data.get("pending"):
+                    bar.update(task, description="fitting")
 
             prof, _ = run_calibration(spec, base=base, quick=quick, vllm_src=vllm_src, sglang_src=sglang_src,
                                       progress=progress, start_note=note, thorough=thorough, grid=grid,

@@ -230,7 +230,9 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                     fit_progress: Callable[[str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
-    with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does.
+    with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does;
+    with ``backends``, first also before they run, without them (``pending: ["backends"]``), so that the Triton
+    timings are kept whatever the backends do.
     ``layouts``: the user's own head layouts per rank, timed too; ``keep_physics``: those alone, and no fit
     (:func:`decodecalc.timemodel.calibration_fit.fit_calibration_rows`). ``workload``: sampled steps of the user's
     traffic under the engines' own launches (``calibrate --workload``), timed after the plan; their rows are the
@@ -287,21 +289,29 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     map_docs = [s.saved(r) for s, r in zip(map_samples, map_rows)]
     if map_samples:
         elapsed["map_s"] = round(time.monotonic() - t_map, 1)
+    versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
+    steps_doc = workload.saved(step_rows) if workload else None
+
+    def saved(backend_rows: list[dict[str, Any]] | None) -> dict[str, Any]:
+        # backend_rows None: the backends are still to run (``pending``); what is saved so far fits without them
+        return {"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
+                **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
+                **({"workload": steps_doc} if steps_doc else {}),
+                **({"map_steps": map_docs} if map_docs else {}),
+                **({"backend_cases": backend_rows} if backend_rows is not None else {"pending": ["backends"]}),
+                "elapsed": dict(elapsed)}
+
     backend_rows: list[dict[str, Any]] = []
     if backends:
+        if measured is not None:  # the Triton timings survive a backend run that never ends (a killed job, a hang)
+            measured(saved(None))
         from decodecalc.verify.backend_calibration import run_backend_calibration
 
         t1 = time.monotonic()
         backend_rows = run_backend_calibration(gpu, backends, progress=progress)
         elapsed["backends_s"] = round(time.monotonic() - t1, 1)  # their JIT compile included
-    versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
-    steps_doc = workload.saved(step_rows) if workload else None
     if measured is not None:
-        measured({"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
-                  **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
-                  **({"workload": steps_doc} if steps_doc else {}),
-                  **({"map_steps": map_docs} if map_docs else {}),
-                  **({"backend_cases": backend_rows} if backends else {}), "elapsed": elapsed})
+        measured(saved(backend_rows) if backends else {k: v for k, v in saved(None).items() if k != "pending"})
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=versions,
