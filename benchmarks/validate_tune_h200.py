@@ -584,7 +584,7 @@ def repredict(path: Path, profile_path: Path | None = None, profile: Any = None)
     predicted vs measured total, tune's pick now among the measured settings (a run of an older, smaller search
     measured only its own), the best measured candidate, the measured saving."""
     data = json.loads(Path(path).read_text())
-    gpu = resolve_gpu("h200")
+    gpu = resolve_gpu(data.get("gpu", "h200"))  # the GPU the run measured (runs before --gpu: the H200)
     profile = profile if profile is not None else resolve_profile(gpu, profile_path=profile_path)
     rows, picks = [], []
     for case in data["cases"]:
@@ -671,7 +671,9 @@ def main() -> int:
     ap.add_argument("--kv-cache-dtype", default="auto", help="the workloads' KV-cache dtype (fp8: e4m3, vLLM's query "
                     "quantized with per-tensor descales as calibrate's bench does)")
     ap.add_argument("--profile", metavar="YAML", help="with --repredict: this time profile instead of the one "
-                    "decodecalc resolves for the H200")
+                    "decodecalc resolves for the run's GPU")
+    ap.add_argument("--gpu", default="h200", help="the GPU this runs on (decodecalc gpus; its SM count must be the "
+                    "device's): its profile predicts the settings and picks")
     args = ap.parse_args()
     if args.repredict:
         rep = repredict(Path(args.repredict), Path(args.profile) if args.profile else None)
@@ -694,9 +696,10 @@ def main() -> int:
     cap = tuple(torch.cuda.get_device_capability(0)) if on_gpu else (9, 0)
     vk = load_vllm(None, capability=cap, interpret=not on_gpu)
     sk = load_sglang(None, interpret=not on_gpu)
-    gpu = resolve_gpu("h200")
+    gpu = resolve_gpu(args.gpu)
     profile = resolve_profile(gpu)
     info: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if on_gpu else "cpu (TRITON_INTERPRET)",
+                            "gpu": gpu.name,
                             "torch": torch.__version__, "vllm": vk.source.version, "sglang": sk.source.version,
                             "profile": profile.path or "built-in", "steps_per_workload": args.steps,
                             "method": "one CUDA graph per (workload, setting) holding every step; median of "
