@@ -11,6 +11,7 @@
 # backends' time includes their builds as on a GPU that never ran them.
 set -uo pipefail
 MODE="${1:-full}"
+GPU="${GPU:-h200}"  # decodecalc gpus: the device's (GPU=h100-sxm on an H100 SXM)
 OUT="${OUT:-/tmp/decodecalc-out}"
 mkdir -p "$OUT"
 S="$(mktemp -d /tmp/dc-carry.XXXX)"
@@ -24,19 +25,19 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 case "$MODE" in
   smoke)
-    timeout 90 python3 -m decodecalc verify --system flashinfer-tc --batch 4 --seq-len 512 2>&1 | tail -6
-    timeout 60 python3 -m decodecalc verify --system fa3 --batch 4 --seq-len 512 2>&1 | tail -6
-    timeout 240 python3 -m decodecalc calibrate --gpu h200 --from-scratch --quick --map-steps 1 --backends none \
+    timeout 90 python3 -m decodecalc verify --gpu "$GPU" --system flashinfer-tc --batch 4 --seq-len 512 2>&1 | tail -6
+    timeout 60 python3 -m decodecalc verify --gpu "$GPU" --system fa3 --batch 4 --seq-len 512 2>&1 | tail -6
+    timeout 240 python3 -m decodecalc calibrate --gpu "$GPU" --from-scratch --quick --map-steps 1 --backends none \
       -o "$OUT/smoke.yaml" --save-measurements "$OUT/smoke-measurements.json.gz" 2>&1 | tail -8
     ;;
   full)
     start=$(date +%s)
-    timeout 590 python3 -m decodecalc calibrate --gpu h200 --from-scratch --grid \
-      -o "$OUT/calibrate-grid-map-h200.yaml" \
-      --save-measurements "$OUT/calibrate-grid-map-h200-measurements.json.gz" > "$OUT/calibrate-grid-map-h200.log" 2>&1
+    name="calibrate-grid-map-$GPU"
+    timeout 590 python3 -m decodecalc calibrate --gpu "$GPU" --from-scratch --grid -o "$OUT/$name.yaml" \
+      --save-measurements "$OUT/$name-measurements.json.gz" > "$OUT/$name.log" 2>&1
     rc=$?
-    echo "rc=$rc wall_s=$(( $(date +%s) - start ))" | tee -a "$OUT/calibrate-grid-map-h200.log"
-    tail -30 "$OUT/calibrate-grid-map-h200.log"
+    echo "rc=$rc wall_s=$(( $(date +%s) - start ))" | tee -a "$OUT/$name.log"
+    tail -30 "$OUT/$name.log"
     ;;
   *) echo "Error: unknown mode '$MODE'; valid: smoke, full" >&2; exit 2 ;;
 esac
