@@ -11,7 +11,7 @@
 # backends' time includes their builds as on a GPU that never ran them.
 set -uo pipefail
 MODE="${1:-full}"
-GPU="${GPU:-h200}"  # decodecalc gpus: the device's (GPU=h100-sxm on an H100 SXM)
+GPU="${GPU:-auto}"  # decodecalc gpus' name of the device; auto: the one its device name resolves to
 OUT="${OUT:-/tmp/decodecalc-out}"
 mkdir -p "$OUT"
 S="$(mktemp -d /tmp/dc-carry.XXXX)"
@@ -22,6 +22,10 @@ xz -dc .devcarry/_vllm_fa3_C.abi3.so.xz > "$S/fa3.so"
 export PYTHONPATH="$PWD:$S/fi" DECODECALC_FA3_LIB="$S/fa3.so" PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE="$S/ws"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+if [ "$GPU" = auto ]; then
+  GPU="$(python3 -c "import torch; from decodecalc.specs.gpus import resolve_gpu; print(resolve_gpu(torch.cuda.get_device_name(0)).name)")"
+fi
+echo "GPU=$GPU"
 
 case "$MODE" in
   smoke)
