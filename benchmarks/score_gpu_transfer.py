@@ -1,0 +1,98 @@
+"""How well decodecalc predicts a GPU before and after `calibrate` on it: a calibration's saved timings scored by
+the profile decodecalc uses there without one, and by the profiles named (issue 18: "on any GPU a user calibrates").
+
+    python benchmarks/score_gpu_transfer.py M.json.gz [--profile NAME=P.yaml ...] [--json OUT]
+
+``M.json.gz``: what ``calibrate --save-measurements`` wrote on that GPU (its ``gpu`` field names it): the plan's
+shape timings (``cases``), the reference workloads' steps (``map_steps``) and the compiled backends' runs
+(``backend_cases``). Each is scored as |predicted / measured - 1| per kernel (median, p90, share within 5%) by
+
+* ``shipped`` or ``datasheet (uncalibrated)``: the profile decodecalc resolves for that GPU with no calibration of
+  it (the packaged profile where one ships, else the datasheet fallback: the H200's fitted physics with this GPU's SM count and bandwidth,
+  sm_90 occupancies for every sm_90 part). None of these timings was seen by its fit: on another GPU than the H200
+  this is the figure of a GPU no fit saw;
+* each ``--profile NAME=P.yaml``: for the run's own profile these timings are its fit's data (in sample; its backend
+  families' out-of-fold figures are in its ``fit.backend_calibration``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.timemodel import load_profile_file, packaged_profile  # noqa: E402
+from decodecalc.timemodel.calibration_fit import workload_measurements  # noqa: E402
+from decodecalc.timemodel.fit import measurements_from_rows, percentile  # noqa: E402
+from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
+from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
+
+
+def load(path: Path) -> dict[str, Any]:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def groups(data: dict[str, Any], gpu: Any) -> dict[str, list[Any]]:
+    """The run's timings as measurements, by what they are: shapes and map steps by engine kernel, backends by path."""
+    from decodecalc.verify.backend_calibration import record_measurements
+
+    out: dict[str, list[Any]] = {}
+    for m in measurements_from_rows(data.get("cases") or [], num_sms=gpu.num_sms):
+        out.setdefault(f"shapes: {m.kernel}", []).append(m)
+    for doc in data.get("map_steps") or []:
+        for m in workload_measurements(doc):
+            out.setdefault(f"map steps: {m.kernel}", []).append(m)
+    for m in record_measurements(data.get("backend_cases") or [], gpu):
+        out.setdefault(f"backends: {m.kernel}", []).append(m)
+    return out
+
+
+def score(profile: Any, ms: Sequence[Any]) -> dict[str, Any]:
+    errs = sorted(abs(launch_time_s(m.work, profile) / m.time_s - 1) for m in ms)
+    return {"timings": len(errs), "median_abs_err": round(percentile(errs, 0.5), 4),
+            "p90_abs_err": round(percentile(errs, 0.9), 4),
+            "within_5pct": round(sum(e <= 0.05 for e in errs) / len(errs), 4)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("measurements", type=Path)
+    ap.add_argument("--profile", action="append", default=[], metavar="NAME=YAML")
+    ap.add_argument("--json", type=Path, help="also write the scores here")
+    args = ap.parse_args(argv)
+    data = load(args.measurements)
+    gpu = resolve_gpu(str(data.get("gpu") or "h200"))
+    base = packaged_profile(gpu.name)
+    profiles = {"shipped": base} if base is not None else {"datasheet (uncalibrated)": datasheet_profile(gpu)}
+    for spec in args.profile:
+        name, _, path = spec.partition("=")
+        if not path:
+            raise SystemExit(f"Error: --profile {spec!r}; expected NAME=YAML")
+        profiles[name] = load_profile_file(Path(path))
+    by = groups(data, gpu)
+    doc = {"gpu": gpu.name, "device": data.get("device_name"), "source": str(args.measurements),
+           "profiles": {n: (p.source or p.path or "") for n, p in profiles.items()},
+           "scores": {g: {n: score(p, ms) for n, p in profiles.items()} for g, ms in by.items()}}
+    print(f"{gpu.name} ({doc['device']}): |predicted / measured - 1|, median / p90 (share within 5%)")
+    print("| timings | n | " + " | ".join(profiles) + " |")
+    print("|---" * (2 + len(profiles)) + "|")
+    for g, cells in doc["scores"].items():
+        n = next(iter(cells.values()))["timings"]
+        print(f"| {g} | {n} | " + " | ".join(f"{c['median_abs_err']:.1%} / {c['p90_abs_err']:.1%} ({c['within_5pct']:.0%})"
+                                            for c in cells.values()) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
