@@ -3,6 +3,7 @@
 #
 #   benchmarks/calibrate_grid_map_h200.sh smoke   # a minute: the backends load and JIT-build, map steps run
 #   benchmarks/calibrate_grid_map_h200.sh full    # the command itself, timed: `calibrate --gpu h200 --from-scratch --grid`
+#   BACKENDS=none benchmarks/calibrate_grid_map_h200.sh full   # its Triton kernels and map steps alone
 #
 # Carried with the device call (never committed, .gitignore): upstream/ (tools/fetch_upstream.sh: vLLM 0.33.0's and
 # SGLang 0.5.23's kernel files) and .devcarry/ (flashinfer-python 0.7.2.post1's wheel without the kernel sources of
@@ -37,7 +38,8 @@ case "$MODE" in
   full)
     start=$(date +%s)
     name="calibrate-grid-map-$GPU"
-    timeout 590 python3 -m decodecalc calibrate --gpu "$GPU" --from-scratch --grid -o "$OUT/$name.yaml" \
+    timeout 590 python3 -m decodecalc calibrate --gpu "$GPU" --from-scratch --grid --backends "${BACKENDS:-auto}" \
+      -o "$OUT/$name.yaml" \
       --save-measurements "$OUT/$name-measurements.json.gz" > "$OUT/$name.log" 2>&1
     rc=$?
     echo "rc=$rc wall_s=$(( $(date +%s) - start ))" | tee -a "$OUT/$name.log"
