@@ -262,3 +262,25 @@ def test_the_physics_or_map_table_is_the_record_and_one_cell_recomputes():
     ratio = {v: grid[v]["median_abs_error"] / shipped[v]["median_abs_error"] for v in VALIDATIONS}
     assert ratio["layouts"] < 1 and ratio["layouts3"] < 1.1 and ratio["heldout"] > 1.5 and ratio["fresh5"] > 4
     assert all(stepped[v]["median_abs_error"] <= 1.5 * shipped[v]["median_abs_error"] for v in VALIDATIONS)
+
+
+def test_score_gpu_transfer_scores_each_kind_of_timing_by_each_profile(tmp_path):
+    # benchmarks/score_gpu_transfer.py on the grid run's saved timings: the shipped profile and the run's own, per
+    # engine kernel, recomputed here from the rows with launch_time_s
+    from benchmarks.score_gpu_transfer import main
+
+    saved = RESULTS / "calibrate-grid-h200-measurements.json.gz"
+    out = tmp_path / "s.json"
+    assert main([str(saved), "--profile", f"run={RESULTS / 'calibrate-grid-h200.yaml'}", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    import gzip
+
+    rows = json.loads(gzip.decompress(saved.read_bytes()))["cases"]
+    ms = [m for m in measurements_from_rows(rows) if m.kernel == "sglang"]
+    for name, prof in (("shipped", packaged_profile("h200")), ("run", load_profile_file(RESULTS / "calibrate-grid-h200.yaml"))):
+        errs = [abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in ms]
+        got = doc["scores"]["shapes: sglang"][name]
+        assert got["timings"] == len(ms) > 100
+        assert got["median_abs_err"] == pytest.approx(statistics.median(errs), abs=1e-4)
+        assert got["within_5pct"] == pytest.approx(sum(e <= 0.05 for e in errs) / len(errs), abs=1e-4)
+    assert doc["gpu"] == "h200" and set(doc["scores"]) == {"shapes: vllm", "shapes: sglang"}
