@@ -31,8 +31,7 @@ sys.path.insert(0, str(ROOT))
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import load_profile_file, packaged_profile  # noqa: E402
 from decodecalc.timemodel.calibration_fit import workload_measurements  # noqa: E402
-from decodecalc.timemodel.fit import measurements_from_rows, percentile  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
+from decodecalc.timemodel.fit import abs_pct_errors, error_summary, measurements_from_rows  # noqa: E402
 from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
 
 
@@ -57,10 +56,10 @@ def groups(data: dict[str, Any], gpu: Any) -> dict[str, list[Any]]:
 
 
 def score(profile: Any, ms: Sequence[Any]) -> dict[str, Any]:
-    errs = sorted(abs(launch_time_s(m.work, profile) / m.time_s - 1) for m in ms)
-    return {"timings": len(errs), "median_abs_err": round(percentile(errs, 0.5), 4),
-            "p90_abs_err": round(percentile(errs, 0.9), 4),
-            "within_5pct": round(sum(e <= 0.05 for e in errs) / len(errs), 4)}
+    s = error_summary(profile, ms)
+    within = sum(e <= 0.05 for e in abs_pct_errors(profile, ms)) / len(ms)
+    return {"timings": s["rows"], "median_abs_err": round(s["median_abs_err"], 4),
+            "p90_abs_err": round(s["p90_abs_err"], 4), "within_5pct": round(within, 4)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

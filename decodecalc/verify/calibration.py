@@ -292,26 +292,27 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     versions = f"vLLM {vk.source.version} and SGLang {sk.source.version}"
     steps_doc = workload.saved(step_rows) if workload else None
 
-    def saved(backend_rows: list[dict[str, Any]] | None) -> dict[str, Any]:
-        # backend_rows None: the backends are still to run (``pending``); what is saved so far fits without them
+    def saved(backend_rows: list[dict[str, Any]] | None, pending: bool = False) -> dict[str, Any]:
+        # pending: the backends are still to run; what is saved so far fits without them
         return {"num_sms": sms, "launch_overhead_s": launch_s, "device_name": str(props.name), "versions": versions,
                 **({"layouts": [list(x) for x in dict.fromkeys(layouts)]} if layouts else {}), "cases": rows,
                 **({"workload": steps_doc} if steps_doc else {}),
                 **({"map_steps": map_docs} if map_docs else {}),
-                **({"backend_cases": backend_rows} if backend_rows is not None else {"pending": ["backends"]}),
+                **({"backend_cases": backend_rows} if backend_rows is not None else {}),
+                **({"pending": ["backends"]} if pending else {}),
                 "elapsed": dict(elapsed)}
 
     backend_rows: list[dict[str, Any]] = []
     if backends:
         if measured is not None:  # the Triton timings survive a backend run that never ends (a killed job, a hang)
-            measured(saved(None))
+            measured(saved(None, pending=True))
         from decodecalc.verify.backend_calibration import run_backend_calibration
 
         t1 = time.monotonic()
         backend_rows = run_backend_calibration(gpu, backends, progress=progress)
         elapsed["backends_s"] = round(time.monotonic() - t1, 1)  # their JIT compile included
     if measured is not None:
-        measured(saved(backend_rows) if backends else {k: v for k, v in saved(None).items() if k != "pending"})
+        measured(saved(backend_rows if backends else None))
     prof = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=sms, launch_overhead_s=launch_s,
                                 device_name=str(props.name),
                                 versions=versions,
