@@ -18,7 +18,6 @@ shape timings (``cases``), the reference workloads' steps (``map_steps``) and th
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from collections.abc import Sequence
@@ -36,8 +35,12 @@ from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
 
 
 def load(path: Path) -> dict[str, Any]:
-    raw = path.read_bytes()
-    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    """A saved calibration, read as `calibrate --from-measurements` reads one (its limits; .gz by name)."""
+    from decodecalc.limits import MAX_MEASUREMENTS_BYTES, MAX_MEASUREMENTS_VALUES
+    from decodecalc.yamlio import load_json_file
+
+    return load_json_file(path, "calibration measurements", max_bytes=MAX_MEASUREMENTS_BYTES,
+                          max_values=MAX_MEASUREMENTS_VALUES)
 
 
 def groups(data: dict[str, Any], gpu: Any) -> dict[str, list[Any]]:
@@ -89,7 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"| {g} | {n} | " + " | ".join(f"{c['median_abs_err']:.1%} / {c['p90_abs_err']:.1%} ({c['within_5pct']:.0%})"
                                             for c in cells.values()) + " |")
     if args.json:
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        from decodecalc.commands.output import write_atomic
+
+        write_atomic(args.json, json.dumps(doc, indent=1) + "\n")
     return 0
 
 
