@@ -7,9 +7,10 @@
 #
 # Carried with the device call (never committed, .gitignore): upstream/ (tools/fetch_upstream.sh: vLLM 0.33.0's and
 # SGLang 0.5.23's kernel files) and .devcarry/ (flashinfer-python 0.7.2.post1's wheel without the kernel sources of
-# unrelated features, tar.xz; apache-tvm-ffi 0.1.15.post2's cp312 wheel; vLLM 0.33.0's
-# vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so, xz). FlashInfer JIT-compiles into a fresh workspace each run, so the
-# backends' time includes their builds as on a GPU that never ran them.
+# unrelated features but with every Python module, as its __init__ imports fused_moe, moe_ep and experimental;
+# tar.xz; apache-tvm-ffi 0.1.15.post2's cp312 wheel; vLLM 0.33.0's vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so, xz).
+# FlashInfer JIT-compiles into a fresh workspace each run, so the backends' time includes their builds as on a GPU
+# that never ran them.
 set -uo pipefail
 MODE="${1:-full}"
 GPU="${GPU:-auto}"  # decodecalc gpus' name of the device; auto: the one its device name resolves to

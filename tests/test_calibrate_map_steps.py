@@ -152,3 +152,78 @@ def test_pool_copies_rotate_past_l2_within_the_memory_there_is():
     assert pool_copies(64, 32768, 1 << 20, 8, 128, 2, free_bytes=100 << 30) == 3  # at most 24 GiB
     with pytest.raises(DecodecalcError, match="out of GPU memory: a map sample's KV pool"):
         pool_copies(64, 32768, 1 << 20, 8, 128, 2, free_bytes=per_copy)
+
+
+# --- the spilling reduce (vllm_reduce_spill) in a from-scratch calibration: fitted on the map steps' launches ---
+
+H100_RUN = RESULTS / "calibrate-grid-map-h100-sxm-measurements.json.gz"
+
+
+def _h100_run() -> dict:
+    return json.loads(gzip.decompress(H100_RUN.read_bytes()))
+
+
+def test_the_spill_family_fitted_on_other_workloads_predicts_a_left_out_ones_spilling_launches():
+    """benchmarks/spill_fit_h100.py's fold that leaves Llama-3.1-8B's agentic steps out, recomputed from the H100 run's
+    committed timings: the family fitted on the other three workloads' spilling launches (144) predicts the left-out
+    48 as the record says (to its rounding), and several times closer than the run's neutral family."""
+    from benchmarks.spill_fit_h100 import OUT, RUN, spilling
+    from decodecalc.timemodel import load_profile_file
+    from decodecalc.timemodel.calibration_fit import _map_name, workload_measurements
+    from decodecalc.timemodel.fit import abs_pct_errors, percentile
+    from decodecalc.timemodel.recipe import fit_spill_family
+
+    import dataclasses
+
+    rec = json.loads(OUT.read_text())
+    physics = dataclasses.replace(load_profile_file(Path(f"{RUN}.yaml")), residuals=None)
+    by = {_map_name(d): spilling(list(workload_measurements(d))) for d in _h100_run()["map_steps"]}
+    out = "llama3.1-8b TP1 agentic"
+    fitted, n = fit_spill_family(physics, [m for k, ms in by.items() if k != out for m in ms])
+    fold = rec["folds"][out]
+    assert n == fold["training_launches"] == 144 and len(by[out]) == 48
+    after = percentile(abs_pct_errors(fitted, by[out]), 0.5)
+    before = percentile(abs_pct_errors(physics, by[out]), 0.5)
+    assert round(after, 4) == fold["fitted on the other workloads"]["median_abs_err"]
+    assert round(before, 4) == fold["as run"]["median_abs_err"]
+    assert after < before / 4
+    pooled = rec["pooled"]
+    assert pooled["fitted on the other workloads"]["median_abs_err"] < pooled["as run"]["median_abs_err"] / 3
+
+
+def test_too_few_spilling_launches_leave_the_family_as_it_was():
+    """Below SPILL_MIN_LAUNCHES the fit does nothing (six numbers from a handful of launches would be noise)."""
+    import dataclasses
+
+    from benchmarks.spill_fit_h100 import RUN, spilling
+    from decodecalc.timemodel import load_profile_file
+    from decodecalc.timemodel.calibration_fit import workload_measurements
+    from decodecalc.timemodel.recipe import SPILL_MIN_LAUNCHES, fit_spill_family
+
+    physics = dataclasses.replace(load_profile_file(Path(f"{RUN}.yaml")), residuals=None)
+    few = [m for d in _h100_run()["map_steps"] for m in spilling(list(workload_measurements(d)))][:SPILL_MIN_LAUNCHES - 1]
+    same, n = fit_spill_family(physics, few)
+    assert n == 0 and same is physics
+
+
+def test_a_from_scratch_calibration_fits_the_spill_family_a_warm_one_keeps_it():
+    """calibrate --from-scratch on the H100 run's timings (the plan's first 40 and the map steps of the two
+    long-context workloads of Llama-3.1-8B): the spill family is fitted, recorded (fit.spill_family) and not listed
+    uncalibrated; the warm calibrate on the same timings keeps its start's family."""
+    from decodecalc.timemodel.calibration_fit import neutral_start
+    from decodecalc.timemodel.profile_sources import datasheet_profile
+    from decodecalc.timemodel.recipe import SPILL_FAMILY
+
+    gpu = resolve_gpu("h100-sxm")
+    data = _h100_run()
+    data["cases"] = data["cases"][:40]
+    data["map_steps"] = [d for d in data["map_steps"] if d["model"] == "llama3.1-8b" and d["source"] != "chat"]
+    start = datasheet_profile(gpu)
+    cold = calibration_from_measurements(data, gpu=gpu, base=neutral_start(start), source="h100", cold=True)
+    rec = cold.fit["spill_family"]
+    assert rec["family"] == SPILL_FAMILY and rec["launches"] == 80
+    assert SPILL_FAMILY not in cold.fit["uncalibrated_families"]
+    assert cold.families[SPILL_FAMILY] != neutral_start(start).families[SPILL_FAMILY]
+    warm = calibration_from_measurements(data, gpu=gpu, base=start, source="h100")
+    assert "spill_family" not in warm.fit and warm.families[SPILL_FAMILY] == start.families[SPILL_FAMILY]
+    assert SPILL_FAMILY in warm.fit["uncalibrated_families"]

@@ -284,3 +284,30 @@ def test_score_gpu_transfer_scores_each_kind_of_timing_by_each_profile(tmp_path)
         assert got["median_abs_err"] == pytest.approx(statistics.median(errs), abs=1e-4)
         assert got["within_5pct"] == pytest.approx(sum(e <= 0.05 for e in errs) / len(errs), abs=1e-4)
     assert doc["gpu"] == "h200" and set(doc["scores"]) == {"shapes: vllm", "shapes: sglang"}
+
+
+def test_the_h100_record_is_the_datasheet_transfer_of_the_h200_physics():
+    # results/score-gpu-transfer-h100-sxm.json (BENCHMARKS.md, "A GPU no fit saw"): the H100 run's SGLang shape
+    # timings scored by the profile decodecalc uses on an H100 without calibrating, recomputed from the rows; that
+    # profile is uncalibrated and carries the H200's fitted families (scaled), so the figure is of a GPU no fit saw
+    import gzip
+
+    from decodecalc.specs.gpus import resolve_gpu
+    from decodecalc.timemodel.profile_sources import datasheet_profile
+
+    doc = json.loads((RESULTS / "score-gpu-transfer-h100-sxm.json").read_text())
+    saved = json.loads(gzip.decompress((RESULTS / "calibrate-grid-map-h100-sxm-measurements.json.gz").read_bytes()))
+    gpu = resolve_gpu("h100-sxm")
+    prof = datasheet_profile(gpu)
+    assert saved["gpu"] == doc["gpu"] == "h100-sxm" and not prof.calibrated and packaged_profile("h100-sxm") is None
+    # the H200's fitted family, its bandwidths scaled by the datasheets' HBM ratio (3.35 / 4.8 TB/s)
+    mine, h200 = prof.families["sglang_stage1"], packaged_profile("h200").families["sglang_stage1"]
+    assert mine.latency_s == h200.latency_s and mine.max_programs_per_sm == h200.max_programs_per_sm
+    assert mine.sm_bandwidth_bytes_per_s / h200.sm_bandwidth_bytes_per_s == pytest.approx(3350 / 4800, rel=1e-3)
+    ms = [m for m in measurements_from_rows(saved["cases"], num_sms=gpu.num_sms) if m.kernel == "sglang"]
+    errs = [abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in ms]
+    got = doc["scores"]["shapes: sglang"]["datasheet (uncalibrated)"]
+    assert got["timings"] == len(ms) == 217
+    assert got["median_abs_err"] == pytest.approx(statistics.median(errs), abs=1e-4)
+    # calibrating on the H100 halves the error or better, in sample
+    assert doc["scores"]["shapes: sglang"]["calibrated, as run"]["median_abs_err"] < got["median_abs_err"] / 2

@@ -15,7 +15,8 @@ from decodecalc.errors import ConfigError, DecodecalcError
 from decodecalc.timemodel.backend_fit import backend_failures
 from decodecalc.timemodel.fit import DEFAULT_FAMILY, error_summary, measurements_from_rows
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
-from decodecalc.timemodel.recipe import CALIBRATE, CALIBRATE_COLD, RESIDUAL_KERNELS, fit_physics, with_residuals
+from decodecalc.timemodel.recipe import (CALIBRATE, CALIBRATE_COLD, RESIDUAL_KERNELS, SPILL_FAMILY, fit_physics,
+                                         fit_spill_family, with_residuals)
 
 #: the calibration microbenchmark: (h, h_kv, d, seq_lens) covering the latency-bound corner (one
 #: sequence, long context), the occupancy / tail regime (a few sequences) and the bandwidth-bound
@@ -194,6 +195,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     backend_fit = None
     if not ms and not steps and not backends:
         raise DecodecalcError("calibration failed: nothing was timed")
+    spill_launches = 0
     if keep_physics:
         physics, before_cells = dataclasses.replace(start, residuals=None), start
         # the starting map's cells stay (its group cells were measured against this very physics)
@@ -201,6 +203,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s) if ms else start
+        if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start keeps
+            # the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
+            physics, spill_launches = fit_spill_family(physics, [*ms, *map_ms])
         if backends is not None:  # the compiled backends' families over the new GPU-wide values
             from decodecalc.timemodel.backend_fit import CALIBRATE_MAX_EVALS, calibrate_backends
 
@@ -220,6 +225,8 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     every = [*ms, *steps, *map_ms]
     stats, bare = error_summary(fitted, every), error_summary(physics, every)
     fams_seen = {k.family for m in [*ms, *(backends or ())] for k in m.work.kernels}
+    if spill_launches:
+        fams_seen.add(SPILL_FAMILY)
     uncal = sorted((set(fitted.families) - fams_seen) | set(backend_fit.uncalibrated if backend_fit else ()))
     if keep_physics:  # nothing was refitted: the start's record of what it calibrated (and its domain) stays
         uncal = sorted(start.fit.get("uncalibrated_families") or ())
@@ -250,7 +257,10 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              **({"expected_error": _expected_error_block(backend_fit)} if backend_fit and backend_fit.expected_error
                 else {}),
              **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {}),
-             **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {})})
+             **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {}),
+             **({"spill_family": {"family": SPILL_FAMILY, "launches": spill_launches,
+                                  "source": "fitted on the spilling reduce's launches of the map steps "
+                                            "(recipe.fit_spill_family)"}} if spill_launches else {})})
 
 
 def _expected_error_block(backend_fit: Any) -> dict[str, Any]:
