@@ -30,13 +30,14 @@ from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import resolve_profile  # noqa: E402
 from decodecalc.timemodel.fit import nelder_mead  # noqa: E402
 from decodecalc.timemodel.predict import kernel_time_s  # noqa: E402
+from decodecalc.timemodel.recipe import SPILL_FAMILY, SPILL_HI, SPILL_KEYS, SPILL_LO, SPILL_START  # noqa: E402
 from decodecalc.timemodel.work import KernelWork, reduce_segments_kernel  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the probe runs (probe_split_range_h200.py --only vllm at Llama-3.1-8B's 32:8 and Llama-3.1-70B TP8's 8:1 heads)
 PROBES = ("probe_vllm_B4_L32k.json", "probe_vllm_B16_L2k.json", "probe_reduce_h*_B*.json")
 HEAD_DIM = 128
-FAMILY = "vllm_reduce_spill"
+FAMILY = SPILL_FAMILY
 
 
 def points() -> list[tuple[int, int, float]]:
@@ -65,8 +66,7 @@ def predict(params: dict, programs: int, segments: int, base) -> float:
     return kernel_time_s(kw, fp, base.num_sms, base.idle_program_s, base.hbm_bandwidth_bytes_per_s)
 
 
-KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_per_s", "program_overhead_s",
-        "hbm_bandwidth_bytes_per_s", "blend_power")
+KEYS = SPILL_KEYS
 
 
 def main() -> int:
@@ -80,15 +80,13 @@ def main() -> int:
 
     def unpack(x: list[float]) -> dict:
         # within what a profile accepts (a term the data does not need runs to its bound: no cost)
-        lo = {"latency_s": 1e-9, "program_overhead_s": 1e-9}
-        hi = {"sm_bandwidth_bytes_per_s": 1e15, "program_bandwidth_bytes_per_s": 1e15, "hbm_bandwidth_bytes_per_s": 1e15}
-        return {k: min(hi.get(k, math.inf), max(lo.get(k, 0.0), math.exp(v))) for k, v in zip(KEYS, x)}
+        return {k: min(SPILL_HI.get(k, math.inf), max(SPILL_LO.get(k, 0.0), math.exp(v))) for k, v in zip(KEYS, x)}
 
     def loss(x: list[float]) -> float:
         p = unpack(x)
         return sum(math.log(predict(p, n, s, base) / t) ** 2 for n, s, t in pts) / len(pts)
 
-    x0 = [math.log(v) for v in (1e-6, 1.5e10, 1.5e10, 2e-6, 9e11, 2.0)]
+    x0 = [math.log(v) for v in SPILL_START]
     best, val = nelder_mead(loss, x0, step=0.5, max_evals=6000)
     params = unpack(best)
     print(f"{FAMILY}: " + ", ".join(f"{k} {v:.4g}" for k, v in params.items()) + f"  (rms log error {val ** 0.5:.3f})")

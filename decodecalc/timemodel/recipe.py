@@ -76,17 +76,17 @@ SPILL_FAMILY = "vllm_reduce_spill"
 #: through local memory as the L^p blend of its SM and memory times
 SPILL_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_per_s", "program_overhead_s",
               "hbm_bandwidth_bytes_per_s", "blend_power")
-#: where that fit starts: round values of no GPU (the fit script's start), not the shipped family's
+#: where that fit starts (and benchmarks/fit_reduce_spill_h200.py's): round values of no GPU, not the shipped family's
 SPILL_START = (1e-6, 1.5e10, 1.5e10, 2e-6, 9e11, 2.0)
 #: a term the data do not need runs to these bounds (no cost); the rest are unbounded above or below
-_SPILL_LO = {"latency_s": 1e-9, "program_overhead_s": 1e-9}
-_SPILL_HI = {"sm_bandwidth_bytes_per_s": 1e15, "program_bandwidth_bytes_per_s": 1e15, "hbm_bandwidth_bytes_per_s": 1e15}
+SPILL_LO = {"latency_s": 1e-9, "program_overhead_s": 1e-9}
+SPILL_HI = {"sm_bandwidth_bytes_per_s": 1e15, "program_bandwidth_bytes_per_s": 1e15, "hbm_bandwidth_bytes_per_s": 1e15}
 #: launches of the spilling reduce a fit needs (six numbers; calibrate's map steps time about 200 on the H100)
 SPILL_MIN_LAUNCHES = 24
 
 
 def _with_spill(x: Sequence[float], base: TimeProfile) -> TimeProfile:
-    vals = {k: min(_SPILL_HI.get(k, math.inf), max(_SPILL_LO.get(k, 0.0), math.exp(v))) for k, v in zip(SPILL_KEYS, x)}
+    vals = {k: min(SPILL_HI.get(k, math.inf), max(SPILL_LO.get(k, 0.0), math.exp(v))) for k, v in zip(SPILL_KEYS, x)}
     fam = base.families.get(SPILL_FAMILY) or FamilyParams(**DEFAULT_FAMILY)
     return dataclasses.replace(base, families={**base.families, SPILL_FAMILY: dataclasses.replace(fam, **vals)})
 
