@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import load_profile_file  # noqa: E402
 from decodecalc.timemodel.calibration_fit import _map_name, workload_measurements  # noqa: E402
-from decodecalc.timemodel.fit import abs_pct_errors, percentile  # noqa: E402
+from decodecalc.timemodel.fit import abs_pct_errors  # noqa: E402
 from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
 from decodecalc.timemodel.recipe import SPILL_FAMILY, fit_spill_family  # noqa: E402
 
@@ -45,8 +45,10 @@ def spilling(ms: list[Any]) -> list[Any]:
 
 
 def figure(errs: list[float]) -> dict[str, Any]:
-    return {"launches": len(errs), "median_abs_err": round(percentile(errs, 0.5), 4),
-            "p90_abs_err": round(percentile(errs, 0.9), 4), "within_5pct": round(sum(e <= 0.05 for e in errs) / len(errs), 4)}
+    from benchmarks.score_gpu_transfer import figure as summary
+
+    out = summary(errs)
+    return {"launches": out.pop("timings"), **out}
 
 
 def compute() -> dict[str, Any]:

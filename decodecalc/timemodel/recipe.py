@@ -20,6 +20,7 @@ from decodecalc.timemodel.fit import DEFAULT_FAMILY, Measurement, _loss, fit_pro
 from decodecalc.timemodel.predict import model_launch_time_s
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
 from decodecalc.timemodel.residuals import build_residual_map
+from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY
 
 __all__ = ["CALIBRATE", "CALIBRATE_COLD", "RESIDUAL_KERNELS", "SHIPPED", "SPILL_FAMILY", "FitRecipe", "fit_physics",
            "fit_spill_family", "with_residuals"]
@@ -70,8 +71,8 @@ def fit_physics(ms: Sequence[Measurement], base: TimeProfile, recipe: FitRecipe,
                        run_kernels=recipe.run_kernels, fixed_occupancy=fixed_occupancy)
 
 
-#: vLLM's reduce_segments past its register tile (timemodel.work.reduce_segments_kernel: 512+ segments at d 128)
-SPILL_FAMILY = "vllm_reduce_spill"
+#: vLLM's reduce_segments past its register tile (512+ segments at d 128: timemodel.work.reduce_segments_kernel)
+SPILL_FAMILY = REDUCE_SPILL_FAMILY
 #: the numbers of its family fitted: the shipped family's form (benchmarks/fit_reduce_spill_h200.py), a tile's time
 #: through local memory as the L^p blend of its SM and memory times
 SPILL_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_per_s", "program_overhead_s",

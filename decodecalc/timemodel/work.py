@@ -306,6 +306,10 @@ def reduce_segments_spills(segments: int, head_size_padded: int) -> bool:
     return segments * head_size_padded > REDUCE_REGISTER_TILE
 
 
+#: the family of vLLM's reduce_segments past its register tile (reduce_segments_spills)
+REDUCE_SPILL_FAMILY = "vllm_reduce_spill"
+
+
 def reduce_segments_kernel(segments: int, head_size_padded: int, prefix: str = "vllm") -> tuple[str, int, int | None]:
     """(family, bytes per program, resident programs per SM) of vLLM's ``reduce_segments``: it reads each segment's
     max, sum and output row (``segments x (4 d_pad + 8)`` bytes); past REDUCE_REGISTER_TILE its tile spills, and the
@@ -315,7 +319,7 @@ def reduce_segments_kernel(segments: int, head_size_padded: int, prefix: str = "
     if prefix != "vllm":
         return f"{prefix}_reduce", segments * (4 * head_size_padded + 8), None
     if reduce_segments_spills(segments, head_size_padded):
-        return "vllm_reduce_spill", segments * head_size_padded * 4, occupancy(32, 2048, 4)
+        return REDUCE_SPILL_FAMILY, segments * head_size_padded * 4, occupancy(32, 2048, 4)
     return "vllm_reduce", segments * (4 * head_size_padded + 8), reduce_segments_occupancy(segments, head_size_padded)
 
 
