@@ -1,0 +1,184 @@
+"""Workload totals on a GPU other than the H200, before and after `calibrate` on it (issue 18, item 5: "on any GPU
+a user calibrates"), beside the shipped H200 profile on the H200's run of the same models and workloads.
+
+    python benchmarks/score_gpu_workloads.py [--json OUT]
+
+The inputs are `validate_tune_h200.py --gpu h100-sxm` replays on an H100 (2026-12-06): every candidate setting of
+each engine measured as one CUDA graph of the workload's steps. No fit saw these models or workloads; the H100's
+calibration timed the plan's single shapes (some of these head layouts among them) and the reference workloads'
+steps of Llama-3.1-8B and 70B only. Each profile re-predicts every measured setting (`validate_tune_h200.repredict`):
+
+* ``datasheet (uncalibrated)``: what decodecalc predicts on an H100 with no calibration (the H200's fitted physics
+  and map scaled by the datasheets, sm_90 occupancies);
+* ``calibrated (one command)``: the profile of `calibrate --gpu h100-sxm --from-scratch --grid --backends auto`
+  on the H100 (`results/calibrate-one-command-h100-sxm.yaml`);
+* ``calibrated, no map``: the same physics without its residual map (the map is built from the run's own timings).
+
+A setting measured in two runs (Llama-3-405B's chat was replayed twice, on two machines) is scored once, from the
+first; the two measurements' difference is reported as the replay's noise. The reference column re-predicts the
+H200's replay of the same (model, workload) cases with the shipped profile: its settings are a subset (that run
+measured tune's leading candidates), so the H100 rows are also given on that subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from decodecalc.timemodel import load_profile_file  # noqa: E402
+from decodecalc.timemodel.fit import percentile  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+RUNS = (RESULTS / "validate_tune_h100_layouts.json", RESULTS / "validate_tune_h100_layouts_b.json")
+CALIBRATED = RESULTS / "calibrate-one-command-h100-sxm.yaml"
+REFERENCE = RESULTS / "validate_tune_h200_layouts3.json"
+OUT = RESULTS / "score-gpu-workloads-h100-sxm.json"
+PROFILES = ("datasheet (uncalibrated)", "calibrated (one command)", "calibrated, no map")
+
+
+def key(row: dict[str, Any]) -> tuple[str, int, str, str, str]:
+    return (row["model"], row["tp"], row["workload"], row["engine"], row["setting"])
+
+
+def case_of(row: dict[str, Any]) -> str:
+    workload = "mix" if row["workload"].startswith("mix:") else row["workload"]
+    return f"{row['model']} TP{row['tp']} {workload} {row['engine']}"
+
+
+def summary(rows: Sequence[dict[str, Any]], picks: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Totals within 5%, median / p90 / worst |error|, the signed median; tune's picks against the best measured."""
+    errs = [abs(r["error"]) for r in rows]
+    out = {"settings": len(rows), "within_5pct": sum(e <= 0.05 for e in errs),
+           "median_abs_error": round(percentile(errs, 0.5), 4), "p90_abs_error": round(percentile(errs, 0.9), 4),
+           "max_abs_error": round(max(errs), 4), "signed_median": round(statistics.median(r["error"] for r in rows), 4)}
+    if picks:
+        out["picks"] = len(picks)
+        out["picks_within_3pct"] = sum(p["pick_vs_best_measured"] <= 0.03 for p in picks)
+        out["worst_pick_vs_best"] = round(max(p["pick_vs_best_measured"] for p in picks), 4)
+    return out
+
+
+def repredicted(profile: Any, runs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every run's settings and picks under one profile (None: the one decodecalc resolves for the run's GPU);
+    a (case, setting) already scored by an earlier run is skipped."""
+    from benchmarks.validate_tune_h200 import repredict
+
+    rows: dict[tuple[str, int, str, str, str], dict[str, Any]] = {}
+    picks: dict[tuple[str, int, str, str], dict[str, Any]] = {}
+    for run in runs:
+        rep = repredict(run, profile=profile)
+        for r in rep["rows"]:
+            rows.setdefault(key(r), r)
+        for p in rep["picks"]:
+            picks.setdefault((p["model"], p["tp"], p["workload"], p["engine"]), p)
+    return list(rows.values()), list(picks.values())
+
+
+def replay_noise(runs: Sequence[Path]) -> dict[str, Any]:
+    """The settings measured in more than one run: |second / first - 1| of their measured totals."""
+    seen: dict[tuple[str, int, str, str, str], float] = {}
+    diffs = []
+    for run in runs:
+        for case in json.loads(run.read_text())["cases"]:
+            for x in case.get("entries", []):
+                if "measured_total_s" not in x:
+                    continue
+                k = (case["model"], case["tp"], case["workload"], x["engine"], x["name"])
+                if k in seen:
+                    diffs.append(abs(x["measured_total_s"] / seen[k] - 1.0))
+                else:
+                    seen[k] = x["measured_total_s"]
+    if not diffs:
+        return {"settings": 0}
+    return {"settings": len(diffs), "median_abs_diff": round(percentile(diffs, 0.5), 4),
+            "max_abs_diff": round(max(diffs), 4)}
+
+
+def score(runs: Sequence[Path] = RUNS, calibrated: Path = CALIBRATED, reference: Path = REFERENCE) -> dict[str, Any]:
+    from benchmarks.validate_tune_h200 import repredict
+
+    cal = load_profile_file(calibrated)
+    profiles = {PROFILES[0]: None, PROFILES[1]: cal, PROFILES[2]: dataclasses.replace(cal, residuals=None)}
+    scored = {name: repredicted(p, runs) for name, p in profiles.items()}
+    cases = sorted({case_of(r) for r in scored[PROFILES[0]][0]})
+    ref = repredict(reference)  # the H200's replay, the shipped profile
+    ref_rows = [r for r in ref["rows"] if case_of(r) in cases]
+    ref_picks = [p for p in ref["picks"] if case_of({**p, "setting": ""}) in cases]
+    common = {key(r) for r in ref_rows}
+    doc: dict[str, Any] = {
+        "runs": [str(r.relative_to(ROOT)) for r in runs], "calibrated_profile": str(calibrated.relative_to(ROOT)),
+        "reference": str(reference.relative_to(ROOT)), "replay_noise": replay_noise(runs),
+        "all": {n: summary(rows, picks) for n, (rows, picks) in scored.items()},
+        "on_the_reference_settings": {n: summary([r for r in rows if key(r) in common])
+                                      for n, (rows, _) in scored.items()},
+        "by_case": {c: {n: summary([r for r in rows if case_of(r) == c]) for n, (rows, _) in scored.items()}
+                    for c in cases},
+        "picks": {n: picks for n, (_, picks) in scored.items()},
+    }
+    doc["all"]["shipped H200 profile on the H200's replay"] = summary(ref_rows, ref_picks)
+    doc["on_the_reference_settings"]["shipped H200 profile on the H200's replay"] = summary(ref_rows)
+    return doc
+
+
+def plain(o: Any) -> Any:
+    """numpy scalars in the picks (tune's search) as JSON numbers."""
+    return o.item() if hasattr(o, "item") else str(o)
+
+
+def cell(s: dict[str, Any]) -> str:
+    return (f"{s['within_5pct']} / {s['settings']} / {s['median_abs_error']:.1%} / {s['p90_abs_error']:.1%} / "
+            f"{s['max_abs_error']:.1%} / {s['signed_median']:+.1%}")
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = ["| profile | every measured setting | picks within 3% of the best measured (worst) | "
+             "the reference's settings |", "|---|---|---|---|"]
+    for name, s in doc["all"].items():
+        ref = doc["on_the_reference_settings"][name]
+        picks = f"{s['picks_within_3pct']} / {s['picks']} ({s['worst_pick_vs_best']:+.1%})" if "picks" in s else ""
+        lines.append(f"| {name} | {cell(s)} | {picks} | {cell(ref)} |")
+    return "\n".join(lines)
+
+
+def case_table(doc: dict[str, Any]) -> str:
+    names = list(doc["all"])[:3]
+    lines = ["| case | settings | " + " | ".join(names) + " |", "|---" * (2 + len(names)) + "|"]
+    for c, by in doc["by_case"].items():
+        lines.append(f"| {c} | {by[names[0]]['settings']} | " + " | ".join(
+            f"{by[n]['within_5pct']} / {by[n]['median_abs_error']:.1%} / {by[n]['signed_median']:+.1%}" for n in names)
+                     + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", type=Path, help="also write the scores here (results/score-gpu-workloads-h100-sxm.json)")
+    args = ap.parse_args(argv)
+    doc = score()
+    print("cells: totals within 5% / settings / median / p90 / worst |predicted / measured - 1| / signed median")
+    print(markdown(doc))
+    print()
+    print("by case: within 5% / median |error| / signed median")
+    print(case_table(doc))
+    noise = doc["replay_noise"]
+    if noise["settings"]:
+        print(f"\nreplay noise: {noise['settings']} settings measured twice, |difference| median "
+              f"{noise['median_abs_diff']:.2%}, worst {noise['max_abs_diff']:.2%}")
+    if args.json:
+        from decodecalc.commands.output import write_atomic
+
+        write_atomic(args.json, json.dumps(doc, indent=1, default=plain) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""The one command's run on an H100 and its validation on workloads no fit saw (BENCHMARKS.md, "The one command with
+everything, on an H100" and "Workloads no fit saw, on the calibrated H100"; issue 18, item 5), recomputed from the
+committed records: `results/calibrate-one-command-h100-sxm.*` and `results/score-gpu-workloads-h100-sxm.json`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from decodecalc.timemodel import launch_time_s, load_profile_file
+from decodecalc.timemodel.fit import percentile
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BENCH = (ROOT / "BENCHMARKS.md").read_text()
+RUN = RESULTS / "calibrate-one-command-h100-sxm"
+
+
+def test_the_one_command_ran_in_ten_minutes_and_wrote_the_shipped_form():
+    # the log's own account of the command (calibrate prints it), and the profile it wrote: physics of every Triton
+    # family, the spilling reduce fitted, a residual map, and the compiled backends' families judged out of fold
+    log = RUN.with_suffix(".log").read_text()
+    took = re.search(r"took (\d+) s: the Triton kernels (\d+) s, the map steps (\d+) s, the backends (\d+) s"
+                     r" \(their JIT compile included\), the fit (\d+) s", log)
+    assert took, "calibrate's timing line is missing from the log"
+    total, *parts = (int(x) for x in took.groups())
+    assert total <= 600 and sum(parts) <= total and total - sum(parts) < 0.1 * total
+    assert "**496 s** for the whole\ncommand" in BENCH and total == 496
+    prof = load_profile_file(RUN.with_suffix(".yaml"))
+    assert prof.calibrated and prof.residuals is not None and prof.gpu == "h100-sxm"
+    fit = prof.fit
+    assert fit["rows"] == 1997 and fit["map_steps"]["timings"] == 1488
+    assert fit["spill_family"]["launches"] == 192 and "vllm_reduce_spill" not in fit["uncalibrated_families"]
+    fams = fit["backend_calibration"]["families"]
+    goals = fit["backend_calibration"]["goals"]
+    assert sum(f["rows"] for f in fams.values()) == 2244
+    for name, f in fams.items():  # calibrated exactly where the left-out figure meets calibrate's bar
+        ok = f["left_out"]["median_abs_err"] <= goals["median"] and f["left_out"]["p90_abs_err"] <= goals["p90"]
+        assert f["calibrated"] == ok and (name in fit["uncalibrated_families"]) == (not ok), name
+    assert [n for n, f in fams.items() if f["calibrated"]] == ["fa3_fwd"]
+    tc = fams["flashinfer_tc"]["left_out"]
+    assert (round(tc["median_abs_err"], 3), round(tc["p90_abs_err"], 3)) == (0.051, 0.155)
+    assert "its tensor cores 5.1% / 15.5%" in BENCH
+
+
+def test_the_tensor_core_transfer_row_recomputes_from_the_runs():
+    # the gpu-transfer table's tensor-core row: the H100's FlashInfer tensor-core runs of the one command, scored by the
+    # profile decodecalc uses on an H100 without calibrating (a GPU no fit saw)
+    from decodecalc.specs.gpus import resolve_gpu
+    from decodecalc.timemodel.profile_sources import datasheet_profile
+    from decodecalc.verify.backend_calibration import record_measurements
+
+    gpu = resolve_gpu("h100-sxm")
+    saved = json.loads(gzip.decompress(RUN.with_name(RUN.name + "-measurements.json.gz").read_bytes()))
+    ms = [m for m in record_measurements(saved["backend_cases"], gpu) if m.kernel == "flashinfer-tc"]
+    prof = datasheet_profile(gpu)
+    assert not prof.calibrated
+    errs = [abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in ms]
+    doc = json.loads((RESULTS / "score-gpu-transfer-h100-sxm-one-command.json").read_text())
+    cell = doc["scores"]["backends: flashinfer-tc"]["datasheet (uncalibrated)"]
+    assert cell["timings"] == len(ms) == 720
+    assert cell["median_abs_err"] == pytest.approx(percentile(errs, 0.5), abs=1e-4)
+    row = (f"| backends: flashinfer, tensor cores (the one command, below) | 720 | {cell['median_abs_err']:.1%} / "
+           f"{cell['p90_abs_err']:.1%} ({cell['within_5pct']:.0%}) |")
+    assert row in BENCH
+
+
+def test_the_workload_table_is_the_record():
+    from benchmarks.score_gpu_workloads import markdown
+
+    doc = json.loads((RESULTS / "score-gpu-workloads-h100-sxm.json").read_text())
+    assert f"<!-- gpu-workloads-h100 -->\n{markdown(doc)}\n<!-- /gpu-workloads-h100 -->" in BENCH
+    cal, ref = doc["on_the_reference_settings"]["calibrated (one command)"], \
+        doc["on_the_reference_settings"]["shipped H200 profile on the H200's replay"]
+    # the prose's ratios against the shipped profile on its own GPU (median, p90, worst)
+    ratios = [cal[k] / ref[k] for k in ("median_abs_error", "p90_abs_error", "max_abs_error")]
+    assert f"**{ratios[0]:.2f}x, {ratios[1]:.2f}x and {ratios[2]:.2f}x**" in BENCH and max(ratios) < 1.5
+    assert doc["replay_noise"]["settings"] == 89 and doc["replay_noise"]["max_abs_diff"] < 0.02
+
+
+def test_one_run_of_the_workload_record_recomputes():
+    # the second H100 replay (Gemma-2-9B, Mistral-Large, Llama-3-405B on chat) re-predicted with the one command's
+    # profile: every by-case cell of its models is what the record holds (405B's chat was scored from the first run)
+    from benchmarks.score_gpu_workloads import PROFILES, case_of, summary
+    from benchmarks.validate_tune_h200 import repredict
+
+    doc = json.loads((RESULTS / "score-gpu-workloads-h100-sxm.json").read_text())
+    prof = load_profile_file(RESULTS / "calibrate-one-command-h100-sxm.yaml")
+    rep = repredict(RESULTS / "validate_tune_h100_layouts_b.json", profile=prof)
+    cases = {case_of(r) for r in rep["rows"] if r["model"] in ("gemma-2-9b", "mistral-large")}
+    assert len(cases) == 4
+    for c in cases:
+        got = summary([r for r in rep["rows"] if case_of(r) == c])
+        assert got == doc["by_case"][c][PROFILES[1]], c
+    gemma = [r for r in rep["rows"] if r["model"] == "gemma-2-9b" and r["engine"] == "vllm"]
+    assert statistics.median(r["error"] for r in gemma) < -0.05  # the named miss: Gemma-2-9B's vLLM, predicted fast
