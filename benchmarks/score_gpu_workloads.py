@@ -1,7 +1,8 @@
 """Workload totals on a GPU other than the H200, before and after `calibrate` on it (issue 18, item 5: "on any GPU
 a user calibrates"), beside the shipped H200 profile on the H200's run of the same models and workloads.
 
-    python benchmarks/score_gpu_workloads.py [--json OUT]
+    python benchmarks/score_gpu_workloads.py [--runs R.json ...] [--calibrated P.yaml] [--reference H200.json]
+                                             [--json OUT]
 
 The inputs are `validate_tune_h200.py --gpu h100-sxm` replays on an H100 (2026-12-06): every candidate setting of
 each engine measured as one CUDA graph of the workload's steps. No fit saw these models or workloads; the H100's
@@ -43,6 +44,11 @@ CALIBRATED = RESULTS / "calibrate-one-command-h100-sxm.yaml"
 REFERENCE = RESULTS / "validate_tune_h200_layouts3.json"
 OUT = RESULTS / "score-gpu-workloads-h100-sxm.json"
 PROFILES = ("datasheet (uncalibrated)", "calibrated (one command)", "calibrated, no map")
+
+
+def shown(path: Path) -> str:
+    """A path as the record names it: relative to the repository where it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def key(row: dict[str, Any]) -> tuple[str, int, str, str, str]:
@@ -115,8 +121,7 @@ def score(runs: Sequence[Path] = RUNS, calibrated: Path = CALIBRATED, reference:
     ref_picks = [p for p in ref["picks"] if case_of({**p, "setting": ""}) in cases]
     common = {key(r) for r in ref_rows}
     doc: dict[str, Any] = {
-        "runs": [str(r.relative_to(ROOT)) for r in runs], "calibrated_profile": str(calibrated.relative_to(ROOT)),
-        "reference": str(reference.relative_to(ROOT)), "replay_noise": replay_noise(runs),
+        "runs": [shown(r) for r in runs], "calibrated_profile": shown(calibrated), "reference": shown(reference), "replay_noise": replay_noise(runs),
         "all": {n: summary(rows, picks) for n, (rows, picks) in scored.items()},
         "on_the_reference_settings": {n: summary([r for r in rows if key(r) in common])
                                       for n, (rows, _) in scored.items()},
@@ -161,9 +166,20 @@ def case_table(doc: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=Path, nargs="+", default=list(RUNS), metavar="JSON",
+                    help="validate_tune_h200.py --gpu <name> replays on one GPU (default: the H100's of 2026-12-06)")
+    ap.add_argument("--calibrated", type=Path, default=CALIBRATED, metavar="YAML",
+                    help="that GPU's calibrated profile (default: the H100's one-command run)")
+    ap.add_argument("--reference", type=Path, default=REFERENCE, metavar="JSON",
+                    help="an H200 replay of the same cases, re-predicted with the shipped profile")
     ap.add_argument("--json", type=Path, help="also write the scores here (results/score-gpu-workloads-h100-sxm.json)")
     args = ap.parse_args(argv)
-    doc = score()
+    missing = [str(p) for p in (*args.runs, args.calibrated, args.reference) if not p.is_file()]
+    if missing:
+        print(f"Error: no such file: {', '.join(missing)}; expected validate_tune_h200.py replays (JSON) and a "
+              "calibrated profile (YAML)", file=sys.stderr)
+        return 2
+    doc = score([p.resolve() for p in args.runs], args.calibrated.resolve(), args.reference.resolve())
     print("cells: totals within 5% / settings / median / p90 / worst |predicted / measured - 1| / signed median")
     print(markdown(doc))
     print()

@@ -460,3 +460,18 @@ def test_the_flashinfer_step_cost_table_is_the_committed_record():
     assert unseen == set(doc["variants"]["resident threads"]["unseen_signed_median"]) and len(unseen) == 6
     assert all(doc["variants"][v]["unseen"]["rows"] == 18 * 6 for v in VARIANTS)
     assert len(record_measurements(runs, H200)) == len(runs)  # every launch as planned
+
+
+@pytest.mark.parametrize(("backends", "quick", "keep_physics", "timed"), [
+    (None, False, False, True),      # the default: every installed backend
+    ("auto", False, False, True),
+    (None, True, False, False),      # --quick: the three Triton shapes only ...
+    ("auto", True, False, True),     # ... unless --backends is given, auto included (it was skipped without a word)
+    ("fa3", True, False, True),
+    ("none", False, False, False),
+    (None, False, True, False),      # --keep-physics fits nothing
+])
+def test_which_runs_time_the_backends(backends, quick, keep_physics, timed):
+    from decodecalc.commands.calibrate import times_backends
+
+    assert times_backends(backends, quick=quick, keep_physics=keep_physics) is timed

@@ -47,7 +47,8 @@ BackendsOpt = Annotated[Optional[str], typer.Option(
     "--backends", metavar="<list>",
     help="Also time the compiled backends and fit their families (bf16 and fp8 KV): auto (default: each of "
          "flashinfer, flashinfer-tc, fa3 that is installed), none, or a comma-separated list. On the H200 the three "
-         "took 204 s (FlashInfer's JIT builds included), each family judged on head layouts the fit left out.")]
+         "took 204 s (FlashInfer's JIT builds included), each family judged on head layouts the fit left out. With "
+         "--quick: only when given.")]
 MapStepsOpt = Annotated[Optional[int], typer.Option(
     "--map-steps", metavar="<n>",
     help="Steps sampled from each of six reference workloads (Llama-3.1-8B TP1 and 70B TP8 on the chat, long-doc-qa "
@@ -209,8 +210,7 @@ def register(app: typer.Typer) -> None:
 
         timed_backends: list[str] = []
         skipped: dict[str, str] = {}
-        if not keep_physics and (not quick or backends not in (None, "auto", "none")):
-            # --quick: the Triton kernels' three shapes only, unless backends are named
+        if times_backends(backends, quick=quick, keep_physics=keep_physics):
             timed_backends, skipped = resolve_backends(backends)
         if skipped:
             typer.echo("backends not timed (their families keep the starting profile's values, uncalibrated): "
@@ -253,6 +253,14 @@ def register(app: typer.Typer) -> None:
                    + (f", the backends {phases['backends_s']:.0f} s (their JIT compile included)" if "backends_s" in phases
                       else "")
                    + f", the fit {took - sum(phases.values()):.0f} s")
+
+
+def times_backends(backends: str | None, *, quick: bool, keep_physics: bool) -> bool:
+    """Whether this run times the compiled backends: by default yes; --quick times the Triton kernels' three shapes
+    only unless --backends is given (`auto` included: a user who types it asks for them); --keep-physics never."""
+    if keep_physics or backends == "none":
+        return False
+    return not quick or backends is not None
 
 
 def _layout(model_id: str, tp: int) -> tuple[int, int, int]:
