@@ -227,3 +227,45 @@ def test_a_from_scratch_calibration_fits_the_spill_family_a_warm_one_keeps_it():
     warm = calibration_from_measurements(data, gpu=gpu, base=start, source="h100")
     assert "spill_family" not in warm.fit and warm.families[SPILL_FAMILY] == start.families[SPILL_FAMILY]
     assert SPILL_FAMILY in warm.fit["uncalibrated_families"]
+
+
+def test_a_from_scratch_calibration_predicts_what_it_did_not_fit_as_before_it():
+    """Families a from-scratch calibration did not fit (here: the spilling reduce, with no map steps to fit it on;
+    SGLang's fp8 kernel and the reference kernels, which the plan never times) held neutral_start's guesses (1 us,
+    60 GB/s an SM): a prediction of nothing. They now take the values decodecalc had for the GPU before calibrating
+    (the H100: the datasheet fallback's), stay listed uncalibrated, and the source line names where they came from."""
+    from decodecalc.timemodel.fit import DEFAULT_FAMILY
+    from decodecalc.timemodel.profile import FamilyParams
+    from decodecalc.timemodel.profile_sources import datasheet_profile
+    from decodecalc.timemodel.recipe import SPILL_FAMILY
+
+    gpu = resolve_gpu("h100-sxm")
+    data = _h100_run()
+    data["cases"], data["map_steps"] = data["cases"][:40], []
+    start = datasheet_profile(gpu)
+    cold = calibration_from_measurements(data, gpu=gpu, base=neutral_start(start), source="h100", cold=True,
+                                         start_note="the datasheet fallback's")
+    neutral = FamilyParams(**DEFAULT_FAMILY)
+    fitted = {"vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_stage2"}
+    unfitted = {SPILL_FAMILY, "sglang_stage1_fp8", "ref_vllm_2d", "ref_sglang_stage1"}
+    for fam in fitted:
+        assert cold.families[fam] not in (neutral, start.families[fam]), fam
+        assert fam not in cold.fit["uncalibrated_families"]
+    for fam in unfitted:
+        assert cold.families[fam] == start.families[fam] != neutral, fam
+        assert fam in cold.fit["uncalibrated_families"]
+    assert "families not measured keep the datasheet fallback's values" in cold.source
+    assert not any(p == neutral for p in cold.families.values())
+
+
+def test_calibrate_from_scratch_names_the_datasheet_where_no_profile_ships(tmp_path):
+    data = _h100_run()
+    data["cases"], data["map_steps"] = data["cases"][:20], []
+    src, out = tmp_path / "m.json", tmp_path / "p.yaml"
+    src.write_text(json.dumps(data))
+    res = runner.invoke(app, ["calibrate", "--gpu", "h100-sxm", "--from-scratch", "--from-measurements", str(src),
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    import yaml
+
+    assert "families not measured keep the datasheet fallback's values" in yaml.safe_load(out.read_text())["source"]

@@ -109,7 +109,8 @@ def register(app: typer.Typer) -> None:
         from decodecalc.verify.calibration import cuda_or_error, run_calibration
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
-        from decodecalc.timemodel import datasheet_profile, packaged_profile, user_profile_dir
+        from decodecalc.timemodel import packaged_profile, user_profile_dir
+        from decodecalc.timemodel.profile_sources import uncalibrated_profile
         from decodecalc.timemodel.calibration_fit import neutral_start
         from decodecalc.timemodel.calibration_saved import calibration_from_measurements
         from decodecalc.yamlio import load_json_file
@@ -158,10 +159,11 @@ def register(app: typer.Typer) -> None:
             if path is not None:  # before minutes of timing
                 check_writable(path, option)
         # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
-        base = packaged_profile(spec.name) or datasheet_profile(spec)
+        base = uncalibrated_profile(spec)
         note = "the starting profile's"
         if from_scratch:
-            base, note = neutral_start(base), "the packaged profile's"
+            base = neutral_start(base)
+            note = "the packaged profile's" if packaged_profile(spec.name) else "the datasheet fallback's"
         if from_measurements:
             if save_measurements is not None:
                 raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")

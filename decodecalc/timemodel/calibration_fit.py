@@ -134,6 +134,20 @@ def neutral_start(base: TimeProfile) -> TimeProfile:
                                calibrated=False, source="a cold start (no parameter fitted to a timing)")
 
 
+def unfitted_from_start(profile: TimeProfile, gpu: Any, fitted: set[str]) -> TimeProfile:
+    """``profile`` (a from-scratch calibration) with every family it did not fit and that still holds
+    :func:`neutral_start`'s values (SGLang's fp8 kernel and decodecalc's reference kernels under `--grid`; the spilling
+    reduce below its launch threshold) taken from :func:`~decodecalc.timemodel.profile_sources.uncalibrated_profile`:
+    the packaged profile's values, or the datasheet fallback's (the H200's, scaled), which predict such a launch where
+    the fit's starting guesses do not."""
+    from decodecalc.timemodel.profile_sources import uncalibrated_profile
+
+    neutral = FamilyParams(**DEFAULT_FAMILY)
+    ref = uncalibrated_profile(gpu).families
+    swap = {f: ref[f] for f, p in profile.families.items() if f not in fitted and p == neutral and f in ref}
+    return dataclasses.replace(profile, families={**profile.families, **swap}) if swap else profile
+
+
 #: what a profile's ``fit`` record says of its physics, kept by ``--keep-physics`` (the statistics are this run's)
 _KEPT_FIT = ("domain", "backend_families", "expected_error")
 
@@ -206,6 +220,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start keeps
             # the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
             physics, spill_launches = fit_spill_family(physics, [*ms, *map_ms])
+            # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated below)
+            physics = unfitted_from_start(physics, gpu, {k.family for m in ms for k in m.work.kernels}
+                                          | ({SPILL_FAMILY} if spill_launches else set()))
         if backends is not None:  # the compiled backends' families over the new GPU-wide values
             from decodecalc.timemodel.backend_fit import CALIBRATE_MAX_EVALS, calibrate_backends
 

@@ -97,6 +97,12 @@ def packaged_profile(gpu_name: str) -> TimeProfile | None:
     return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)
 
 
+def uncalibrated_profile(gpu: GPUSpec) -> TimeProfile:
+    """What decodecalc knows of ``gpu`` before any calibration of it: its packaged profile, else the datasheet
+    fallback. ``calibrate`` starts from it, and a family a calibration does not fit keeps its values."""
+    return packaged_profile(gpu.name) or datasheet_profile(gpu)
+
+
 def datasheet_profile(gpu: GPUSpec) -> TimeProfile:
     """Uncalibrated fallback: the H200's fitted latencies, overheads and occupancies, this GPU's SM count,
     and its datasheet bandwidth scaled by the share of the datasheet the H200 achieves."""
