@@ -7,9 +7,10 @@ the profile decodecalc uses there without one, and by the profiles named (issue 
 shape timings (``cases``), the reference workloads' steps (``map_steps``) and the compiled backends' runs
 (``backend_cases``). Each is scored as |predicted / measured - 1| per kernel (median, p90, share within 5%) by
 
-* ``shipped`` or ``datasheet (uncalibrated)``: the profile decodecalc resolves for that GPU with no calibration of
-  it (the packaged profile where one ships, else the datasheet fallback: the H200's fitted physics with this GPU's SM count and bandwidth,
-  sm_90 occupancies for every sm_90 part). None of these timings was seen by its fit: on another GPU than the H200
+* ``shipped``: the packaged profile of that GPU, where one ships (the H200's; the H100 SXM's since 2026-12-06, fitted
+  on the one-command run's timings, so for H100 timings it is in sample or nearly);
+* ``datasheet (uncalibrated)``, for every GPU but the H200: the datasheet fallback, the H200's fitted physics with this
+  GPU's SM count and bandwidth, sm_90 occupancies for every sm_90 part. None of these timings was seen by its fit:
   this is the figure of a GPU no fit saw;
 * each ``--profile NAME=P.yaml``: for the run's own profile these timings are its fit's data (in sample; its backend
   families' out-of-fold figures are in its ``fit.backend_calibration``).
@@ -78,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = load(args.measurements)
     gpu = resolve_gpu(str(data.get("gpu") or "h200"))
     base = packaged_profile(gpu.name)
-    profiles = {"shipped": base} if base is not None else {"datasheet (uncalibrated)": datasheet_profile(gpu)}
+    profiles = {"shipped": base} if base is not None else {}
+    if gpu.name != "h200":  # the transfer of the H200's physics: what a GPU no fit saw gets
+        profiles["datasheet (uncalibrated)"] = datasheet_profile(gpu)
     for spec in args.profile:
         name, _, path = spec.partition("=")
         if not path:

@@ -9,8 +9,8 @@ each engine measured as one CUDA graph of the workload's steps. No fit saw these
 calibration timed the plan's single shapes (some of these head layouts among them) and the reference workloads'
 steps of Llama-3.1-8B and 70B only. Each profile re-predicts every measured setting (`validate_tune_h200.repredict`):
 
-* ``datasheet (uncalibrated)``: what decodecalc predicts on an H100 with no calibration (the H200's fitted physics
-  and map scaled by the datasheets, sm_90 occupancies);
+* ``datasheet (uncalibrated)``: what decodecalc predicted on an H100 before it shipped the H100's profile, and still
+  predicts on a GPU with none (the H200's fitted physics and map scaled by the datasheets, sm_90 occupancies);
 * ``calibrated (one command)``: the profile of `calibrate --gpu h100-sxm --from-scratch --grid --backends auto`
   on the H100 (`results/calibrate-one-command-h100-sxm.yaml`);
 * ``calibrated, no map``: the same physics without its residual map (the map is built from the run's own timings).
@@ -35,7 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import load_profile_file  # noqa: E402
+from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
 from decodecalc.timemodel.fit import percentile  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -74,8 +76,8 @@ def summary(rows: Sequence[dict[str, Any]], picks: Sequence[dict[str, Any]] = ()
 
 
 def repredicted(profile: Any, runs: Sequence[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every run's settings and picks under one profile (None: the one decodecalc resolves for the run's GPU);
-    a (case, setting) already scored by an earlier run is skipped."""
+    """Every run's settings and picks under one profile; a (case, setting) already scored by an earlier run is
+    skipped."""
     from benchmarks.validate_tune_h200 import repredict
 
     rows: dict[tuple[str, int, str, str, str], dict[str, Any]] = {}
@@ -113,7 +115,9 @@ def score(runs: Sequence[Path] = RUNS, calibrated: Path = CALIBRATED, reference:
     from benchmarks.validate_tune_h200 import repredict
 
     cal = load_profile_file(calibrated)
-    profiles = {PROFILES[0]: None, PROFILES[1]: cal, PROFILES[2]: dataclasses.replace(cal, residuals=None)}
+    gpu = resolve_gpu(json.loads(runs[0].read_text())["gpu"])
+    profiles = {PROFILES[0]: datasheet_profile(gpu), PROFILES[1]: cal,
+                PROFILES[2]: dataclasses.replace(cal, residuals=None)}
     scored = {name: repredicted(p, runs) for name, p in profiles.items()}
     cases = sorted({case_of(r) for r in scored[PROFILES[0]][0]})
     ref = repredict(reference)  # the H200's replay, the shipped profile

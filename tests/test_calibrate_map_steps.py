@@ -233,18 +233,19 @@ def test_a_from_scratch_calibration_predicts_what_it_did_not_fit_as_before_it():
     """Families a from-scratch calibration did not fit (here: the spilling reduce, with no map steps to fit it on;
     SGLang's fp8 kernel and the reference kernels, which the plan never times) held neutral_start's guesses (1 us,
     60 GB/s an SM): a prediction of nothing. They now take the values decodecalc had for the GPU before calibrating
-    (the H100: the datasheet fallback's), stay listed uncalibrated, and the source line names where they came from."""
+    (the H100: its packaged profile's, the datasheet fallback's before it shipped), stay listed uncalibrated, and the
+    source line names where they came from."""
     from decodecalc.timemodel.fit import DEFAULT_FAMILY
     from decodecalc.timemodel.profile import FamilyParams
-    from decodecalc.timemodel.profile_sources import datasheet_profile
+    from decodecalc.timemodel.profile_sources import uncalibrated_profile
     from decodecalc.timemodel.recipe import SPILL_FAMILY
 
     gpu = resolve_gpu("h100-sxm")
     data = _h100_run()
     data["cases"], data["map_steps"] = data["cases"][:40], []
-    start = datasheet_profile(gpu)
+    start = uncalibrated_profile(gpu)
     cold = calibration_from_measurements(data, gpu=gpu, base=neutral_start(start), source="h100", cold=True,
-                                         start_note="the datasheet fallback's")
+                                         start_note="the packaged profile's")
     neutral = FamilyParams(**DEFAULT_FAMILY)
     fitted = {"vllm_2d", "vllm_3d", "vllm_reduce", "sglang_stage1", "sglang_stage2"}
     unfitted = {SPILL_FAMILY, "sglang_stage1_fp8", "ref_vllm_2d", "ref_sglang_stage1"}
@@ -254,11 +255,23 @@ def test_a_from_scratch_calibration_predicts_what_it_did_not_fit_as_before_it():
     for fam in unfitted:
         assert cold.families[fam] == start.families[fam] != neutral, fam
         assert fam in cold.fit["uncalibrated_families"]
-    assert "families not measured keep the datasheet fallback's values" in cold.source
+    assert "families not measured keep the packaged profile's values" in cold.source
     assert not any(p == neutral for p in cold.families.values())
 
 
-def test_calibrate_from_scratch_names_the_datasheet_where_no_profile_ships(tmp_path):
+@pytest.mark.parametrize("ships", [True, False])
+def test_calibrate_from_scratch_names_where_the_unfitted_families_come_from(tmp_path, monkeypatch, ships):
+    # the H100 SXM ships a profile (2026-12-06); without it (as on any GPU with none) the datasheet fallback's
+    from decodecalc.timemodel import profile_sources
+
+    if not ships:
+        real = profile_sources.packaged_profile
+
+        def no_h100(name):  # the H200's stays: the datasheet fallback is built from it
+            return None if name.startswith("h100") else real(name)
+
+        monkeypatch.setattr(profile_sources, "packaged_profile", no_h100)
+        monkeypatch.setattr("decodecalc.timemodel.packaged_profile", no_h100)
     data = _h100_run()
     data["cases"], data["map_steps"] = data["cases"][:20], []
     src, out = tmp_path / "m.json", tmp_path / "p.yaml"
@@ -268,4 +281,11 @@ def test_calibrate_from_scratch_names_the_datasheet_where_no_profile_ships(tmp_p
     assert res.exit_code == 0, res.output
     import yaml
 
-    assert "families not measured keep the datasheet fallback's values" in yaml.safe_load(out.read_text())["source"]
+    doc = yaml.safe_load(out.read_text())
+    where = "the packaged profile's" if ships else "the datasheet fallback's"
+    assert f"families not measured keep {where} values" in doc["source"]
+    ref = profile_sources.uncalibrated_profile(resolve_gpu("h100-sxm"))
+    assert ref.calibrated is ships
+    from decodecalc.timemodel import load_profile_file
+
+    assert load_profile_file(out).families["sglang_stage1_fp8"] == ref.families["sglang_stage1_fp8"]
