@@ -237,13 +237,13 @@ def test_a_from_scratch_calibration_predicts_what_it_did_not_fit_as_before_it():
     source line names where they came from."""
     from decodecalc.timemodel.fit import DEFAULT_FAMILY
     from decodecalc.timemodel.profile import FamilyParams
-    from decodecalc.timemodel.profile_sources import uncalibrated_profile
+    from decodecalc.timemodel.profile_sources import prior_profile
     from decodecalc.timemodel.recipe import SPILL_FAMILY
 
     gpu = resolve_gpu("h100-sxm")
     data = _h100_run()
     data["cases"], data["map_steps"] = data["cases"][:40], []
-    start = uncalibrated_profile(gpu)
+    start = prior_profile(gpu)
     cold = calibration_from_measurements(data, gpu=gpu, base=neutral_start(start), source="h100", cold=True,
                                          start_note="the packaged profile's")
     neutral = FamilyParams(**DEFAULT_FAMILY)
@@ -284,7 +284,7 @@ def test_calibrate_from_scratch_names_where_the_unfitted_families_come_from(tmp_
     doc = yaml.safe_load(out.read_text())
     where = "the packaged profile's" if ships else "the datasheet fallback's"
     assert f"families not measured keep {where} values" in doc["source"]
-    ref = profile_sources.uncalibrated_profile(resolve_gpu("h100-sxm"))
+    ref = profile_sources.prior_profile(resolve_gpu("h100-sxm"))
     assert ref.calibrated is ships
     from decodecalc.timemodel import load_profile_file
 

@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
         from decodecalc.timemodel import packaged_profile, user_profile_dir
-        from decodecalc.timemodel.profile_sources import uncalibrated_profile
+        from decodecalc.timemodel.profile_sources import prior_profile
         from decodecalc.timemodel.calibration_fit import neutral_start
         from decodecalc.timemodel.calibration_saved import calibration_from_measurements
         from decodecalc.yamlio import load_json_file
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
             if path is not None:  # before minutes of timing
                 check_writable(path, option)
         # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
-        base = uncalibrated_profile(spec)
+        base = prior_profile(spec)
         note = "the starting profile's"
         if from_scratch:
             base = neutral_start(base)

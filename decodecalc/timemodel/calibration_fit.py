@@ -137,13 +137,13 @@ def neutral_start(base: TimeProfile) -> TimeProfile:
 def unfitted_from_start(profile: TimeProfile, gpu: Any, fitted: set[str]) -> TimeProfile:
     """``profile`` (a from-scratch calibration) with every family it did not fit and that still holds
     :func:`neutral_start`'s values (SGLang's fp8 kernel and decodecalc's reference kernels under `--grid`; the spilling
-    reduce below its launch threshold) taken from :func:`~decodecalc.timemodel.profile_sources.uncalibrated_profile`:
+    reduce below its launch threshold) taken from :func:`~decodecalc.timemodel.profile_sources.prior_profile`:
     the packaged profile's values, or the datasheet fallback's (the H200's, scaled), which predict such a launch where
     the fit's starting guesses do not."""
-    from decodecalc.timemodel.profile_sources import uncalibrated_profile
+    from decodecalc.timemodel.profile_sources import prior_profile
 
     neutral = FamilyParams(**DEFAULT_FAMILY)
-    ref = uncalibrated_profile(gpu).families
+    ref = prior_profile(gpu).families
     swap = {f: ref[f] for f, p in profile.families.items() if f not in fitted and p == neutral and f in ref}
     return dataclasses.replace(profile, families={**profile.families, **swap}) if swap else profile
 

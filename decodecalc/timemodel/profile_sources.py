@@ -97,9 +97,10 @@ def packaged_profile(gpu_name: str) -> TimeProfile | None:
     return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)
 
 
-def uncalibrated_profile(gpu: GPUSpec) -> TimeProfile:
-    """What decodecalc knows of ``gpu`` before any calibration of it: its packaged profile, else the datasheet
-    fallback. ``calibrate`` starts from it, and a family a calibration does not fit keeps its values."""
+def prior_profile(gpu: GPUSpec) -> TimeProfile:
+    """What decodecalc knows of ``gpu`` before a user calibrates it: its packaged profile (calibrated by us), else the
+    datasheet fallback (uncalibrated). ``calibrate`` starts from it, and a family a calibration does not fit keeps its
+    values."""
     return packaged_profile(gpu.name) or datasheet_profile(gpu)
 
 
