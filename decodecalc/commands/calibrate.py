@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         from decodecalc.verify.calibration import cuda_or_error, run_calibration
         from decodecalc.commands.output import to_json, write_atomic
         from decodecalc.specs.gpus import resolve_gpu
-        from decodecalc.timemodel import packaged_profile, user_profile_dir
+        from decodecalc.timemodel import user_profile_dir
         from decodecalc.timemodel.profile_sources import prior_profile
         from decodecalc.timemodel.calibration_fit import neutral_start
         from decodecalc.timemodel.calibration_saved import calibration_from_measurements
@@ -161,9 +161,9 @@ def register(app: typer.Typer) -> None:
         # start from the packaged profile of this GPU (or the H200's figures), never from an old user file
         base = prior_profile(spec)
         note = "the starting profile's"
-        if from_scratch:
+        if from_scratch:  # (a packaged profile is calibrated; the datasheet fallback is not)
+            note = "the packaged profile's" if base.calibrated else "the datasheet fallback's"
             base = neutral_start(base)
-            note = "the packaged profile's" if packaged_profile(spec.name) else "the datasheet fallback's"
         if from_measurements:
             if save_measurements is not None:
                 raise ConfigError("--save-measurements with --from-measurements: the timings are already saved")

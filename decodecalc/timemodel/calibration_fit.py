@@ -210,6 +210,8 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     if not ms and not steps and not backends:
         raise DecodecalcError("calibration failed: nothing was timed")
     spill_launches = 0
+    # the families these timings fit (the spilling reduce joins them below when its launches were enough)
+    fams_seen = {k.family for m in [*ms, *(backends or ())] for k in m.work.kernels}
     if keep_physics:
         physics, before_cells = dataclasses.replace(start, residuals=None), start
         # the starting map's cells stay (its group cells were measured against this very physics)
@@ -220,9 +222,10 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start keeps
             # the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
             physics, spill_launches = fit_spill_family(physics, [*ms, *map_ms])
+            if spill_launches:
+                fams_seen.add(SPILL_FAMILY)
             # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated below)
-            physics = unfitted_from_start(physics, gpu, {k.family for m in ms for k in m.work.kernels}
-                                          | ({SPILL_FAMILY} if spill_launches else set()))
+            physics = unfitted_from_start(physics, gpu, fams_seen)
         if backends is not None:  # the compiled backends' families over the new GPU-wide values
             from decodecalc.timemodel.backend_fit import CALIBRATE_MAX_EVALS, calibrate_backends
 
@@ -241,9 +244,6 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             fitted = add_layout_cells(fitted, physics, own, step_where, local=bool(steps))
     every = [*ms, *steps, *map_ms]
     stats, bare = error_summary(fitted, every), error_summary(physics, every)
-    fams_seen = {k.family for m in [*ms, *(backends or ())] for k in m.work.kernels}
-    if spill_launches:
-        fams_seen.add(SPILL_FAMILY)
     uncal = sorted((set(fitted.families) - fams_seen) | set(backend_fit.uncalibrated if backend_fit else ()))
     if keep_physics:  # nothing was refitted: the start's record of what it calibrated (and its domain) stays
         uncal = sorted(start.fit.get("uncalibrated_families") or ())
