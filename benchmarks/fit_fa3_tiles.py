@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.fit_backends_h200 import held_out, measurements_from  # noqa: E402
 from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.fit import _loss, error_summary, recommendation_quality  # noqa: E402
+from decodecalc.timemodel.fit import error_summary, log_loss, recommendation_quality  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
@@ -52,7 +52,7 @@ def with_tiles(prof, toh: float):
 
 def loss(prof, ms) -> float:
     """The backend fit's own loss (soft-L1 on log time, decodecalc.timemodel.fit)."""
-    return _loss(prof, ms)
+    return log_loss(prof, ms)
 
 
 def workload_errors(prof) -> list[float]:

@@ -30,14 +30,14 @@ from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import resolve_profile  # noqa: E402
 from decodecalc.timemodel.fit import nelder_mead  # noqa: E402
 from decodecalc.timemodel.predict import kernel_time_s  # noqa: E402
-from decodecalc.timemodel.recipe import SPILL_FAMILY, SPILL_HI, SPILL_KEYS, SPILL_LO, SPILL_START  # noqa: E402
-from decodecalc.timemodel.work import KernelWork, reduce_segments_kernel  # noqa: E402
+from decodecalc.timemodel.recipe import SPILL_HI, SPILL_KEYS, SPILL_LO, SPILL_START  # noqa: E402
+from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY, KernelWork, reduce_segments_kernel  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the probe runs (probe_split_range_h200.py --only vllm at Llama-3.1-8B's 32:8 and Llama-3.1-70B TP8's 8:1 heads)
 PROBES = ("probe_vllm_B4_L32k.json", "probe_vllm_B16_L2k.json", "probe_reduce_h*_B*.json")
 HEAD_DIM = 128
-FAMILY = SPILL_FAMILY
+FAMILY = REDUCE_SPILL_FAMILY
 
 
 def points() -> list[tuple[int, int, float]]:

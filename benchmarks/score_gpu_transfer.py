@@ -32,7 +32,7 @@ from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
 from decodecalc.timemodel import load_profile_file, packaged_profile  # noqa: E402
 from decodecalc.timemodel.calibration_fit import workload_measurements  # noqa: E402
 from decodecalc.timemodel.fit import abs_pct_errors, measurements_from_rows, percentile  # noqa: E402
-from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
+from decodecalc.timemodel.profile_sources import DATASHEET_SOURCE_GPU, datasheet_profile  # noqa: E402
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gpu = resolve_gpu(str(data.get("gpu") or "h200"))
     base = packaged_profile(gpu.name)
     profiles = {"shipped": base} if base is not None else {}
-    if gpu.name != "h200":  # the transfer of the H200's physics: what a GPU no fit saw gets
+    if gpu.name != DATASHEET_SOURCE_GPU:  # the transfer of the H200's physics: what a GPU no fit saw gets
         profiles["datasheet (uncalibrated)"] = datasheet_profile(gpu)
     for spec in args.profile:
         name, _, path = spec.partition("=")

@@ -32,7 +32,8 @@ from decodecalc.timemodel import load_profile_file  # noqa: E402
 from decodecalc.timemodel.calibration_fit import _map_name, workload_measurements  # noqa: E402
 from decodecalc.timemodel.fit import abs_pct_errors  # noqa: E402
 from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
-from decodecalc.timemodel.recipe import SPILL_FAMILY, fit_spill_family  # noqa: E402
+from decodecalc.timemodel.recipe import fit_spill_family  # noqa: E402
+from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY as SPILL_FAMILY  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUN = RESULTS / "calibrate-grid-map-h100-sxm"

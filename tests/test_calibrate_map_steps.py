@@ -212,7 +212,7 @@ def test_a_from_scratch_calibration_fits_the_spill_family_a_warm_one_keeps_it():
     uncalibrated; the warm calibrate on the same timings keeps its start's family."""
     from decodecalc.timemodel.calibration_fit import neutral_start
     from decodecalc.timemodel.profile_sources import datasheet_profile
-    from decodecalc.timemodel.recipe import SPILL_FAMILY
+    from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY as SPILL_FAMILY
 
     gpu = resolve_gpu("h100-sxm")
     data = _h100_run()
@@ -238,7 +238,7 @@ def test_a_from_scratch_calibration_predicts_what_it_did_not_fit_as_before_it():
     from decodecalc.timemodel.fit import DEFAULT_FAMILY
     from decodecalc.timemodel.profile import FamilyParams
     from decodecalc.timemodel.profile_sources import prior_profile
-    from decodecalc.timemodel.recipe import SPILL_FAMILY
+    from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY as SPILL_FAMILY
 
     gpu = resolve_gpu("h100-sxm")
     data = _h100_run()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from decodecalc.errors import ConfigError
-from decodecalc.timemodel.fit import Measurement, _fit_group, _loss, error_summary, fit_profile
+from decodecalc.timemodel.fit import Measurement, _fit_group, error_summary, fit_profile, log_loss
 from decodecalc.timemodel.profile import (CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FAMILY_FALLBACKS, FamilyParams,
                                           TimeProfile)
 
@@ -219,7 +219,7 @@ def fit_bf16_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: boo
     for us in tile_overhead_choices_us if tile_overhead_choices_us is not None else FA3_TILE_OVERHEAD_CHOICES_US:
         f3 = dataclasses.replace(prof.families["fa3_fwd"], tile_overhead_s=us * 1e-6)
         got = fit(fa3, dataclasses.replace(prof, families={**prof.families, "fa3_fwd": f3}))
-        loss = _loss(got, fa3)
+        loss = log_loss(got, fa3)
         if progress:
             progress(f"fa3_fwd tile overhead {us} us: loss {loss:.4f}")
         if best is None or loss < best[1]:

@@ -15,8 +15,9 @@ from decodecalc.errors import ConfigError, DecodecalcError
 from decodecalc.timemodel.backend_fit import backend_failures
 from decodecalc.timemodel.fit import DEFAULT_FAMILY, error_summary, measurements_from_rows
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
-from decodecalc.timemodel.recipe import (CALIBRATE, CALIBRATE_COLD, RESIDUAL_KERNELS, SPILL_FAMILY, fit_physics,
+from decodecalc.timemodel.recipe import (CALIBRATE, CALIBRATE_COLD, RESIDUAL_KERNELS, fit_physics,
                                          fit_spill_family, with_residuals)
+from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY
 
 #: the calibration microbenchmark: (h, h_kv, d, seq_lens) covering the latency-bound corner (one
 #: sequence, long context), the occupancy / tail regime (a few sequences) and the bandwidth-bound
@@ -223,7 +224,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             # the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
             physics, spill_launches = fit_spill_family(physics, [*ms, *map_ms])
             if spill_launches:
-                fams_seen.add(SPILL_FAMILY)
+                fams_seen.add(REDUCE_SPILL_FAMILY)
             # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated below)
             physics = unfitted_from_start(physics, gpu, fams_seen)
         if backends is not None:  # the compiled backends' families over the new GPU-wide values
@@ -275,7 +276,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                 else {}),
              **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {}),
              **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {}),
-             **({"spill_family": {"family": SPILL_FAMILY, "launches": spill_launches,
+             **({"spill_family": {"family": REDUCE_SPILL_FAMILY, "launches": spill_launches,
                                   "source": "fitted on the spilling reduce's launches of the map steps "
                                             "(recipe.fit_spill_family)"}} if spill_launches else {})})
 

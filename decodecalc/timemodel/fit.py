@@ -210,8 +210,9 @@ def log_errors(profile: TimeProfile, ms: Sequence[Measurement]) -> list[float]:
     return [math.log(model_launch_time_s(m.work, profile) / m.time_s) for m in ms]
 
 
-def _loss(profile: TimeProfile, ms: Sequence[Measurement]) -> float:
-    # Soft-L1 on log error: robust to the odd noisy row, still smooth
+def log_loss(profile: TimeProfile, ms: Sequence[Measurement]) -> float:
+    """What every fit minimizes: the mean soft-L1 of the physics' log errors (robust to the odd noisy row, still
+    smooth; 5% is where it turns from quadratic to linear)."""
     tot = 0.0
     for e in log_errors(profile, ms):
         tot += 2.0 * (math.sqrt(1.0 + (e / 0.05) ** 2) - 1.0)
@@ -264,7 +265,7 @@ def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str]
                restarts: int, max_evals: int, idle_fams: Sequence[str] = (),
                sat_fams: Sequence[str] = (), run_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
     def f(x: list[float]) -> float:
-        return _loss(_unpack(x, base, fams, free_globals, idle_fams, sat_fams, run_fams), ms)
+        return log_loss(_unpack(x, base, fams, free_globals, idle_fams, sat_fams, run_fams), ms)
 
     best_x = _pack(base, fams, free_globals, idle_fams, sat_fams, run_fams)
     best_v = f(best_x)
@@ -344,10 +345,10 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                     if d in fixed.get(f, {}):
                         continue
                     cur = prof.families[f].occupancy_for(d)
-                    best_l, best_o = _loss(prof, sub), cur
+                    best_l, best_o = log_loss(prof, sub), cur
                     for o in OCCUPANCY_CHOICES:
                         if o != cur:
-                            lo = _loss(_with_occupancy(prof, f, d, o), sub)
+                            lo = log_loss(_with_occupancy(prof, f, d, o), sub)
                             if lo < best_l - 1e-9:
                                 best_l, best_o = lo, o
                     if best_o != cur:

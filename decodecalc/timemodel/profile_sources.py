@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import ConfigError
-from decodecalc.specs.gpus import GPUSpec
+from decodecalc.specs.gpus import GPUSpec, resolve_gpu
 from decodecalc.timemodel.profile import TimeProfile, gpu_key, profile_from_mapping
 from decodecalc.yamlio import load_yaml_file, safe_load
 
@@ -104,16 +104,21 @@ def prior_profile(gpu: GPUSpec) -> TimeProfile:
     return packaged_profile(gpu.name) or datasheet_profile(gpu)
 
 
+#: the GPU whose packaged, fitted profile the datasheet fallback scales to every other GPU
+DATASHEET_SOURCE_GPU = "h200"
+
+
 def datasheet_profile(gpu: GPUSpec) -> TimeProfile:
     """Uncalibrated fallback: the H200's fitted latencies, overheads and occupancies, this GPU's SM count,
     and its datasheet bandwidth scaled by the share of the datasheet the H200 achieves."""
     base = _builtin_h200()
-    scale = (gpu.hbm_bandwidth_bytes_per_s * 0.85 / gpu.num_sms) / (4.8e12 * 0.85 / 132)
+    src = resolve_gpu(DATASHEET_SOURCE_GPU)
+    bw_ratio = gpu.hbm_bandwidth_bytes_per_s / src.hbm_bandwidth_bytes_per_s
+    scale = bw_ratio * src.num_sms / gpu.num_sms  # the datasheet bandwidth per SM, against the H200's
     fams = {k: dataclasses.replace(v, sm_bandwidth_bytes_per_s=v.sm_bandwidth_bytes_per_s * scale,
-                                   hbm_bandwidth_bytes_per_s=v.hbm_bandwidth_bytes_per_s * gpu.hbm_bandwidth_bytes_per_s
-                                   / 4.8e12)
+                                   hbm_bandwidth_bytes_per_s=v.hbm_bandwidth_bytes_per_s * bw_ratio)
             for k, v in base.families.items()}
-    hbm = base.hbm_bandwidth_bytes_per_s * gpu.hbm_bandwidth_bytes_per_s / 4.8e12  # same achievable share
+    hbm = base.hbm_bandwidth_bytes_per_s * bw_ratio  # same achievable share
     return TimeProfile(gpu=gpu.name, num_sms=gpu.num_sms, launch_overhead_s=base.launch_overhead_s,
                        idle_program_s=base.idle_program_s, families=fams, calibrated=False,
                        hbm_bandwidth_bytes_per_s=hbm,
@@ -121,7 +126,7 @@ def datasheet_profile(gpu: GPUSpec) -> TimeProfile:
 
 
 def _builtin_h200() -> TimeProfile:
-    prof = packaged_profile("h200")
+    prof = packaged_profile(DATASHEET_SOURCE_GPU)
     if prof is None:  # pragma: no cover - the wheel always ships it
         raise ConfigError("the packaged H200 time profile decodecalc/profiles/h200.yaml is missing")
     return prof

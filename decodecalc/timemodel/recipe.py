@@ -16,13 +16,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from decodecalc.timemodel.fit import DEFAULT_FAMILY, Measurement, _loss, fit_profile, nelder_mead
+from decodecalc.timemodel.fit import DEFAULT_FAMILY, Measurement, fit_profile, log_loss, nelder_mead
 from decodecalc.timemodel.predict import model_launch_time_s
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
 from decodecalc.timemodel.residuals import build_residual_map
 from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY
 
-__all__ = ["CALIBRATE", "CALIBRATE_COLD", "RESIDUAL_KERNELS", "SHIPPED", "SPILL_FAMILY", "FitRecipe", "fit_physics",
+__all__ = ["CALIBRATE", "CALIBRATE_COLD", "RESIDUAL_KERNELS", "SHIPPED", "FitRecipe", "fit_physics",
            "fit_spill_family", "with_residuals"]
 
 #: the kernels whose launches the residual map covers: the engines' Triton kernels, which tune searches (the other
@@ -71,8 +71,6 @@ def fit_physics(ms: Sequence[Measurement], base: TimeProfile, recipe: FitRecipe,
                        run_kernels=recipe.run_kernels, fixed_occupancy=fixed_occupancy)
 
 
-#: vLLM's reduce_segments past its register tile (512+ segments at d 128: timemodel.work.reduce_segments_kernel)
-SPILL_FAMILY = REDUCE_SPILL_FAMILY
 #: the numbers of its family fitted: the shipped family's form (benchmarks/fit_reduce_spill_h200.py), a tile's time
 #: through local memory as the L^p blend of its SM and memory times
 SPILL_KEYS = ("latency_s", "program_bandwidth_bytes_per_s", "sm_bandwidth_bytes_per_s", "program_overhead_s",
@@ -88,24 +86,24 @@ SPILL_MIN_LAUNCHES = 24
 
 def _with_spill(x: Sequence[float], base: TimeProfile) -> TimeProfile:
     vals = {k: min(SPILL_HI.get(k, math.inf), max(SPILL_LO.get(k, 0.0), math.exp(v))) for k, v in zip(SPILL_KEYS, x)}
-    fam = base.families.get(SPILL_FAMILY) or FamilyParams(**DEFAULT_FAMILY)
-    return dataclasses.replace(base, families={**base.families, SPILL_FAMILY: dataclasses.replace(fam, **vals)})
+    fam = base.families.get(REDUCE_SPILL_FAMILY) or FamilyParams(**DEFAULT_FAMILY)
+    return dataclasses.replace(base, families={**base.families, REDUCE_SPILL_FAMILY: dataclasses.replace(fam, **vals)})
 
 
 def fit_spill_family(physics: TimeProfile, ms: Sequence[Measurement], *,
                      max_evals: int = 3000) -> tuple[TimeProfile, int]:
-    """``physics`` with its :data:`SPILL_FAMILY` fitted on the launches of ``ms`` that run it (the 3D kernel and every
+    """``physics`` with its :data:`REDUCE_SPILL_FAMILY` fitted on the launches of ``ms`` that run it (the 3D kernel and every
     other number of ``physics`` fixed), and how many launches that was; unchanged (and 0) below
     :data:`SPILL_MIN_LAUNCHES`. calibrate's plan shapes stop at 128 segments, so its spilling launches are the map
     steps' (the reference workloads' long contexts under tune's leading settings, 512-4,096 segments). Left out whole
     on the H100 (each reference workload's spilling launches predicted by a fit on the other workloads'), the fit
     takes a from-scratch profile's error on them from 36% to 9% median (BENCHMARKS.md, "The spilling reduce in a
     calibration")."""
-    rows = [m for m in ms if any(k.family == SPILL_FAMILY for k in m.work.kernels)]
+    rows = [m for m in ms if any(k.family == REDUCE_SPILL_FAMILY for k in m.work.kernels)]
     if len(rows) < SPILL_MIN_LAUNCHES:
         return physics, 0
     base = dataclasses.replace(physics, residuals=None)
-    x, _ = nelder_mead(lambda v: _loss(_with_spill(v, base), rows), [math.log(v) for v in SPILL_START], step=0.5,
+    x, _ = nelder_mead(lambda v: log_loss(_with_spill(v, base), rows), [math.log(v) for v in SPILL_START], step=0.5,
                        max_evals=max_evals)
     return dataclasses.replace(_with_spill(x, base), residuals=physics.residuals), len(rows)
 
