@@ -23,7 +23,7 @@ from decodecalc.commands.tune import (
     WorkloadOpt,
 )
 from decodecalc.errors import ConfigError
-from decodecalc.timemodel.calibration_fit import DEFAULT_MAP_STEPS, MAX_MAP_STEPS
+from decodecalc.timemodel.calibration_fit import DEFAULT_MAP_STEPS, MAX_FOLDS, MAX_MAP_STEPS, MIN_FOLDS
 
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Which GPU of `decodecalc gpus` this is (the profile's name).")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="Three shapes instead of ten (about a third of the time).")]
@@ -62,6 +62,12 @@ ModelsOpt = Annotated[Optional[list[str]], typer.Option(
 TpOpt = Annotated[int, typer.Option("--tp", help="Tensor-parallel degree of --model (its heads per rank).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-physics", help="Time --model's layouts only and fit nothing: keep the "
                                        "starting profile and add their map cells (about 20 s).")]
+FoldsOpt = Annotated[int, typer.Option(
+    "--left-out-folds", metavar="<n>",
+    help="Also judge the vLLM and SGLang fit on what it did not time: refit it n times, each leaving out a share of "
+         "the timed head layouts whole, and once leaving out a quarter of every layout's shapes; their errors are the "
+         "± that grid, compare and recommend print (fit.expected_error). n + 1 more fits: about 100 s each on 2 CPUs for "
+         "--grid's timings, so best run after the GPU with --from-measurements. 0 (default): none; else 2 to 12.")]
 SampleOpt = Annotated[Optional[int], typer.Option("--sample-steps", help="With a workload: how many evenly spaced steps of it to "
                                         "time, each under every launch the engines make for it with their default, "
                                         "tune's pick and the six next best settings (default 6: 66-96 timings, under a "
@@ -98,6 +104,7 @@ def register(app: typer.Typer) -> None:
         sample_steps: SampleOpt = None,
         backends: BackendsOpt = None,
         map_steps: MapStepsOpt = None,
+        left_out_folds: FoldsOpt = 0,
     ) -> None:
         """Time the real vLLM and SGLang decode kernels on this GPU (a few minutes), fit the time model and save
         the profile that `recommend`, `grid`, `compare` and `tune` then use. With one --model and its traffic
@@ -136,6 +143,10 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--map-steps {map_steps} with {what}: "
                               + ("the saved timings say which steps were timed" if from_measurements else
                                  f"{what} fits no map of its own"))
+        if left_out_folds and not MIN_FOLDS <= left_out_folds <= MAX_FOLDS:
+            raise ConfigError(f"--left-out-folds {left_out_folds}: expected 0 or an integer in [{MIN_FOLDS}, {MAX_FOLDS}]")
+        if left_out_folds and keep_physics:
+            raise ConfigError(f"--left-out-folds {left_out_folds} with --keep-physics: --keep-physics fits nothing")
         k_map = (map_steps if map_steps is not None else DEFAULT_MAP_STEPS if grid else 0)
         if keep_physics and not model and not from_measurements:
             raise ConfigError("--keep-physics needs --model: it times only the models' own head layouts")
@@ -185,7 +196,8 @@ def register(app: typer.Typer) -> None:
             prof = calibration_from_measurements(data, gpu=spec, base=base, source=source, start_note=note,
                                                  keep_physics=keep_physics, cold=from_scratch,
                                                  progress=_fit_lines(),
-                                                 measure_backends=lambda recs: record_measurements(recs, spec))
+                                                 measure_backends=lambda recs: record_measurements(recs, spec),
+                                                 left_out_folds=left_out_folds)
             _written(dest, prof)
             return
         sample = None
@@ -246,7 +258,7 @@ def register(app: typer.Typer) -> None:
                                       progress=progress, start_note=note, thorough=thorough, grid=grid,
                                       measured=measured,
                                       layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample,
-                                      backends=timed_backends, map_samples=map_samples,
+                                      backends=timed_backends, map_samples=map_samples, left_out_folds=left_out_folds,
                                       fit_progress=lambda line: bar.update(task, description=f"fitting: {line}"))
         _written(dest, prof)
         took = time.monotonic() - started
@@ -320,6 +332,13 @@ def _written(dest: Path, prof: Any) -> None:
                f"90th percentile {fit.get('p90_abs_err', 0):.1%} (the physics alone: "
                f"{fit.get('physics_median_abs_err', 0):.1%}, {fit.get('physics_p90_abs_err', 0):.1%}; the rest is the "
                f"residual map of these timings, in sample)")
+    kernels = (fit.get("expected_error") or {}).get("kernels") or {}
+    for kernel in ("vllm", "sglang"):
+        for kind, what in (("new_layout", "head layouts left out"), ("fitted_layout", "shapes left out")):
+            f = (kernels.get(kernel) or {}).get(kind)
+            if f:
+                typer.echo(f"  {kernel}, {what}: {f['median_abs_err']:.1%} median, {f['p90_abs_err']:.1%} p90 on "
+                           f"{f['rows']} timings of {f['layouts']} layouts (out of sample: the ± of its predictions)")
     cal = fit.get("backend_calibration")
     if cal:
         fams = cal["families"]

@@ -90,6 +90,8 @@ MAP_WORKLOAD_STEPS = 200
 #: steps sampled from each reference workload with --grid (16 x 6 = 96 steps, about 1,500 timings)
 DEFAULT_MAP_STEPS = 16
 MAX_MAP_STEPS = 64
+#: ``--left-out-folds``: the fewest folds that leave every layout out once, and the most (a fit each)
+MIN_FOLDS, MAX_FOLDS = 2, 12
 
 
 def calibration_plan(quick: bool = False, thorough: bool = False, layouts: Sequence[tuple[int, int, int]] = (),
@@ -160,7 +162,8 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                          cold: bool = False, workload: Mapping[str, Any] | None = None,
                          backend_records: Sequence[Mapping[str, Any]] = (),
                          measure_backends: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
-                         progress: Any = None, map_steps: Sequence[Mapping[str, Any]] = ()) -> TimeProfile:
+                         progress: Any = None, map_steps: Sequence[Mapping[str, Any]] = (),
+                         left_out_folds: int = 0) -> TimeProfile:
     """The fitting half of ``calibrate`` (no GPU needed): measured rows -> a calibrated profile for ``gpu``.
     ``start_note``: whose values the families it did not measure keep (the source line says it). The map has a
     cell per (family, group size, head dim) and one per head layout timed (:mod:`decodecalc.timemodel.residuals`).
@@ -180,7 +183,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     by the caller: the plan check needs the profiler's launch comparison); ``progress``: called with a line per fitted
     group. ``map_steps``: ``workload`` records of the reference workloads' sampled steps (``--map-steps``): their
     timings join the plan's in the residual map's group cells (the shipped map's recipe: shape timings and workload
-    steps), and fit no physics."""
+    steps), and fit no physics. ``left_out_folds``: that many more fits of the Triton timings leaving whole head
+    layouts out, and one leaving a quarter of each layout's shapes out; their left-out errors are vLLM's and SGLang's
+    ``fit.expected_error`` (:mod:`decodecalc.timemodel.calibration_folds`); 0: none."""
     ms = measurements_from_rows(rows, num_sms=num_sms)
     _enough(rows, len(ms), "measurements")
     steps = workload_measurements(workload) if workload else []
@@ -211,6 +216,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
     if not ms and not steps and not backends:
         raise DecodecalcError("calibration failed: nothing was timed")
     spill_launches = 0
+    folds: dict[str, Any] | None = None  # the left-out folds' errors (left_out_folds)
     # the families these timings fit (the spilling reduce joins them below when its launches were enough)
     fams_seen = {k.family for m in [*ms, *(backends or ())] for k in m.work.kernels}
     if keep_physics:
@@ -219,14 +225,30 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         fitted = add_layout_cells(start, physics, steps or ms, step_where or where, local=bool(steps))
     else:
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
-        physics = fit_physics(ms, start, recipe, launch_overhead_s=launch_overhead_s) if ms else start
-        if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start keeps
-            # the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
-            physics, spill_launches = fit_spill_family(physics, [*ms, *map_ms])
-            if spill_launches:
-                fams_seen.add(REDUCE_SPILL_FAMILY)
-            # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated below)
-            physics = unfitted_from_start(physics, gpu, fams_seen)
+        other_fams = fams_seen - {k.family for m in ms for k in m.work.kernels}  # the backends' (fitted below)
+
+        def triton_physics(train: Sequence[Any], train_map: Sequence[Any]) -> tuple[TimeProfile, int]:
+            """The Triton families fitted on ``train`` (and the spilling reduce on the map steps too, from scratch):
+            the physics of this calibration, or of one of its left-out folds."""
+            phys = fit_physics(train, start, recipe, launch_overhead_s=launch_overhead_s) if train else start
+            spilled = 0
+            if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start
+                # keeps the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
+                phys, spilled = fit_spill_family(phys, [*train, *train_map])
+                seen = {k.family for m in train for k in m.work.kernels} | ({REDUCE_SPILL_FAMILY} if spilled else set())
+                # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated)
+                phys = unfitted_from_start(phys, gpu, seen | other_fams)
+            return phys, spilled
+
+        physics, spill_launches = triton_physics(ms, map_ms)
+        if spill_launches:
+            fams_seen.add(REDUCE_SPILL_FAMILY)
+        if left_out_folds and ms:
+            from decodecalc.timemodel.calibration_folds import fold_errors
+
+            folds = fold_errors(ms, map_ms, lambda tr, tm: with_residuals(triton_physics(tr, tm)[0], [*tr, *tm],
+                                                                          source="a left-out fold"),
+                                folds=left_out_folds, progress=progress)
         if backends is not None:  # the compiled backends' families over the new GPU-wide values
             from decodecalc.timemodel.backend_fit import CALIBRATE_MAX_EVALS, calibrate_backends
 
@@ -272,8 +294,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              "uncalibrated_families": uncal,
              **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name,
                                 backend_failures(backend_records)) if backend_fit else {}),
-             **({"expected_error": _expected_error_block(backend_fit)} if backend_fit and backend_fit.expected_error
-                else {}),
+             **_expected_error_block(backend_fit, folds, timed, where),
              **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {}),
              **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {}),
              **({"spill_family": {"family": REDUCE_SPILL_FAMILY, "launches": spill_launches,
@@ -281,15 +302,24 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                                             "(recipe.fit_spill_family)"}} if spill_launches else {})})
 
 
-def _expected_error_block(backend_fit: Any) -> dict[str, Any]:
-    """The profile's ``fit.expected_error`` of a calibration (timemodel.accuracy): the backends' out-of-fold figures.
-    The Triton kernels get none: calibrate fits them on every layout it times and holds none out."""
-    from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block
+def _expected_error_block(backend_fit: Any, folds: Mapping[str, Any] | None, timed: Sequence[tuple[int, int, int]],
+                          where: str) -> dict[str, Any]:
+    """``{"expected_error": ...}``, the profile's ``fit.expected_error`` of a calibration (timemodel.accuracy), or
+    ``{}``: the backends' out-of-fold figures, and vLLM's and SGLang's from ``--left-out-folds`` (without it they get
+    none: calibrate fits them on every layout it times and holds none out)."""
+    from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, layout_key
+    from decodecalc.timemodel.calibration_folds import expected_error_records
 
-    block = {"source": "decodecalc calibrate --backends (head layouts left out in folds)",
-             "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": dict(backend_fit.expected_error)}
+    kernels = dict(backend_fit.expected_error) if backend_fit and backend_fit.expected_error else {}
+    if folds:
+        kernels.update(expected_error_records(folds, [layout_key(*t) for t in timed], where))
+    if not kernels:
+        return {}
+    what = [w for w, on in (("--backends", backend_fit and backend_fit.expected_error), ("--left-out-folds", folds)) if on]
+    block = {"source": f"decodecalc calibrate {' and '.join(what)} (head layouts left out in folds)",
+             "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": kernels}
     check_block(block)
-    return block
+    return {"expected_error": block}
 
 
 def _map_name(rec: Mapping[str, Any]) -> str:

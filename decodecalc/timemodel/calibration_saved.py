@@ -80,12 +80,13 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
                                   start_note: str = "the starting profile's", keep_physics: bool = False,
                                   cold: bool = False, progress: Any = None,
                                   measure_backends: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
-                                  ) -> TimeProfile:
+                                  left_out_folds: int = 0) -> TimeProfile:
     """``calibrate --from-measurements``: the profile fitted to timings a calibration saved
     (``--save-measurements``: ``{"gpu", "num_sms", "launch_overhead_s", "device_name", "cases": [...],
     "backend_cases": [...]}``), no GPU needed. A file from before ``launch_overhead_s`` was saved keeps the starting
     profile's launch overhead. The ``layouts`` --model named are saved with the timings, so their layout cells come
-    back too; so do the compiled backends' runs (``backend_cases``), whose families are fitted again."""
+    back too; so do the compiled backends' runs (``backend_cases``), whose families are fitted again.
+    ``left_out_folds``: :func:`~decodecalc.timemodel.calibration_fit.fit_calibration_rows`'s."""
     _check_saved(data, source)
     if data.get("gpu") not in (None, gpu.name):
         raise ConfigError(f"{source}: field 'gpu': measured on {data['gpu']!r}, not --gpu {gpu.name}")
@@ -109,7 +110,7 @@ def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, sou
                                 start_note=start_note, keep_physics=keep_physics, layouts=_saved_layouts(data, source),
                                 cold=cold, workload=_saved_workload(data, source), backend_records=backend_cases,
                                 measure_backends=measure_backends, progress=progress,
-                                map_steps=_saved_map_steps(data, source))
+                                map_steps=_saved_map_steps(data, source), left_out_folds=left_out_folds)
 
 
 #: what a saved backend run's shape may hold (a file is data: nothing in it may cost more than the calibration did)

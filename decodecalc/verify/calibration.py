@@ -227,7 +227,8 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                     workload: WorkloadSample | None = None,
                     backends: Sequence[str] = (),
                     map_samples: Sequence[WorkloadSample] = (),
-                    fit_progress: Callable[[str], None] | None = None) -> tuple[TimeProfile, list[dict[str, Any]]]:
+                    fit_progress: Callable[[str], None] | None = None,
+                    left_out_folds: int = 0) -> tuple[TimeProfile, list[dict[str, Any]]]:
     """Time the calibration microbenchmarks on the local GPU with the real upstream kernels (loaded by
     decodecalc.verify.upstream), fit the model and return (profile for ``gpu``, raw rows). ``measured``: called
     with the timings (and the launch overhead) before the fit starts, so that they are kept whatever the fit does;
@@ -319,7 +320,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
                                 search_occupancy=not quick,  # three shapes are too few to choose occupancies
                                 start_note=start_note, keep_physics=keep_physics, layouts=layouts, cold=cold,
                                 workload=steps_doc, backend_records=backend_rows, progress=fit_progress,
-                                map_steps=map_docs,
+                                map_steps=map_docs, left_out_folds=left_out_folds,
                                 measure_backends=lambda recs: _backend_measurements(recs, gpu))
     return prof, rows
 
