@@ -41,7 +41,7 @@ from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
 from decodecalc.timemodel.fit import percentile  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-RUNS = (RESULTS / "validate_tune_h100_layouts.json", RESULTS / "validate_tune_h100_layouts_b.json")
+RUNS = tuple(RESULTS / f"validate_tune_h100_layouts{x}.json" for x in ("", "_b", "_c"))
 CALIBRATED = RESULTS / "calibrate-one-command-h100-sxm.yaml"
 REFERENCE = RESULTS / "validate_tune_h200_layouts3.json"
 OUT = RESULTS / "score-gpu-workloads-h100-sxm.json"
@@ -138,6 +138,55 @@ def score(runs: Sequence[Path] = RUNS, calibrated: Path = CALIBRATED, reference:
     return doc
 
 
+def totals_records(profile: Any, runs: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """Per engine, ``workload_totals`` of the profile's ``fit.expected_error`` (timemodel.accuracy): tune's totals of
+    every measured setting (tune's own kinds, as expected_error.py counts the H200's) re-predicted by ``profile``,
+    split by whether the model's per-rank layout is one the profile's fit timed (its ``fitted_layouts``, written by
+    ``calibrate --left-out-folds``)."""
+    from benchmarks.expected_error import TUNE_KINDS, _model_layout, _totals_figure
+
+    kernels = ((getattr(profile, "fit", None) or {}).get("expected_error") or {}).get("kernels") or {}
+    rows, _ = repredicted(profile, runs)
+    evidence = (f"validate_tune_h200.py --gpu {profile.gpu} replays of models no fit saw "
+                f"({', '.join(shown(r) for r in runs)}), re-predicted: tune's totals of every measured setting")
+    out: dict[str, dict[str, Any]] = {}
+    for engine in ("vllm", "sglang"):
+        fitted = set((kernels.get(engine) or {}).get("fitted_layouts") or ())
+        sides: dict[str, list[tuple[float, str, str]]] = {"fitted_layout": [], "new_layout": []}
+        for r in rows:
+            if r["engine"] == engine and r["kind"] in TUNE_KINDS:
+                lay = _model_layout(r["model"], int(r["tp"]))
+                sides["fitted_layout" if lay in fitted else "new_layout"].append(
+                    (abs(r["error"]), lay, f"{r['model']} TP{r['tp']}"))
+        figs = {side: _totals_figure(rs, evidence) for side, rs in sides.items()}
+        out[engine] = {side: {k: v for k, v in f.items() if k not in ("layout_list", "models")}
+                       for side, f in figs.items() if f}
+    return out
+
+
+def write_totals(path: Path, runs: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """``path``'s profile with :func:`totals_records` in its ``fit.expected_error`` (its vLLM and SGLang records must
+    exist: ``calibrate --left-out-folds`` writes them), and its parsed copy refreshed where it is a packaged one."""
+    from decodecalc.commands.output import write_atomic
+    from decodecalc.timemodel import dump_profile
+    from decodecalc.timemodel.accuracy import check_block
+
+    prof = load_profile_file(path)
+    block = (prof.fit or {}).get("expected_error")
+    if not block or not all(e in block["kernels"] for e in ("vllm", "sglang")):
+        raise SystemExit(f"Error: {path} has no vLLM and SGLang expected error; make it with calibrate --left-out-folds")
+    totals = totals_records(prof, runs)
+    block = {**block, "kernels": {**block["kernels"], **{e: {**block["kernels"][e], "workload_totals": t}
+                                                          for e, t in totals.items() if t}}}
+    check_block(block)
+    write_atomic(path, dump_profile(dataclasses.replace(prof, fit={**prof.fit, "expected_error": block})))
+    if path.resolve().parent == (ROOT / "decodecalc" / "profiles").resolve():
+        from tools.update_profile_cache import refresh
+
+        refresh(path)
+    return totals
+
+
 def plain(o: Any) -> Any:
     """numpy scalars in the picks (tune's search) as JSON numbers."""
     return o.item() if hasattr(o, "item") else str(o)
@@ -177,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reference", type=Path, default=REFERENCE, metavar="JSON",
                     help="an H200 replay of the same cases, re-predicted with the shipped profile")
     ap.add_argument("--json", type=Path, help="also write the scores here (results/score-gpu-workloads-h100-sxm.json)")
+    ap.add_argument("--write-totals", type=Path, metavar="YAML",
+                    help="write the runs' totals, re-predicted by this profile, into its fit.expected_error as tune's "
+                         "expected error of workload totals (a profile calibrate --left-out-folds wrote)")
     args = ap.parse_args(argv)
     missing = [str(p) for p in (*args.runs, args.calibrated, args.reference) if not p.is_file()]
     if missing:
@@ -197,6 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from decodecalc.commands.output import write_atomic
 
         write_atomic(args.json, json.dumps(doc, indent=1, default=plain) + "\n")
+    if args.write_totals:
+        for engine, figs in write_totals(args.write_totals, [p.resolve() for p in args.runs]).items():
+            for side, f in figs.items():
+                print(f"{args.write_totals}: {engine} workload totals, {side.replace('_', ' ')}: {f['rows']} settings, "
+                      f"{f['median_abs_err']:.1%} median, {f['within_5pct']:.0%} within 5%, worst {f['max_abs_err']:.1%}")
     return 0
 
 
