@@ -129,3 +129,19 @@ def test_bad_fold_counts_are_one_line_errors(tmp_path, args, needle):
     res = runner.invoke(app, ["calibrate", "--gpu", "h100-sxm", "-o", str(tmp_path / "p.yaml"), *args])
     assert res.exit_code != 0 and needle in res.output and "Traceback" not in res.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_a_family_a_fold_cannot_fit_comes_from_the_given_prior_not_the_packaged_profile():
+    # the packaged H100 profile was fitted on the very timings the folds leave out: a fold that leaves SGLang's MHA
+    # layout out must not take that family from it (calibrate passes the datasheet fallback to its folds)
+    from decodecalc.timemodel.calibration_fit import neutral_start, unfitted_from_start
+    from decodecalc.timemodel.profile_sources import datasheet_profile
+
+    gpu = resolve_gpu("h100-sxm")
+    packaged, ds = packaged_profile("h100-sxm"), datasheet_profile(gpu)
+    cold = neutral_start(packaged)
+    fam = "sglang_mha_stage1"
+    assert packaged.families[fam] != ds.families[fam]
+    assert unfitted_from_start(cold, gpu, set()).families[fam] == packaged.families[fam]
+    assert unfitted_from_start(cold, gpu, set(), ds).families[fam] == ds.families[fam]
+    assert unfitted_from_start(cold, gpu, {fam}, ds).families[fam] == cold.families[fam]  # fitted: left alone

@@ -122,3 +122,37 @@ def test_the_packaged_h100_profile_is_the_one_command_run_refitted():
     for fam in ("sglang_stage1_fp8", "ref_vllm_2d", "flashmla_fwd"):
         assert fam in shipped.fit["uncalibrated_families"] and shipped.families[fam] == ds.families[fam], fam
     assert "families not measured keep the datasheet fallback's values" in shipped.source
+
+
+def test_the_packaged_h100_profile_carries_out_of_sample_figures_for_the_triton_kernels():
+    # `calibrate --left-out-folds 11` on the run's timings (one head layout left out per fold, and a quarter of every
+    # layout's shapes): vLLM's and SGLang's expected error, its rows those the folds predict, and tune's totals
+    # (score_gpu_workloads.py --write-totals: the H100 replays of models no fit saw, re-predicted by this profile)
+    from benchmarks.score_gpu_workloads import RUNS, totals_records
+    from decodecalc.timemodel import packaged_profile
+    from decodecalc.timemodel.accuracy import expected_error
+    from decodecalc.timemodel.calibration_fit import workload_measurements
+    from decodecalc.timemodel.calibration_folds import shape_left_out
+    from decodecalc.timemodel.fit import measurements_from_rows
+
+    shipped = packaged_profile("h100-sxm")
+    block = shipped.fit["expected_error"]
+    saved = json.loads(gzip.decompress(RUN.with_name(RUN.name + "-measurements.json.gz").read_bytes()))
+    ms = measurements_from_rows(saved["cases"], num_sms=132)
+    every = [*ms, *(m for rec in saved["map_steps"] for m in workload_measurements(rec))]
+    for kernel in ("vllm", "sglang"):
+        rec = block["kernels"][kernel]
+        assert len(rec["fitted_layouts"]) == 11 and "32:8 d128" in rec["fitted_layouts"]
+        assert rec["new_layout"]["rows"] == sum(m.kernel == kernel for m in every)
+        assert rec["fitted_layout"]["rows"] == sum(m.kernel == kernel and shape_left_out(m) for m in every)
+        assert "11 folds" in rec["new_layout"]["evidence"]
+    totals = totals_records(shipped, RUNS)
+    for kernel, figs in totals.items():
+        assert block["kernels"][kernel]["workload_totals"] == figs and set(figs) == {"new_layout"}, kernel
+    # what a user on the H100 then reads: a ± on a layout the run timed, and one no fit saw
+    fitted = expected_error(shipped, "vllm", 32, 8, 128, 2)
+    new = expected_error(shipped, "sglang", 16, 1, 128, 2)
+    assert fitted.layout_fitted and not new.layout_fitted
+    assert fitted.median_abs_err < new.median_abs_err
+    tune_side = expected_error(shipped, "vllm", 16, 1, 128, 2, of="workload total")
+    assert tune_side.rows == totals["vllm"]["new_layout"]["rows"]

@@ -137,16 +137,17 @@ def neutral_start(base: TimeProfile) -> TimeProfile:
                                calibrated=False, source="a cold start (no parameter fitted to a timing)")
 
 
-def unfitted_from_start(profile: TimeProfile, gpu: Any, fitted: set[str]) -> TimeProfile:
+def unfitted_from_start(profile: TimeProfile, gpu: Any, fitted: set[str], prior: TimeProfile | None = None) -> TimeProfile:
     """``profile`` (a from-scratch calibration) with every family it did not fit and that still holds
     :func:`neutral_start`'s values (SGLang's fp8 kernel and decodecalc's reference kernels under `--grid`; the spilling
     reduce below its launch threshold) taken from :func:`~decodecalc.timemodel.profile_sources.prior_profile`:
     the packaged profile's values, or the datasheet fallback's (the H200's, scaled), which predict such a launch where
-    the fit's starting guesses do not."""
+    the fit's starting guesses do not. ``prior``: another source of those values instead (the left-out folds take the
+    datasheet fallback's: the packaged profile may have been fitted on the very timings a fold leaves out)."""
     from decodecalc.timemodel.profile_sources import prior_profile
 
     neutral = FamilyParams(**DEFAULT_FAMILY)
-    ref = prior_profile(gpu).families
+    ref = (prior or prior_profile(gpu)).families
     swap = {f: ref[f] for f, p in profile.families.items() if f not in fitted and p == neutral and f in ref}
     return dataclasses.replace(profile, families={**profile.families, **swap}) if swap else profile
 
@@ -227,9 +228,11 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
         recipe = dataclasses.replace(CALIBRATE_COLD if cold else CALIBRATE, search_occupancy=search_occupancy)
         other_fams = fams_seen - {k.family for m in ms for k in m.work.kernels}  # the backends' (fitted below)
 
-        def triton_physics(train: Sequence[Any], train_map: Sequence[Any]) -> tuple[TimeProfile, int]:
+        def triton_physics(train: Sequence[Any], train_map: Sequence[Any],
+                           prior: TimeProfile | None = None) -> tuple[TimeProfile, int]:
             """The Triton families fitted on ``train`` (and the spilling reduce on the map steps too, from scratch):
-            the physics of this calibration, or of one of its left-out folds."""
+            the physics of this calibration, or of one of its left-out folds (``prior``: where the families it
+            cannot fit come from)."""
             phys = fit_physics(train, start, recipe, launch_overhead_s=launch_overhead_s) if train else start
             spilled = 0
             if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start
@@ -237,7 +240,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                 phys, spilled = fit_spill_family(phys, [*train, *train_map])
                 seen = {k.family for m in train for k in m.work.kernels} | ({REDUCE_SPILL_FAMILY} if spilled else set())
                 # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated)
-                phys = unfitted_from_start(phys, gpu, seen | other_fams)
+                phys = unfitted_from_start(phys, gpu, seen | other_fams, prior)
             return phys, spilled
 
         physics, spill_launches = triton_physics(ms, map_ms)
@@ -245,8 +248,12 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             fams_seen.add(REDUCE_SPILL_FAMILY)
         if left_out_folds and ms:
             from decodecalc.timemodel.calibration_folds import fold_errors
+            from decodecalc.timemodel.profile_sources import datasheet_profile
 
-            folds = fold_errors(ms, map_ms, lambda tr, tm: with_residuals(triton_physics(tr, tm)[0], [*tr, *tm],
+            # a family a fold cannot fit (SGLang's MHA kernel, its layout left out) takes the datasheet's values, as on
+            # a GPU without this calibration; warm, it keeps the start's, which a fresh user's start never fitted
+            ds = datasheet_profile(gpu)
+            folds = fold_errors(ms, map_ms, lambda tr, tm: with_residuals(triton_physics(tr, tm, ds)[0], [*tr, *tm],
                                                                           source="a left-out fold"),
                                 folds=left_out_folds, progress=progress)
         if backends is not None:  # the compiled backends' families over the new GPU-wide values
