@@ -187,6 +187,27 @@ def write_totals(path: Path, runs: Sequence[Path]) -> dict[str, dict[str, Any]]:
     return totals
 
 
+def expected_error_markdown(profile: Any, reference: Any) -> str:
+    """BENCHMARKS.md's table of a calibrated GPU's expected error (``calibrate --left-out-folds`` and
+    :func:`write_totals`) beside the reference profile's (the shipped H200 one), vLLM and SGLang."""
+    def launch(f: dict[str, Any]) -> str:
+        return f"{f['median_abs_err']:.1%} / {f['p90_abs_err']:.1%} ({f['rows']}, {f['layouts']})"
+
+    def totals(f: dict[str, Any]) -> str:
+        return (f"{f['median_abs_err']:.1%} / {f['p90_abs_err']:.1%}, {f['within_5pct']:.0%} within 5%, worst "
+                f"{f['max_abs_err']:.1%} ({f['rows']})")
+
+    mine, ref = (p.fit["expected_error"]["kernels"] for p in (profile, reference))
+    rows = [f"| kernel | side | {profile.gpu}: median / p90 (timings, layouts) | shipped {reference.gpu} profile |",
+            "|---|---|---|---|"]
+    for k in ("vllm", "sglang"):
+        for side, name in (("fitted_layout", "a fitted layout's new shapes"), ("new_layout", "a head layout no fit saw")):
+            rows.append(f"| {k} | {name} | {launch(mine[k][side])} | {launch(ref[k][side])} |")
+        rows.append(f"| {k} | tune's workload totals, new layouts | {totals(mine[k]['workload_totals']['new_layout'])} | "
+                    f"{totals(ref[k]['workload_totals']['new_layout'])} |")
+    return "\n".join(rows)
+
+
 def plain(o: Any) -> Any:
     """numpy scalars in the picks (tune's search) as JSON numbers."""
     return o.item() if hasattr(o, "item") else str(o)

@@ -156,3 +156,11 @@ def test_the_packaged_h100_profile_carries_out_of_sample_figures_for_the_triton_
     assert fitted.median_abs_err < new.median_abs_err
     tune_side = expected_error(shipped, "vllm", 16, 1, 128, 2, of="workload total")
     assert tune_side.rows == totals["vllm"]["new_layout"]["rows"]
+
+
+def test_the_expected_error_table_is_the_profiles():
+    from benchmarks.score_gpu_workloads import expected_error_markdown
+    from decodecalc.timemodel import packaged_profile
+
+    table = expected_error_markdown(packaged_profile("h100-sxm"), packaged_profile("h200"))
+    assert f"<!-- h100-expected-error -->\n{table}\n<!-- /h100-expected-error -->" in BENCH
