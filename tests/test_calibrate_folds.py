@@ -145,3 +145,25 @@ def test_a_family_a_fold_cannot_fit_comes_from_the_given_prior_not_the_packaged_
     assert unfitted_from_start(cold, gpu, set()).families[fam] == packaged.families[fam]
     assert unfitted_from_start(cold, gpu, set(), ds).families[fam] == ds.families[fam]
     assert unfitted_from_start(cold, gpu, {fam}, ds).families[fam] == cold.families[fam]  # fitted: left alone
+
+
+def test_the_cli_writes_and_prints_the_folds_figures(tmp_path, run):
+    # calibrate --from-measurements with --left-out-folds: the lines a user reads and the profile block they come from
+    from decodecalc.timemodel import load_profile_file
+
+    saved = {k: v for k, v in run.items() if k not in ("map_steps", "backend_cases", "pending")}
+    saved["cases"] = run["cases"][:120]
+    src = tmp_path / "m.json"
+    src.write_text(json.dumps(saved))
+    out = tmp_path / "p.yaml"
+    res = runner.invoke(app, ["calibrate", "--gpu", "h100-sxm", "--from-measurements", str(src), "--left-out-folds", "2",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    prof = load_profile_file(out)
+    f = prof.fit["expected_error"]["kernels"]["vllm"]["new_layout"]
+    assert (f"vllm, head layouts left out: {f['median_abs_err']:.1%} median, {f['p90_abs_err']:.1%} p90 on {f['rows']} "
+            "timings") in res.output
+    # without the option nothing of the kind is printed, nor written for the Triton kernels
+    plain = runner.invoke(app, ["calibrate", "--gpu", "h100-sxm", "--from-measurements", str(src), "-o", str(out)])
+    assert plain.exit_code == 0 and "head layouts left out" not in plain.output
+    assert "vllm" not in (load_profile_file(out).fit.get("expected_error") or {}).get("kernels", {})

@@ -198,7 +198,7 @@ def register(app: typer.Typer) -> None:
                                                  progress=_fit_lines(),
                                                  measure_backends=lambda recs: record_measurements(recs, spec),
                                                  left_out_folds=left_out_folds)
-            _written(dest, prof)
+            _written(dest, prof, folds=bool(left_out_folds))
             return
         sample = None
         if given:  # the traffic first: a bad file fails before the GPU is looked at
@@ -260,7 +260,7 @@ def register(app: typer.Typer) -> None:
                                       layouts=layouts, keep_physics=keep_physics, cold=from_scratch, workload=sample,
                                       backends=timed_backends, map_samples=map_samples, left_out_folds=left_out_folds,
                                       fit_progress=lambda line: bar.update(task, description=f"fitting: {line}"))
-        _written(dest, prof)
+        _written(dest, prof, folds=bool(left_out_folds))
         took = time.monotonic() - started
         typer.echo(f"  took {took:.0f} s: the Triton kernels {phases.get('triton_s', 0):.0f} s"
                    + (f", the map steps {phases['map_s']:.0f} s" if "map_s" in phases else "")
@@ -321,7 +321,7 @@ def _fit_lines() -> Any:
     return lambda line: print(f"fitting: {line}", file=sys.stderr, flush=True)
 
 
-def _written(dest: Path, prof: Any) -> None:
+def _written(dest: Path, prof: Any, *, folds: bool = False) -> None:
     from decodecalc.commands.output import write_atomic
     from decodecalc.timemodel import dump_profile
 
@@ -332,7 +332,8 @@ def _written(dest: Path, prof: Any) -> None:
                f"90th percentile {fit.get('p90_abs_err', 0):.1%} (the physics alone: "
                f"{fit.get('physics_median_abs_err', 0):.1%}, {fit.get('physics_p90_abs_err', 0):.1%}; the rest is the "
                f"residual map of these timings, in sample)")
-    kernels = (fit.get("expected_error") or {}).get("kernels") or {}
+    # this run's left-out figures (a --keep-physics profile keeps its start's, which this run did not measure)
+    kernels = ((fit.get("expected_error") or {}).get("kernels") or {}) if folds else {}
     for kernel in ("vllm", "sglang"):
         for kind, what in (("new_layout", "head layouts left out"), ("fitted_layout", "shapes left out")):
             f = (kernels.get(kernel) or {}).get(kind)

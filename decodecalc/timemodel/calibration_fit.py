@@ -250,8 +250,9 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             from decodecalc.timemodel.calibration_folds import fold_errors
             from decodecalc.timemodel.profile_sources import datasheet_profile
 
-            # a family a fold cannot fit (SGLang's MHA kernel, its layout left out) takes the datasheet's values, as on
-            # a GPU without this calibration; warm, it keeps the start's, which a fresh user's start never fitted
+            # from scratch, a family a fold cannot fit (SGLang's MHA kernel, its layout left out) takes the datasheet's
+            # values, as on a GPU without this calibration (the packaged profile may have seen the fold's timings);
+            # a warm fold keeps the start's, as the whole calibration does
             ds = datasheet_profile(gpu)
             folds = fold_errors(ms, map_ms, lambda tr, tm: with_residuals(triton_physics(tr, tm, ds)[0], [*tr, *tm],
                                                                           source="a left-out fold"),
