@@ -218,7 +218,7 @@ def test_in_graph_figures_in_that_regime_and_none_on_another_gpu(block):
     assert err["median_abs_err"] == block["kernels"]["vllm"]["in_graph"]["fitted_layout"]["median_abs_err"]
     b2b = json.loads(_invoke("grid", "-m", "llama3-8b", "-b", "4", "-s", "2048", "--json"))
     assert b2b["systems"]["vllm"]["predicted_error"]["regime"] == "back-to-back"
-    other = json.loads(_invoke("grid", "-m", "llama3-8b", "-b", "4", "-s", "2048", "--json", "--gpu", "h100"))
+    other = json.loads(_invoke("grid", "-m", "llama3-8b", "-b", "4", "-s", "2048", "--json", "--gpu", "a100-80gb"))
     assert all("predicted_error" not in s for s in other["systems"].values())
 
 
