@@ -20,6 +20,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from decodecalc.timemodel.accuracy import layout_key
+from decodecalc.timemodel.backend_fit import layout_folds, layout_of
 from decodecalc.timemodel.fit import Measurement, percentile
 from decodecalc.timemodel.predict import launch_time_s
 from decodecalc.timemodel.profile import TimeProfile
@@ -30,11 +32,6 @@ FOLD_KERNELS = ("vllm", "sglang")
 SHAPE_FOLD_FRACTION = 0.25
 #: a fit of a fold's training timings: (plan timings, map-step timings) -> its profile, physics and map
 FitFold = Callable[[Sequence[Measurement], Sequence[Measurement]], TimeProfile]
-
-
-def layout_of(m: Measurement) -> tuple[int, int, int]:
-    s = m.shape
-    return s.num_heads, s.num_kv_heads, s.head_size
 
 
 #: salts the shape fold's hash: calibrate's --grid plan is itself the shapes whose unsalted hash is below a quarter
@@ -48,25 +45,17 @@ def shape_left_out(m: Measurement, fraction: float = SHAPE_FOLD_FRACTION) -> boo
     return int(digest[:8], 16) / 0xFFFFFFFF < fraction
 
 
-def _label(layout: tuple[int, int, int]) -> str:
-    from decodecalc.timemodel.accuracy import layout_key
-
-    return layout_key(*layout)
-
-
 def fold_errors(ms: Sequence[Measurement], map_ms: Sequence[Measurement], fit: FitFold, *, folds: int,
                 progress: Any = None) -> dict[str, Any]:
     """Every left-out timing's ``predicted / measured - 1`` under the fit of the fold that left it out: ``{"folds":
     [layout labels per fold], "new_layout": [(kernel, layout, error)], "fitted_layout": [...]}``. ``fit`` refits a
     fold's training timings the way the calibration fitted all of them."""
-    from decodecalc.timemodel.backend_fit import layout_folds
-
     if folds < 2:
         raise ValueError(f"folds={folds}: at least 2 (one fold leaves every layout out)")
     layouts = sorted({layout_of(m) for m in ms})
     groups = layout_folds(layouts, folds) if len(layouts) > 1 else []
-    out: dict[str, Any] = {"folds": [[_label(x) for x in g] for g in groups], "new_layout": [], "fitted_layout": []}
-    runs = [("new_layout", (lambda m, g=set(g): layout_of(m) in g), f"layouts {', '.join(map(_label, g))}")
+    out: dict[str, Any] = {"folds": [[layout_key(*x) for x in g] for g in groups], "new_layout": [], "fitted_layout": []}
+    runs = [("new_layout", (lambda m, g=set(g): layout_of(m) in g), f"layouts {', '.join(layout_key(*x) for x in g)}")
             for g in groups]
     runs.append(("fitted_layout", shape_left_out, f"{SHAPE_FOLD_FRACTION:.0%} of every layout's shapes"))
     for i, (kind, left, what) in enumerate(runs):
@@ -78,7 +67,7 @@ def fold_errors(ms: Sequence[Measurement], map_ms: Sequence[Measurement], fit: F
         if progress:
             progress(f"left-out fold {i + 1} of {len(runs)} ({what}): {len(train)} timings")
         prof = fit(train, train_map)
-        out[kind] += [(m.kernel, _label(layout_of(m)), launch_time_s(m.work, prof) / m.time_s - 1) for m in test]
+        out[kind] += [(m.kernel, layout_key(*layout_of(m)), launch_time_s(m.work, prof) / m.time_s - 1) for m in test]
     return out
 
 
