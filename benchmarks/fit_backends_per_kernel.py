@@ -29,7 +29,7 @@ from benchmarks.fit_backends_h200 import DATA, held_out
 from decodecalc.timemodel.backend_fit import shape_workload
 from decodecalc.timemodel.backends import backend_work
 from benchmarks.validate_backends_workload_h200 import case_steps
-from decodecalc.reports.tune_backends import _planner
+from decodecalc.reports.tune_backends import engine_planner
 gpu = resolve_gpu('h200')
 ship = packaged_profile('h200')
 PATHS = ('flashinfer', 'flashinfer-tc', 'fa3')
@@ -130,7 +130,7 @@ for run in runs:
             if not meas:
                 continue
             try:
-                shipped = float(ctx.timer.backend(path, 'vllm', _planner(path, 'vllm')).time.sum())
+                shipped = float(ctx.timer.backend(path, 'vllm', engine_planner(path, 'vllm')).time.sum())
             except Exception:  # noqa: BLE001 - a path not compiled for the case (not run either)
                 continue
             tot = 0.0

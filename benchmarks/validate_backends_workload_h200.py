@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 def predicted_totals(case: dict[str, Any], profile: Any = None) -> dict[str, float]:
     """Each path's total over the case's steps under ``profile`` (default the shipped one; tune's timer, every step
     exact)."""
-    from decodecalc.reports.tune_backends import _planner
+    from decodecalc.reports.tune_backends import engine_planner
 
     ctx, lens = case_steps(case["model"], case["tp"], case["workload"], case["steps"], profile,
                            case.get("kv_cache_dtype", "auto"))
@@ -119,7 +119,7 @@ def predicted_totals(case: dict[str, Any], profile: Any = None) -> dict[str, flo
     out = {}
     for path in PATHS:
         try:
-            out[path] = float(ctx.timer.backend(path, "vllm", _planner(path, "vllm")).time.sum())
+            out[path] = float(ctx.timer.backend(path, "vllm", engine_planner(path, "vllm")).time.sum())
         except UnsupportedError:  # not compiled for the case (FlashInfer's CUDA cores at group 7 or 12): not run either
             continue
     return out

@@ -60,6 +60,8 @@ class WorkloadParams(TypedDict, total=False):
     static_kv_splits: bool
     context_len: int | None
     layer: str
+    cubins: str | bool
+    max_model_len: int | None
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,9 +74,11 @@ class GridResult:
 
     inputs: Inputs
     report: GridReport
+    #: what each engine runs by default for this step (reports/defaults.py)
+    defaults: tuple[Any, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.report.to_json()
+        return self.report.to_json() | {"default_backends": [d.to_json() for d in self.defaults]}
 
     def system(self, name: str) -> SystemResult | None:
         return next((s for s in self.report.systems if s.name == name), None)
@@ -101,7 +105,10 @@ def grid_for(inputs: Inputs, system: str | None = None, regime: str = "back-to-b
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer, regime=regime_name(regime))
     if system is not None and report.systems[0].error:
         raise UnsupportedError(report.systems[0].error)
-    return GridResult(inputs, report)
+    from decodecalc.reports.defaults import engine_defaults
+
+    return GridResult(inputs, report, engine_defaults(inputs.work, inputs.gpu, inputs.policy_options(),
+                                                      regime=regime_name(regime)))
 
 
 def grid(model: str = "llama3-8b", *, system: str | None = None, regime: str = "back-to-back",
@@ -125,6 +132,8 @@ class CompareResult:
     best_rule: str
     best_by: str = "sm_limited_time_s"
     best_roofline_proxy: str | None = None
+    #: what each engine runs by default for this step (reports/defaults.py): which rows are the engines' defaults
+    defaults: tuple[Any, ...] = ()
 
     def policy(self, name: str) -> PolicyResult | None:
         return next((p for p in self.policies if p.name == name), None)
@@ -141,6 +150,7 @@ class CompareResult:
             "best_by": self.best_by,
             "best_rule": self.best_rule,
             "best_roofline_proxy": self.best_roofline_proxy,
+            "default_backends": [d.to_json() for d in self.defaults],
             "policies": [dict(r.to_json(), best=(r.name == self.best)) for r in self.policies],
         }
 
@@ -148,7 +158,7 @@ class CompareResult:
 def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
                 occupancy: int | None = None, regime: str = "back-to-back") -> CompareResult:
     """`compare` from already-built inputs (the CLI's path); ``regime``: what the predicted times are for."""
-    from decodecalc.launchers.registry import PolicyOptions, resolve_policies
+    from decodecalc.launchers.registry import resolve_policies
     from decodecalc.reports import compare as pol
 
     if occupancy is not None and occupancy < 1:
@@ -160,11 +170,13 @@ def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
     # a bad name is an error; a profile that cannot serve it (broken, or without in-graph data) is each row's note,
     # as every profile problem is in compare (its launch table stays)
     regime = regime_name(regime)
-    opts = PolicyOptions(vllm=inputs.vllm, sglang=inputs.sglang, layer=inputs.layer,
-                         flashinfer_occupancy=occupancy, regime=regime)
+    opts = inputs.policy_options(flashinfer_occupancy=occupancy, regime=regime)
     results = tuple(pol.evaluate_all(inputs.work, inputs.gpu, opts, names))
     best, by, rule = pol.choose_best(list(results))
-    return CompareResult(inputs, results, best, rule, by, pol.best_policy(list(results)))
+    from decodecalc.reports.defaults import engine_defaults
+
+    defaults = engine_defaults(inputs.work, inputs.gpu, opts, regime=regime, timed=False)
+    return CompareResult(inputs, results, best, rule, by, pol.best_policy(list(results)), defaults)
 
 
 def compare(model: str = "llama3-8b", *, policies: str | Sequence[str] | None = None, occupancy: int | None = None,

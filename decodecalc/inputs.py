@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from decodecalc.errors import ChoiceError, ConfigError
+from decodecalc.limits import MAX_SEQ_LEN
 
 if TYPE_CHECKING:  # the core is imported when inputs are built, not when the CLI starts
     from decodecalc.launchers.sglang_triton import SglangSettings
@@ -55,6 +56,17 @@ class Inputs:
     sglang: SglangSettings
     kernel_block_size: int | None
     layer: str
+    #: XQA / trtllm-gen cubins available (--cubins yes|no): vLLM's FlashInfer backend decodes with them when they are
+    cubins: bool = True
+    #: the engines' max_model_len (--max-model-len; None: the model's context length): sizes XQA's block table
+    max_model_len: int | None = None
+
+    def policy_options(self, **extra: Any) -> Any:
+        """The launchers' PolicyOptions for these inputs (``extra``: occupancy, regime)."""
+        from decodecalc.launchers.registry import PolicyOptions
+
+        return PolicyOptions(vllm=self.vllm, sglang=self.sglang, layer=self.layer, cubins=self.cubins,
+                             max_model_len=self.max_model_len, **extra)
 
 
 def build_inputs(
@@ -85,6 +97,8 @@ def build_inputs(
     static_kv_splits: bool = False,
     context_len: int | None = None,
     layer: str = "global",
+    cubins: str | bool = "yes",
+    max_model_len: int | None = None,
 ) -> Inputs:
     from decodecalc.launchers.sglang_triton import SglangSettings
     from decodecalc.launchers.vllm_unified import VllmSettings
@@ -125,7 +139,13 @@ def build_inputs(
     )
     sglang = SglangSettings(max_kv_splits=max_kv_splits, deterministic=batch_invariant,
                             static_kv_splits=static_kv_splits, context_len=context_len)
-    return Inputs(work, gpu_spec, vllm, sglang, kernel_block_size, layer)
+    cubins = str(getattr(cubins, "value", cubins)).lower() if not isinstance(cubins, bool) else cubins
+    if cubins not in (True, False, "yes", "no"):
+        raise ChoiceError(f"--cubins {cubins!r}; valid: yes, no")
+    if max_model_len is not None and (max_model_len < work.max_seqlen_k or max_model_len > MAX_SEQ_LEN):
+        raise ConfigError(f"--max-model-len {max_model_len:,}: must hold the step's longest sequence "
+                          f"({work.max_seqlen_k:,}) and be at most {MAX_SEQ_LEN:,}")
+    return Inputs(work, gpu_spec, vllm, sglang, kernel_block_size, layer, cubins in (True, "yes"), max_model_len)
 
 
 def context_warning(inputs: Inputs) -> str | None:

@@ -85,14 +85,14 @@ def test_a_rule_recipe_and_the_backends_step_by_step():
     """Per-sequence split rules (the heuristics) go through the arrays; a backend without arrays step by step: both
     equal the scalar model."""
     from decodecalc.batch.launches import BackendRecipe
-    from decodecalc.reports.tune_backends import _planner
+    from decodecalc.reports.tune_backends import engine_planner
 
     base = make_workload(resolve_model("llama3.1-70b"), tp=8)
     sa = from_trace(random_steps_trace(5, n=30))
     timer = ExactTimer(base, sa, PROFILE)
     rule = SglangSplitsRecipe(base, lambda b: np.minimum(8, 1 + b.lens // 4096), sa.offsets, 8, True, "split-count",
                               "t", sa)
-    backend = BackendRecipe(base, GPU, "fa3", "vllm", _planner("fa3", "vllm"))
+    backend = BackendRecipe(base, GPU, "fa3", "vllm", engine_planner("fa3", "vllm"))
     for r in (rule, backend):
         got = timer.times_many(r, np.arange(sa.num_steps))
         for i in range(sa.num_steps):

@@ -204,10 +204,11 @@ class WorkloadTimer:
         return self.run(SglangSplitsRecipe(self.base, splits, self.steps.offsets, max_kv_splits, adaptive,
                                            aux_kernel, name, self.steps))
 
-    def backend(self, kernel: str, engine: str, planner: Callable, looser: float | None = None) -> Estimate:
+    def backend(self, kernel: str, engine: str, planner: Callable, looser: float | None = None,
+                variant: str = "") -> Estimate:
         """Another backend's kernel over the workload (``looser``: its total estimated to that many times the target
-        error; None: the quick estimate)."""
-        recipe = BackendRecipe(self.base, self.gpu, kernel, engine, planner)
+        error; None: the quick estimate; ``variant``: names a setting of it, so that each setting is its own recipe)."""
+        recipe = BackendRecipe(self.base, self.gpu, kernel, engine, planner, variant=variant)
         est = self.run(recipe)
         if looser is None or self.exact:
             return est

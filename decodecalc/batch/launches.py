@@ -346,9 +346,9 @@ class BackendRecipe(Recipe):
 
     has_arrays = False
 
-    def __init__(self, base: Workload, gpu: GPUSpec, kernel: str, engine: str, planner: Any) -> None:
+    def __init__(self, base: Workload, gpu: GPUSpec, kernel: str, engine: str, planner: Any, variant: str = "") -> None:
         self.base, self.gpu, self.kernel, self.engine, self.planner = base, gpu, kernel, engine, planner
-        self.key = ("backend", kernel, engine)
+        self.key = ("backend", kernel, engine) + ((variant,) if variant else ())
 
     @property
     def system(self) -> str:

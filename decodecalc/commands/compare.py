@@ -80,7 +80,10 @@ def compare(
         from decodecalc.render import stdout
         from decodecalc.render.compare import print_compare
 
+        from decodecalc.render.defaults import print_defaults
+
         print_compare(stdout(), result, explain)
+        print_defaults(stdout(), result.defaults, inputs.gpu.name)
 
 
 def register(app: typer.Typer) -> None:

@@ -40,7 +40,10 @@ def grid(
         from decodecalc.render import stdout
         from decodecalc.render.grid import print_grid
 
+        from decodecalc.render.defaults import print_defaults
+
         print_grid(stdout(), result.report, explain=explain)
+        print_defaults(stdout(), result.defaults, inputs.gpu.name)
     if verify:
         from decodecalc.commands.verify import run_verify_from_grid
 

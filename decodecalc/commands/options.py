@@ -49,6 +49,13 @@ class VllmVersion(str, Enum):
     v0_11_0 = "0.11.0"
 
 
+class Cubins(str, Enum):
+    """--cubins: whether XQA / trtllm-gen cubins are available (flashinfer-cubin installed or NVIDIA's repository
+    reachable)."""
+    yes = "yes"
+    no = "no"
+
+
 class ModelRunner(str, Enum):
     v1 = "v1"
     v2 = "v2"
@@ -142,6 +149,13 @@ VllmSrcOpt = Annotated[Optional[Path], typer.Option("--vllm-src", help="vLLM sou
                                                     "Default: installed vllm, else ./upstream/vllm-0.33.0.")]
 SglangSrcOpt = Annotated[Optional[Path], typer.Option("--sglang-src", help="SGLang source checkout or unpacked "
                                                       "wheel. Default: installed sglang, else ./upstream/sglang-0.5.23.")]
+CubinsOpt = Annotated[Cubins, typer.Option("--cubins", help="XQA / trtllm-gen cubins available (flashinfer-cubin "
+                                           "installed or NVIDIA's cubin repository reachable: an ordinary server); "
+                                           "vLLM's FlashInfer backend decodes with them. " + one_of(Cubins),
+                                           metavar="yes|no", case_sensitive=False, rich_help_panel=VLLM)]
+MaxModelLenOpt = Annotated[Optional[int], typer.Option("--max-model-len", help="The engine's max_model_len (default: "
+                                                       "the model's context length): XQA's block table is this wide, "
+                                                       "which sets its split count.", rich_help_panel=VLLM)]
 LayerOpt = Annotated[Layer, typer.Option("--layer", help="Which attention layer (sliding: the model's sliding "
                                          "window). " + one_of(Layer), metavar="LAYER", rich_help_panel=WORKLOAD)]
 #: the regimes of the time model's predictions (decodecalc.timemodel.profile.REGIMES; tests/test_in_graph.py checks)
@@ -205,6 +219,8 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "static_kv_splits": (StaticSplitsOpt, False),
     "context_len": (ContextLenOpt, None),
     "layer": (LayerOpt, Layer.global_),
+    "cubins": (CubinsOpt, Cubins.yes),
+    "max_model_len": (MaxModelLenOpt, None),
 }
 
 

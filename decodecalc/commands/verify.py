@@ -16,11 +16,11 @@ import typer
 from decodecalc.commands.options import Inputs, SglangSrcOpt, VllmSrcOpt, fail, with_workload_options
 from decodecalc.commands.output import to_json, write_atomic
 from decodecalc.errors import ConfigError, DecodecalcError, UnknownNameError, UnsupportedError
+from decodecalc.launchers.registry import PROFILED_BACKENDS
 
 KERNELS = ("auto", "upstream", "reference", "both")
-#: backends verify captures through the CUDA profiler: the keys of decodecalc.verify.profiler.BACKENDS
-#: (listed here so that the CLI starts without importing it; tests/test_verify_nodeps.py checks they agree)
-PROFILED = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
+#: backends verify captures through the CUDA profiler (launchers/registry.py: those with profiler roles)
+PROFILED = tuple(b.value for b in PROFILED_BACKENDS)
 
 VerifySystem = Enum("VerifySystem", {n: n for n in ("vllm", "sglang") + PROFILED}, type=str)  # type: ignore[misc]
 VerifySystemOpt = Annotated[Optional[VerifySystem], typer.Option(  # type: ignore[valid-type]

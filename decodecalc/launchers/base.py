@@ -30,6 +30,10 @@ class KernelKind(StrEnum):
     FLASHMLA_COMBINE = "flashmla_combine"  # flash_fwd_mla_combine_kernel
     FA2_FWD = "fa2_fwd"  # flash_fwd_splitkv_kernel / flash_fwd_kernel (flash-attn 2)
     FA2_COMBINE = "fa2_combine"  # flash_fwd_splitkv_combine_kernel
+    XQA_MHA = "xqa_mha"  # kernel_mha of XQA's mha.cu (in-kernel merge by the last CTA of a sequence)
+    XQA_MHA_SM90 = "xqa_mha_sm90"  # kernel_mha of XQA's mha_sm90.cu (fp8 e4m3 KV on SM90; in-kernel merge)
+    TRTLLM_GEN_FMHA = "trtllm_gen_fmha"  # trtllm-gen's generation FMHA cubin (multi-CTA KV mode)
+    MMHA = "mmha"  # TensorRT-LLM's masked_multihead_attention_kernel (multi-block: in-kernel merge)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

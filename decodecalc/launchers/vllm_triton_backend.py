@@ -72,6 +72,9 @@ class VllmSettings:
     # what-if values of the backend's module constants (triton_attn.py L58-59); None: upstream's
     min_launch_grid_size_2d: int | None = None  # MIN_LAUNCH_GRID_SIZE_2D (snapping still applies)
     num_par_softmax_segments: int | None = None  # NUM_PAR_SOFTMAX_SEGMENTS
+    #: --attention-config.flash_attn_max_num_splits_for_cuda_graph: FA3's split cap under full CUDA graphs
+    #: (vllm/config/attention.py L61 in 0.33.0, L66 in 0.34.0; default 32)
+    flash_attn_max_num_splits_for_cuda_graph: int = 32
 
     def __post_init__(self) -> None:
         if self.version not in VERSIONS:

@@ -119,6 +119,40 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
              style="yellow")
 
 
+def _default_name(result: TuneResult, engine: str) -> str:
+    d = next((x for x in result.defaults if x.engine == engine), None)
+    return d.selection.kernel_note if d is not None and d.selection is not None else "the default"
+
+
+def _defaults(console: Console, result: TuneResult) -> None:
+    """Each engine's default backend, its total and what the best Triton setting and FA3's split cap save on it."""
+    for d in result.defaults:
+        sel = d.selection
+        if sel is None:
+            _say(console, f"{d.engine} default: {d.note}", style="dim")
+            continue
+        head = f"{sel.engine.title} {sel.version} default on {result.ctx.gpu.name}: {sel.name} ({sel.kernel_note})"
+        total = result.engine_default_total(d.engine)
+        if total is None:
+            rest = "savings below are against its Triton default" if d.engine in result.engines else \
+                "no baseline for the backends below"
+            _say(console, f"{head}: {d.note}; {rest}", style="dim")
+            continue
+        text = f"{head}: total {total * 1e3:,.2f} ms"
+        if d.engine in result.engines and not d.triton:
+            saving = 1.0 - result.engines[d.engine].best.stats.total_s / total
+            text += f"; the best Triton setting is {fmt_saving(saving)} it"
+        if d.expected_error is not None:
+            text += f"; expected error {d.expected_error.text()}"
+        _say(console, text)
+        best = d.best_cap
+        if best is not None:
+            cells = ", ".join(f"{c}: {s.total_s * 1e3:,.2f}" for c, s in d.caps)
+            _say(console, f"FA3's split cap under CUDA graphs (--attention-config.flash_attn_max_num_splits_for_cuda_"
+                 f"graph, default 32), total ms: {cells}; best {best[0]} "
+                 f"({fmt_saving(1.0 - best[1].total_s / total)} the default)", indent="  ")
+
+
 def _backends(console: Console, result: TuneResult) -> None:
     for bk in result.backends:
         if bk.stats is None:
@@ -126,9 +160,13 @@ def _backends(console: Console, result: TuneResult) -> None:
             continue
         e = result.engines.get(bk.engine)
         d = bk.to_dict(e.default.stats.total_s, e.best.stats.total_s) if e else bk.to_dict(None)
+        base = result.engine_default_total(bk.engine)
+        vs = (f"{fmt_saving(1.0 - bk.stats.total_s / base)} the engine's default ({_default_name(result, bk.engine)})"
+              if base else "")
+        if e is not None:
+            vs += (", " if vs else "") + f"{fmt_saving(d.get('saving_vs_tuned', 0))} the tuned Triton setting"
         _say(console, f"backend {bk.engine} -> {bk.backend} ({bk.how}): total "
-             f"{bk.stats.total_s * 1e3:,.2f} ms, {fmt_saving(d.get('saving_vs_default', 0))} the default Triton "
-             f"setting, {fmt_saving(d.get('saving_vs_tuned', 0))} the tuned one"
+             f"{bk.stats.total_s * 1e3:,.2f} ms" + (f", {vs}" if vs else "")
              + (f"; expected error {bk.expected_error.text()}" if bk.expected_error is not None else ""))
 
 
@@ -165,10 +203,11 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
     guard = "off" if result.max_regression is None else f"{result.max_regression:.0%}"
     for name, e in result.engines.items():
         _engine(console, name, e, result, wl, guard)
-    if result.skipped or result.backends:
+    if result.skipped or result.backends or result.defaults:
         console.print()
     for name, why in result.skipped.items():
         _say(console, f"{name}: not tuned: {why}", style="dim")
+    _defaults(console, result)
     _backends(console, result)
     if result.heuristics:
         _heuristics(console, result)

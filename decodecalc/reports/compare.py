@@ -22,7 +22,7 @@ from decodecalc import figures as analysis
 from decodecalc.errors import DecodecalcError, UnknownNameError, UnsupportedError
 from decodecalc.launchers import vllm_unified
 from decodecalc.launchers.base import LaunchPlan
-from decodecalc.launchers.registry import POLICIES, POLICY_NAMES, Policy, PolicyOptions, platform_reason
+from decodecalc.launchers.registry import POLICIES, POLICY_NAMES, BackendSpec, PolicyOptions, platform_reason
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -96,7 +96,7 @@ def _figures(w: Workload, gpu: GPUSpec, plan: LaunchPlan, *, live_rows: int, til
                             tile_keys=max(1, tile_keys))
 
 
-def _run_planner(policy: Policy, w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
+def _run_planner(policy: BackendSpec, w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> PolicyResult:
     """The row of a policy with a bare planner: its launch, the figures of its tile, its notes and prediction."""
     assert policy.build is not None and policy.live_rows is not None and policy.tile_keys is not None
     name, title = policy.name, policy.title

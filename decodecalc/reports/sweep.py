@@ -3,10 +3,10 @@
 Speed: a sweep is a product of per-batch constants and per-length closed forms, never a full
 LaunchPlan per point. What a launcher's uniform-batch launch depends on is the launcher's own
 knowledge, registered with its policy in :mod:`decodecalc.launchers.registry`:
-- ``Policy.sweep_rows`` (vLLM, SGLang, FlashDecoding): the launcher's fast path yields one
+- ``BackendSpec.sweep_rows`` (vLLM, SGLang, FlashDecoding): the launcher's fast path yields one
   :class:`~decodecalc.launchers.base.SweepRow` per batch size (e.g.
   :func:`decodecalc.launchers.vllm_unified.sweep_rows`, :func:`decodecalc.launchers.sglang_triton.sweep_rows`);
-- ``Policy.length_key`` (FA2, FlashInfer, vLLM paged / ROCm, aiter, FlashMLA): the launch depends on the
+- ``BackendSpec.length_key`` (FA2, FlashInfer, vLLM paged / ROCm, aiter, FlashMLA): the launch depends on the
   length only through a block / page / partition count (and the thresholds in the key), so one full plan
   per (batch, key) is reused for every length with that key; the split length is recomputed per length;
 - otherwise (FA3: float32 rules, L2 size rule) and on sliding-window layers: one full plan per point.
@@ -30,7 +30,7 @@ from decodecalc.specs.models import ModelConfig
 from decodecalc.workload import Workload, make_workload
 
 if TYPE_CHECKING:
-    from decodecalc.launchers.registry import Policy, PolicyOptions
+    from decodecalc.launchers.registry import BackendSpec, PolicyOptions
 
 #: metrics every sweep grid carries, in CSV column order
 METRICS = ("region", "splits", "nonempty_splits", "tokens_per_split", "programs", "working_programs",
@@ -198,9 +198,9 @@ def _coverage_rows(working: list[list[int]], num_sms: int) -> tuple[list[list[fl
     return cov, waves
 
 
-def _sweep_fast(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, batches: tuple[int, ...],
+def _sweep_fast(policy: BackendSpec, model: ModelConfig, tp: int, gpu: GPUSpec, batches: tuple[int, ...],
                 lens: tuple[int, ...], opts: PolicyOptions, common: dict[str, Any], tick: Callable[[], None]) -> SweepGrid:
-    """A launcher's own fast path (``Policy.sweep_rows``): one SweepRow per batch size."""
+    """A launcher's own fast path (``BackendSpec.sweep_rows``): one SweepRow per batch size."""
     assert policy.sweep_rows is not None
     g = SweepGrid(model.name, tp, gpu.name, gpu.num_sms, policy.name, batches, lens)
     V: dict[str, list[list[Any]]] = {m: [] for m in METRICS}
@@ -217,10 +217,10 @@ def _sweep_fast(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, batch
     return g
 
 
-def _sweep_generic(policy: Policy, model: ModelConfig, tp: int, gpu: GPUSpec, batches: tuple[int, ...],
+def _sweep_generic(policy: BackendSpec, model: ModelConfig, tp: int, gpu: GPUSpec, batches: tuple[int, ...],
                    lens: tuple[int, ...], opts: PolicyOptions, common: dict[str, Any],
                    tick: Callable[[], None]) -> SweepGrid:
-    """Full plans, reused per (batch, ``Policy.length_key``) where the launcher declares one."""
+    """Full plans, reused per (batch, ``BackendSpec.length_key``) where the launcher declares one."""
     from decodecalc.launchers.registry import platform_reason
     from decodecalc.reports.compare import evaluate
 

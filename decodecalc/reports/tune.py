@@ -22,7 +22,7 @@ from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
 from decodecalc.limits import MAX_SEQ_LEN
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
-from decodecalc.reports.tune_backends import BackendNote, backend_levers
+from decodecalc.reports.tune_backends import BackendNote, EngineDefaultTotal, backend_levers, engine_default_totals
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.reports.tune_search import evaluate_candidates, leading_candidates, measure_all
 from decodecalc.reports.tune_space import (
@@ -234,8 +234,25 @@ class TuneResult:
     engines: Mapping[str, EngineTune]
     skipped: Mapping[str, str]
     backends: tuple[BackendNote, ...] = ()
+    #: per engine, its default backend and that backend's total: the baseline of every saving
+    defaults: tuple[EngineDefaultTotal, ...] = ()
     heuristics: tuple[Any, ...] = ()  # decodecalc.reports.heuristics.HeuristicScore
     notes: tuple[str, ...] = field(default=())
+
+    def engine_default_total(self, engine: str) -> float | None:
+        """The total of ``engine``'s default backend over the workload (its Triton default setting's where that is
+        its default), or None where it is not timed."""
+        d = next((x for x in self.defaults if x.engine == engine), None)
+        if d is None:
+            return None
+        if d.triton and engine in self.engines:
+            return self.engines[engine].default.stats.total_s
+        return d.stats.total_s if d.stats is not None else None
+
+    def vs_engine_default(self, engine: str, total: float | None, key: str = "saving_vs_engine_default") -> dict[str, Any]:
+        """``{key: 1 - total / the engine default's total}`` where both are known, else {}."""
+        base = self.engine_default_total(engine)
+        return {key: 1.0 - total / base} if base and total else {}
 
     def to_dict(self) -> dict[str, Any]:
         ctx = self.ctx
@@ -255,8 +272,13 @@ class TuneResult:
             "estimate": ctx.timer.report(),
             "engines": {k: v.to_dict() for k, v in self.engines.items()},
             "skipped": dict(self.skipped),
-            "backends": [b.to_dict(self.engines[b.engine].default.stats.total_s, self.engines[b.engine].best.stats.total_s)
-                         if b.engine in self.engines else b.to_dict(None) for b in self.backends],
+            "backends": [(b.to_dict(self.engines[b.engine].default.stats.total_s,
+                                    self.engines[b.engine].best.stats.total_s)
+                          if b.engine in self.engines else b.to_dict(None))
+                         | self.vs_engine_default(b.engine, b.stats.total_s if b.stats else None) for b in self.backends],
+            "default_backends": {d.engine: d.to_dict() | self.vs_engine_default(
+                d.engine, self.engines[d.engine].best.stats.total_s if d.engine in self.engines else None,
+                key="best_triton_saving_vs_engine_default") for d in self.defaults},
             "heuristics": [h.to_dict() for h in self.heuristics],
             "notes": list(self.notes),
         }
@@ -274,7 +296,7 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
             out[e] = tune_engine(ctx, e, objective, max_regression, None if only is None else only.get(e, ()))
         except UnsupportedError as exc:
             skipped[e] = str(exc)
-    if not out:
+    if not out and not ctx.work.model.is_mla:  # an MLA model has no Triton engine to tune: its backends are compared
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
     notes = []
@@ -285,6 +307,7 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
     if ctx.work.model.sliding_window:
         notes.append(f"{ctx.work.model.name} has sliding-window layers; every layer is timed as a global layer, so "
                      "the per-1,000-token figures are an upper bound")
+    defaults = engine_default_totals(ctx, engines) if backends else ()
     est = ctx.timer.report()
     if est["estimated_steps"]:
         worst = max(c.rel_se for e in out.values() for c in e.candidates)
@@ -299,4 +322,5 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
                      f"them, then every setting and the other backends {measured}; the heuristics keep the first "
                      "sample's figures")
     return TuneResult(ctx=ctx, objective=objective, max_regression=max_regression, engines=out, skipped=skipped,
-                      backends=backend_levers(ctx, out) if backends else (), notes=tuple(notes))
+                      backends=backend_levers(ctx, engines, defaults) if backends else (),
+                      defaults=defaults, notes=tuple(notes))

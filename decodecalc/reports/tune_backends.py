@@ -8,13 +8,15 @@ module (launchers/flashinfer.py, launchers/flash_attn3.py), the time from the ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError, UnsupportedError
-from decodecalc.launchers import flash_attn3, flashinfer
+from decodecalc.launchers import engine_select
 from decodecalc.launchers.base import LaunchPlan
+from decodecalc.launchers.names import Backend, Engine
+from decodecalc.launchers.registry import PolicyOptions, engine_uses, platform_reason, spec
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.timemodel import KERNEL_FAMILIES, kernel_families
 from decodecalc.timemodel.accuracy import ExpectedError, expected_error_for
@@ -32,9 +34,12 @@ class BackendNote:
     note: str
     #: the error of the total (timemodel.accuracy, of="workload total"); None without such evidence
     expected_error: ExpectedError | None = None
+    #: the registered backend whose kernels run the workload ("" when none was resolved)
+    kernel: str = ""
 
     def to_dict(self, default_total: float | None, tuned_total: float | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note}
+        d: dict[str, Any] = {"engine": self.engine, "backend": self.backend, "apply": self.how, "note": self.note,
+                             "kernel": self.kernel}
         if self.stats is not None:
             d |= self.stats.to_dict()
             if self.expected_error is not None:
@@ -45,40 +50,50 @@ class BackendNote:
                 d["saving_vs_tuned"] = 1.0 - self.stats.total_s / tuned_total
         return d
 
-#: FA3's num_splits as each engine passes it: vLLM flash_attn_max_num_splits_for_cuda_graph (default 32) under full
-#: CUDA graphs (vllm/config/attention.py L61, backends/flash_attn.py L856-865, 0.33.0); SGLang 0, the FA runtime's own
-#: split sizing, outside deterministic inference (sglang/srt/layers/attention/flashattention_backend.py L338-341,
-#: 0.5.23)
-_FA3_SPLITS = {"vllm": 32, "sglang": 0}
+def engine_planner(backend: Backend | str, engine: Engine | str, opts: PolicyOptions | None = None) -> Planner:
+    """(workload, gpu) -> the launch of ``backend``'s kernels as ``engine`` drives them under CUDA graphs, with the
+    engine settings of ``opts`` (the registry's EngineUse.plan; the spec's own planner where the engine has none)."""
+    s = spec(backend)
+    use = s.use(Engine(engine))
+    fn = use.plan if use is not None and use.plan is not None else s.build
+    if fn is None:
+        raise UnsupportedError(f"{s.title}: no planner for {Engine(engine).title}'s use of it")
+    o = opts or PolicyOptions()
+    return lambda w, g: fn(w, g, o)
 
 
-def _planner(key: str, engine: str) -> Planner | None:
-    if key == "flashinfer-tc":
-        return lambda w, g: flashinfer.plan_flashinfer_tc(w, g, cuda_graph=True)
-    if key == "flashinfer":
-        return lambda w, g: flashinfer.plan_flashinfer(w, g, cuda_graph=True)
-    if key == "fa3":
-        splits = _FA3_SPLITS[engine]
-        return lambda w, g: flash_attn3.plan_flash_attn3(w, g, num_splits=splits)
-    return None
+@dataclass(frozen=True, slots=True)
+class Lever:
+    """One backend an engine can switch to: the engine's name for it and how to select it; which registered kernels
+    run a workload is the engine's rule (launchers/engine_select.py kernel_for)."""
+
+    engine: Engine
+    name: str
+    label: str
+    select: str
 
 
-def _flashinfer_key(engine: str, work: Any) -> str:
-    """The FlashInfer path the engine's backend runs (launchers/flashinfer.py ``engine_uses_tensor_cores``)."""
-    return "flashinfer-tc" if flashinfer.engine_uses_tensor_cores(engine, work) else "flashinfer"
+def levers(engines: Iterable[str], *, mla: bool = False, gpu: Any = None,
+           skip: Mapping[str, str] | None = None) -> tuple[Lever, ...]:
+    """Every backend each engine can run for a model of this kind (``mla``) on ``gpu``'s platform besides its Triton
+    kernel (which tune tunes itself) and the backend ``skip`` names for it (its default, timed on its own), from the
+    registry."""
+    out: list[Lever] = []
+    for e in map(Engine, engines):
+        for s, use in engine_uses(e):
+            if (s.backend in (Backend.VLLM, Backend.SGLANG) and not mla) or not s.serves(mla) or \
+                    (gpu is not None and platform_reason(s, gpu)) or (skip or {}).get(e.value) == use.name or \
+                    any(x.engine is e and x.name == use.name for x in out):
+                continue
+            out.append(Lever(engine=e, name=use.name, label=engine_select.label(e, use.name), select=use.select))
+    return tuple(out)
 
 
-#: (engine, backend name, the time-model kernel it runs for a workload, how to switch to it)
-LEVERS: tuple[tuple[str, str, Callable[[str, Any], str], str], ...] = (
-    ("vllm", "FlashInfer", _flashinfer_key, "VLLM_ATTENTION_BACKEND=FLASHINFER"),
-    ("vllm", "FlashAttention-3", lambda engine, work: "fa3", "VLLM_ATTENTION_BACKEND=FLASH_ATTN"),
-    ("sglang", "FlashInfer", _flashinfer_key, "--attention-backend flashinfer"),
-    ("sglang", "FlashAttention-3", lambda engine, work: "fa3", "--attention-backend fa3"),
-)
 #: what the note says of the path a FlashInfer total was timed on
-_PATH_NOTE = {"flashinfer-tc": "tensor-core decode, as the engine runs it (launchers/flashinfer.py "
-                               "engine_uses_tensor_cores)",
-              "flashinfer": "CUDA-core decode, as the engine runs it (launchers/flashinfer.py engine_uses_tensor_cores)"}
+_PATH_NOTE = {"flashinfer-tc": "tensor-core decode, as the engine runs it (launchers/engine_select.py kernel_for)",
+              "flashinfer": "CUDA-core decode, as the engine runs it (launchers/engine_select.py kernel_for)",
+              "xqa": "XQA decode (mha.cu), as the engine runs it (launchers/engine_select.py kernel_for)",
+              "xqa-fp8": "XQA decode (mha_sm90.cu), as the engine runs it (launchers/engine_select.py kernel_for)"}
 
 
 def _uncalibrated_why(key: str, profile: Any, kv_bytes_per_element: int | None = None) -> str:
@@ -104,29 +119,141 @@ def _uncalibrated_why(key: str, profile: Any, kv_bytes_per_element: int | None =
 BACKEND_LOOSER = 30.0
 
 
-def backend_levers(ctx: Any, engines: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Per engine and backend: the backend's total over the workload where the profile calibrates its kernels."""
+def backend_levers(ctx: Any, engines: Iterable[str], defaults: Iterable[EngineDefaultTotal] = ()) -> tuple[Any, ...]:
+    """Per engine and backend: the backend's total over the workload where the profile calibrates its kernels (the
+    engine's default backend, in ``defaults``, left out: it is the baseline)."""
     out = []
-    for engine, name, kernel_of, how in LEVERS:
-        if engine not in engines:
+    opts = PolicyOptions(vllm=ctx.vllm, sglang=ctx.sglang)
+    skip = {d.engine: d.selection.name for d in defaults if d.selection is not None}
+    for lv in levers(engines, mla=ctx.work.model.is_mla, gpu=ctx.gpu, skip=skip):
+        engine, name, how = lv.engine.value, lv.label, lv.select
+        try:
+            backend = engine_select.kernel_for(lv.engine, lv.name, ctx.work, ctx.gpu, opts)
+        except (UnsupportedError, ConfigError) as exc:
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {exc}"))
             continue
-        key = kernel_of(engine, ctx.work)
+        key = backend.value
         why = _uncalibrated_why(key, ctx.profile, ctx.work.kv_bytes_per_element)
         if not why and key in KERNEL_FAMILIES:
             outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=key)
             why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""
-        planner = _planner(key, engine)
-        if why or planner is None:
-            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None,
-                                   note=f"not compared: {why or f'no launcher for time-model kernel {key!r}'}"))
+        if why:
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {why}",
+                                   kernel=key))
             continue
         try:
-            times = ctx.timer.backend(key, engine, planner, looser=BACKEND_LOOSER).time
+            times = ctx.timer.backend(key, engine, engine_planner(backend, lv.engine, opts), looser=BACKEND_LOOSER).time
         except (UnsupportedError, ConfigError) as exc:
-            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {exc}"))
+            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {exc}",
+                                   kernel=key))
             continue
         path = _PATH_NOTE.get(key)
-        out.append(BackendNote(engine=engine, backend=name, how=how, stats=ctx.stats(times),
+        out.append(BackendNote(engine=engine, backend=name, how=how, stats=ctx.stats(times), kernel=key,
                                note=f"time-model kernel {key}, calibrated" + (f"; {path}" if path else ""),
                                expected_error=expected_error_for(ctx.profile, key, ctx.work, of="workload total")))
+    return tuple(out)
+
+
+#: the caps of FA3's splits under full CUDA graphs tune tries (vLLM's --attention-config.
+#: flash_attn_max_num_splits_for_cuda_graph, default 32; vLLM PRs #25274 and #35899 discuss it)
+FA3_CAPS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDefaultTotal:
+    """An engine's default backend for the workload (launchers/engine_defaults.py) and its total: the baseline every
+    saving tune prints is measured against. ``caps``: FA3's split cap under CUDA graphs as a lever (vLLM)."""
+
+    engine: str
+    selection: Any  # launchers.engine_defaults.DefaultBackend, or None when the rule refused the model
+    stats: Stats | None
+    note: str
+    expected_error: ExpectedError | None = None
+    caps: tuple[tuple[int, Stats], ...] = ()
+
+    @property
+    def triton(self) -> bool:
+        """The default is the engine's own Triton kernel (its total is the tuned engine's default setting's)."""
+        sel = self.selection
+        return sel is not None and sel.backend in (Backend.VLLM, Backend.SGLANG)
+
+    @property
+    def best_cap(self) -> tuple[int, Stats] | None:
+        return min(self.caps, key=lambda c: (c[1].total_s, abs(c[0] - 32))) if self.caps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"engine": self.engine, "note": self.note}
+        if self.selection is not None:
+            d["selection"] = self.selection.to_json()
+        if self.stats is not None:
+            d |= self.stats.to_dict()
+            if self.expected_error is not None:
+                d["predicted_error"] = self.expected_error.to_json()
+        if self.caps:
+            d["flash_attn_max_num_splits_for_cuda_graph"] = [{"cap": c, **s.to_dict()} for c, s in self.caps]
+            best = self.best_cap
+            assert best is not None
+            d["best_cap"] = best[0]
+            if self.stats is not None and self.stats.total_s:
+                d["best_cap_saving_vs_default"] = 1.0 - best[1].total_s / self.stats.total_s
+        return d
+
+
+def _timed_total(ctx: Any, backend: Backend, engine: Engine, opts: PolicyOptions,
+                 variant: str = "") -> tuple[Stats | None, str]:
+    key = backend.value
+    why = _uncalibrated_why(key, ctx.profile, ctx.work.kv_bytes_per_element)
+    if not why and key in KERNEL_FAMILIES:
+        outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=key)
+        why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""
+    if why:
+        return None, why
+    try:
+        est = ctx.timer.backend(key, engine.value, engine_planner(backend, engine, opts), looser=BACKEND_LOOSER,
+                                variant=variant)
+    except (UnsupportedError, ConfigError) as exc:
+        return None, str(exc)
+    return ctx.stats(est.time), ""
+
+
+def engine_default_totals(ctx: Any, engines: Iterable[str]) -> tuple[EngineDefaultTotal, ...]:
+    """Per engine: its default backend for the workload's model on the GPU, and that backend's total over the workload
+    where the time model has it (an engine whose default is its Triton kernel: the tuned engine's default setting
+    holds that total, and ``stats`` stays None here)."""
+    import dataclasses
+
+    from decodecalc.errors import DecodecalcError
+    from decodecalc.launchers.engine_defaults import VLLM_VERSIONS, default_backend
+
+    out = []
+    opts = PolicyOptions(vllm=ctx.vllm, sglang=ctx.sglang)
+    for name in engines:
+        e = Engine(name)
+        version = ctx.vllm.version if e is Engine.VLLM and ctx.vllm.version in VLLM_VERSIONS else None
+        try:
+            sel = default_backend(e, ctx.work, ctx.gpu, opts, version)
+        except DecodecalcError as exc:
+            out.append(EngineDefaultTotal(engine=name, selection=None, stats=None, note=str(exc)))
+            continue
+        if sel.backend is None:
+            out.append(EngineDefaultTotal(engine=name, selection=sel, stats=None,
+                                          note=f"runs {sel.kernel_note}, which decodecalc has no launch model for"))
+            continue
+        if sel.backend in (Backend.VLLM, Backend.SGLANG):
+            out.append(EngineDefaultTotal(engine=name, selection=sel, stats=None, note="the engine's Triton kernel"))
+            continue
+        stats, why = _timed_total(ctx, sel.backend, e, opts)
+        caps: list[tuple[int, Stats]] = []
+        if stats is not None and e is Engine.VLLM and sel.backend is Backend.FA3:
+            for cap in FA3_CAPS:
+                o = dataclasses.replace(opts, vllm=dataclasses.replace(
+                    ctx.vllm, flash_attn_max_num_splits_for_cuda_graph=cap))
+                st, _ = _timed_total(ctx, sel.backend, e, o, variant="" if cap == 32 else f"cap{cap}")
+                if st is not None:
+                    caps.append((cap, st))
+        out.append(EngineDefaultTotal(
+            engine=name, selection=sel, stats=stats, caps=tuple(caps),
+            note=f"time-model kernel {sel.backend.value}, calibrated" if stats is not None else f"not timed: {why}",
+            expected_error=expected_error_for(ctx.profile, sel.backend.value, ctx.work, of="workload total")
+            if stats is not None else None))
     return tuple(out)

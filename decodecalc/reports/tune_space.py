@@ -207,6 +207,10 @@ def _vllm_refusals(ctx: Any) -> None:
 
 
 def _sglang_refusals(ctx: Any) -> None:
+    if ctx.work.model.is_mla:
+        raise UnsupportedError(f"{ctx.work.model.name} is an MLA model: SGLang's Triton MLA decode (its max_kv_splits "
+                               "sized from the context length) is not in tune's batch evaluator; the MLA backends are "
+                               "compared below")
     if bool((ctx.steps.query_lens > 1).any()):
         raise UnsupportedError("query lengths > 1: SGLang runs prefill, mixed and speculative-verify batches through "
                                "extend_attention, which does not split the KV (triton_backend.py L1059, L1127)")

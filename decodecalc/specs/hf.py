@@ -189,6 +189,8 @@ def load_hf_config(path: Path, name: str | None = None) -> ModelConfig:
             sliding_window_pattern=pattern,
             dtype=_dtype(cfg, origin, prefix),
             context_length=_context_length(cfg),
+            # gpt-oss's learned sinks (vLLM and SGLang detect them by architecture; config.json has no flag for them)
+            attention_sinks=model_type == "gpt_oss" or bool(cfg.get("learnable_sink")),
             **kwargs,
         )
     except ConfigError as exc:

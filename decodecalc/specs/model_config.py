@@ -50,6 +50,9 @@ class ModelConfig:
     # max_sequence_length, seq_length, max_seq_len, model_max_length, max_position_embeddings,
     # times rope_scaling.factor unless rope_scaling has original_max_position_embeddings or is llama3.
     context_length: int | None = None
+    #: the attention layers add learned sinks to the softmax (gpt-oss): FA2 and the FlashInfer wrapper cannot run them,
+    #: so the engines' defaults skip those (vLLM fa_utils.py L319-322, SGLang model_override_base.py L330-334)
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
         where = f"model {self.name!r}"
@@ -77,6 +80,8 @@ class ModelConfig:
             )
         if self.dtype not in DTYPES:
             raise ConfigError(f"{where}: field 'dtype' is {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        if not isinstance(self.attention_sinks, bool):
+            raise ConfigError(f"{where}: field 'attention_sinks' must be true or false, got {self.attention_sinks!r}")
         if self.attention not in ("mha", "gqa", "mla"):
             raise ConfigError(f"{where}: field 'attention' is {self.attention!r}; valid: mha, gqa, mla")
         if self.attention == "mla" and (self.kv_lora_rank is None or self.qk_rope_head_dim is None):

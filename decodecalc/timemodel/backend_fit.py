@@ -30,9 +30,11 @@ from decodecalc.timemodel.profile import (CALIBRATION_GOAL_MEDIAN, CALIBRATION_G
                                           TimeProfile)
 
 #: the backends calibrate times (FlashMLA needs an MLA model and FA2 a build of its own: their families are kept)
-CALIBRATED_BACKENDS = ("flashinfer", "flashinfer-tc", "fa3")
+CALIBRATED_BACKENDS = ("flashinfer", "flashinfer-tc", "fa3", "xqa")
+#: the kernels XQA's families time: FlashInfer's two XQA kernels and TensorRT-LLM's split on the first
+XQA_KERNELS = ("xqa", "xqa-fp8", "trtllm-xqa")
 #: the library model whose other attributes a plan layout borrows, per head dim (full attention, one query token)
-LAYOUT_BASE_MODEL = {128: "llama3-8b", 64: "llama3.2-1b", 256: "gemma-2-9b"}
+LAYOUT_BASE_MODEL = {128: "llama3-8b", 64: "llama3.2-1b", 256: "gemma-2-9b", 96: "phi-3-mini"}
 #: (query heads, KV heads, head dim) per rank: group sizes 2-16, 1-8 KV heads, head dims 64 / 128 / 256
 BACKEND_LAYOUTS: tuple[tuple[int, int, int], ...] = (
     (8, 1, 128), (32, 8, 128), (64, 8, 128), (16, 2, 128), (32, 4, 64), (16, 8, 256), (14, 2, 128),
@@ -47,6 +49,18 @@ BACKEND_SHORT_SHAPES: tuple[tuple[int, int] | tuple[int, ...], ...] = tuple(
     (b, L) for b in (8, 32, 96) for L in (50, 200, 800)) + (
     tuple(50 + (i * 389) % 750 for i in range(32)), tuple(50 + (i * 571) % 750 for i in range(96)), (64, 400))
 KV_DTYPES = ("bfloat16", "fp8")
+#: XQA's plan: the layouts of BACKEND_LAYOUTS plus the group sizes and head dims the engines' models add (g 1, 12, 16;
+#: head dim 96, which the kernel pads to 128), each shape under two block tables: as wide as the batch's longest
+#: sequence, and 131,072 tokens (vLLM's full-width table at Llama-3.1's max_model_len), which sets the sub-sequences
+#: by B * Hkv alone
+XQA_LAYOUTS: tuple[tuple[int, int, int], ...] = (
+    (8, 1, 128), (32, 8, 128), (64, 8, 128), (16, 2, 128), (32, 4, 64), (16, 8, 256), (14, 2, 128), (16, 1, 128),
+    (8, 8, 128), (12, 1, 128), (24, 2, 96), (16, 16, 64), (32, 4, 256))
+XQA_SHAPES: tuple[tuple[int, int] | tuple[int, ...], ...] = (
+    (1, 512), (1, 8192), (1, 32768), (4, 2048), (4, 16384), (16, 1024), (16, 8192), (64, 512), (64, 4096),
+    (256, 1024), tuple(256 + (i * 7919) % 8192 for i in range(24)), (32, 200), (96, 800),
+    tuple(50 + (i * 389) % 750 for i in range(32)))
+XQA_WIDE_TABLE = 131_072
 
 #: the neutral start of a family no fit has seen (``calibrate --from-scratch``): one loop iteration 1 us, 20 GB/s per
 #: CTA, 60 GB/s per SM, 1 us prologue
@@ -55,7 +69,10 @@ NEUTRAL_BACKEND_FAMILY = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9
 #: CTAs/SM of the combine kernels (captured registers and shared memory: 46-48 registers x 256 threads -> 5) and of
 #: FA2's kernels (capture-fa2-h200.jsonl: 247-255 registers x 128 threads and 64-80 KiB shared memory -> 2; the
 #: combine kernel 52-58 registers x 128 threads -> 8)
-BACKEND_OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2_fwd_plain": 2, "fa2_combine": 8}
+BACKEND_OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2_fwd_plain": 2, "fa2_combine": 8,
+                     # XQA's mha.cu: 142-183 KiB of shared memory, one CTA per SM (compiled for sm_90a); its merge runs
+                     # in the last CTA; mha_sm90.cu: 384 threads, 35-63 KiB, about 44 registers -> 3
+                     "xqa": 1, "xqa_merge": 1, "xqa_sm90": 3}
 #: calibrate's simplex budget per family group, against the shipped fits' 1,500: chosen for the fit's time (26 s on the
 #: H200's 16 host cores, 4 minutes on 2); the left-out figures it gives are the calibrate run's (BENCHMARKS.md,
 #: "calibrate --backends from scratch"), not compared here with a 1,500-evaluation fit of the same runs
@@ -114,6 +131,31 @@ def backend_plan(backends: Sequence[str], layouts: Sequence[tuple[int, int, int]
     return [(b, s, cg) for b, pair, cg in cases for s in pair]
 
 
+def xqa_plan(layouts: Sequence[tuple[int, int, int]] = XQA_LAYOUTS,
+             shapes: Sequence[Sequence[int]] = XQA_SHAPES, *, tag: str = "xqa") -> list[tuple[str, dict[str, Any], bool]]:
+    """(backend, shape, cuda_graph) of XQA's runs: each shape on a bf16 cache (mha.cu) and an fp8 one (mha_sm90.cu on
+    SM90) back to back, under a tight and a wide block table (``knobs.max_seq_len``); every third shape also with
+    TensorRT-LLM's multi-block count (``knobs.sm_count``: the SM count that makes FlashInfer's launcher take it),
+    in a stable hash order."""
+    from decodecalc.launchers.trtllm import compute_multi_block_count
+
+    cases: list[tuple[str, list[dict[str, Any]]]] = []
+    for lay in layouts:
+        for i, sh in enumerate(shapes):
+            lens = list(sh) if len(sh) != 2 else [int(sh[1])] * int(sh[0])
+            tight = -(-max(lens) // 256) * 256
+            for width in dict.fromkeys((tight, max(XQA_WIDE_TABLE, tight))):
+                pair = [dict(plan_shape(lay, sh, kv, tag), knobs={"max_seq_len": width}) for kv in KV_DTYPES]
+                cases.append(("xqa", pair))
+            if i % 3 == 0:
+                m = compute_multi_block_count(batch_size=len(lens), num_kv_heads=lay[1], history_length=max(lens),
+                                              multiprocessor_count=132)
+                knobs = {"max_seq_len": max(XQA_WIDE_TABLE, tight), "sm_count": m * len(lens) * lay[1]}
+                cases.append(("trtllm-xqa", [dict(plan_shape(lay, sh, "bfloat16", f"{tag}-trtllm"), knobs=knobs)]))
+    cases.sort(key=lambda c: hashlib.sha256(json.dumps([c[0], c[1][0]]).encode()).hexdigest())
+    return [("xqa-fp8" if s["kv_cache_dtype"] == "fp8" else b, s, True) for b, pair in cases for s in pair]
+
+
 def shape_workload(shape: Mapping[str, Any], block_size: int) -> Any:
     """The :class:`~decodecalc.workload.Workload` of a capture record's ``shape`` (``heads``: a head layout no library
     model has, on the named model's other attributes)."""
@@ -123,8 +165,10 @@ def shape_workload(shape: Mapping[str, Any], block_size: int) -> Any:
     model = resolve_model(shape["model"])
     if shape.get("heads"):
         h, h_kv = shape["heads"]
+        # a layout experiment runs full attention: the base model's window (Phi-3-mini's on every layer) is dropped
         model = dataclasses.replace(model, name=f"{model.name}-{h}x{h_kv}", num_attention_heads=h,
-                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa")
+                                    num_key_value_heads=h_kv, attention="mha" if h == h_kv else "gqa",
+                                    sliding_window=None, sliding_window_pattern=None)
     return make_workload(model, tp=int(shape["tp"]), seq_lens=tuple(shape["seq_lens"]), block_size=block_size,
                          kv_cache_dtype=shape.get("kv_cache_dtype", "auto"))
 
@@ -257,13 +301,40 @@ def fit_fp8_families(ms: Sequence[Measurement], base: TimeProfile, *, max_evals:
     return prof
 
 
+def fit_xqa_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: bool, max_evals: int = 1500,
+                     restarts: int = 2, progress: Callable[[str], None] | None = None) -> TimeProfile:
+    """XQA's families on its rows of ``ms`` (FlashInfer's and TensorRT-LLM's runs of the same kernels): mha.cu's main
+    family with the in-kernel merge on the bf16 rows, then the Hopper fp8 kernel's family alone on its rows, the merge
+    held. ``cold``: each starts from :data:`NEUTRAL_BACKEND_FAMILY`; every family's HBM ceiling is what it reached."""
+    rows = [m for m in ms if m.kernel in XQA_KERNELS]
+    if not rows:
+        return base
+    fams = dict(base.families)
+    for f, bw in hbm_ceilings(rows).items():
+        fams[f] = (_neutral(f, bw, fams.get(f)) if cold or f not in fams
+                   else dataclasses.replace(fams[f], hbm_bandwidth_bytes_per_s=bw))
+    if cold or "xqa_merge" not in fams:
+        fams["xqa_merge"] = _neutral("xqa_merge", None, fams.get("xqa_merge"))
+    prof = dataclasses.replace(base, families=fams)
+    for fam_list in (("xqa", "xqa_merge"), ("xqa_sm90",)):
+        sub = [m for m in rows if main_family(m) == fam_list[0]]
+        if sub:
+            prof, loss = _fit_group(sub, prof, list(fam_list), False, restarts, max_evals)
+            if progress:
+                progress(f"{', '.join(fam_list)}: {len(sub)} rows, loss {loss:.4f}")
+    return prof
+
+
 def fit_backends(ms: Sequence[Measurement], base: TimeProfile, *, cold: bool, max_evals: int = 1500,
                  restarts: int = 2, progress: Callable[[str], None] | None = None,
                  tile_overhead_choices_us: Sequence[float] | None = None) -> TimeProfile:
-    """The bf16 families, then the fp8 families started from them (:func:`fit_bf16_families`, :func:`fit_fp8_families`)."""
-    prof = fit_bf16_families(ms, base, cold=cold, max_evals=max_evals, restarts=restarts, progress=progress,
+    """The bf16 families, then the fp8 families started from them (:func:`fit_bf16_families`, :func:`fit_fp8_families`),
+    then XQA's (:func:`fit_xqa_families`)."""
+    others = [m for m in ms if m.kernel not in XQA_KERNELS]
+    prof = fit_bf16_families(others, base, cold=cold, max_evals=max_evals, restarts=restarts, progress=progress,
                              tile_overhead_choices_us=tile_overhead_choices_us)
-    return fit_fp8_families(ms, prof, max_evals=max_evals, restarts=restarts, progress=progress)
+    prof = fit_fp8_families(others, prof, max_evals=max_evals, restarts=restarts, progress=progress)
+    return fit_xqa_families(ms, prof, cold=cold, max_evals=max_evals, restarts=restarts, progress=progress)
 
 
 def layout_folds(layouts: Iterable[tuple[int, int, int]], folds: int = 3) -> list[list[tuple[int, int, int]]]:

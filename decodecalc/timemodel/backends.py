@@ -27,20 +27,24 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
 from decodecalc.launchers import flashmla
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.names import Backend
+from decodecalc.launchers.registry import TIMED_BACKENDS
 from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row, WorkShape, add_block, row_runs
 
-#: the --kernel / compare policy names whose launches this module describes
-BACKEND_KERNELS = ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2")
+#: the --kernel / compare policy names whose launches this module describes: the registered backends with time-model
+#: families (launchers/registry.py), each with its work function in WORK below
+BACKEND_KERNELS: tuple[str, ...] = tuple(b.value for b in TIMED_BACKENDS)
 BACKEND_KINDS = frozenset({KernelKind.FLASHINFER_DECODE, KernelKind.FLASHINFER_PREFILL, KernelKind.FLASHINFER_MERGE,
                            KernelKind.FA3_FWD, KernelKind.FA3_COMBINE, KernelKind.FLASHMLA_DECODE,
-                           KernelKind.FLASHMLA_COMBINE, KernelKind.FA2_FWD, KernelKind.FA2_COMBINE})
+                           KernelKind.FLASHMLA_COMBINE, KernelKind.FA2_FWD, KernelKind.FA2_COMBINE,
+                           KernelKind.XQA_MHA, KernelKind.XQA_MHA_SM90})
 _MLA_BLOCK = flashmla.block_size_n
 #: CUDA-core decode: heads per KV head below which a bf16 step is bound by its bytes (fitted on the H200 training
 #: shapes, benchmarks/fit_backends_h200.py: 2.6 beat 2.0 there)
@@ -312,14 +316,81 @@ def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     return LaunchWork(kernel="fa2", splits=s, kernels=tuple(kernels), label=f"num_splits {s}")
 
 
+#: tokens of one modelled XQA loop iteration: mha.cu reads 256-token tiles (mha_sm90.cu 64-token ones) in pieces of
+#: 64-token V tiles (mha.cu L106-124, cacheVTileSeqLen 64 on SM90), and a partial last tile reads what it holds
+XQA_STEP_TOKENS = 64
+
+
+def _xqa_cta_steps(L: int, subseqs: int, tile: int) -> list[tuple[int, int]]:
+    """(64-token steps of one CTA, how many such CTAs) for a request of ``L`` tokens over ``subseqs`` sub-sequences:
+    sub-sequence i reads the tiles i, i + n, i + 2n, ... (mha.cu L1797-1804, mha_sm90.cu L716-761); the one that
+    holds the last tile reads only what the request has there; the sub-sequences past the last tile read none."""
+    tiles = cdiv(L, tile)
+    q, r = divmod(tiles, subseqs)
+    full = tile // XQA_STEP_TOKENS
+    last = cdiv(L - (tiles - 1) * tile, XQA_STEP_TOKENS) if tiles else 0
+    owner = (tiles - 1) % subseqs if tiles else -1  # the sub-sequence that reads the last tile
+    out: list[tuple[int, int]] = []
+    for n_tiles, count in ((q + 1, r), (q, subseqs - r)):
+        if count <= 0:
+            continue
+        holds_last = (owner < r) if n_tiles == q + 1 else (owner >= r)
+        if holds_last and n_tiles:
+            out.append((n_tiles * full - full + last, 1))
+            count -= 1
+        if count:
+            out.append((n_tiles * full, count))
+    return out
+
+
+def xqa_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
+    """XQA's ``kernel_mha`` (FlashInfer's and TensorRT-LLM's): one CTA per (sub-sequence, KV head, request) holds the
+    KV head's whole query group and reads its strided 256-token tiles (64 on the fp8 Hopper kernel) in 64-token
+    steps; mha.cu runs every CTA, an empty one too (it writes an empty partial, L2615); mha_sm90.cu's CTAs past a
+    request's tiles return at once (L707-724). The last CTA of each (request, KV head) merges the sub-sequences'
+    partials in the same kernel (family xqa_merge, no launch of its own): a partial is the group's rows of the padded
+    head plus a row max and sum."""
+    main = plan.main
+    if main.kind not in (KernelKind.XQA_MHA, KernelKind.XQA_MHA_SM90):
+        raise ConfigError(f"no XQA kernel in the {plan.system} plan")
+    sm90 = main.kind is KernelKind.XQA_MHA_SM90
+    tile = int(main.constexprs["tile_tokens"])
+    n = int(main.constexprs["nbSubSeqPerSeq"])
+    d, dv, kvb, h_kv = shape.head_size, shape.head_size_v, shape.kv_bytes_per_element, shape.num_kv_heads
+    pairs: list[tuple[int, int]] = []
+    idle = 0
+    for L, s in zip(shape.seq_lens, plan.splits):
+        pairs += [(u, c * h_kv) for u, c in _xqa_cta_steps(L, s, tile)]
+        idle += (n - s) * h_kv  # mha_sm90.cu only: its splits are per request
+    kernels = [KernelWork(family="xqa_sm90" if sm90 else "xqa", iters=_hist(pairs),
+                          bytes_per_iter=XQA_STEP_TOKENS * (d + dv) * kvb, idle_programs=idle,
+                          head_dim=next_power_of_2(d), occupancy=None if sm90 else 1)]
+    merged = [(s, h_kv) for s in plan.splits if s > 1]
+    if merged:
+        g = shape.num_heads // h_kv
+        rows = g if sm90 else cdiv(g, 16) * 16
+        kernels.append(KernelWork(family="xqa_merge", iters=_hist(merged),
+                                  bytes_per_iter=rows * (next_power_of_2(dv) * 2 + 8), head_dim=next_power_of_2(dv)))
+    return LaunchWork(kernel=plan.system, splits=max(plan.splits or (1,)), kernels=tuple(kernels),
+                      overlapped_launches=len(kernels) - 1, label=f"{n} sub-sequences")
+
+
+#: each timed backend's work function (its time family); tests/test_backend_table.py checks every TIMED_BACKENDS has one
+WORK: dict[Backend, Callable[[LaunchPlan, WorkShape], LaunchWork]] = {
+    Backend.FLASHINFER: lambda plan, shape: flashinfer_work(plan, shape, tensor_cores=False),
+    Backend.FLASHINFER_TC: lambda plan, shape: flashinfer_work(plan, shape, tensor_cores=True),
+    Backend.FA3: fa3_work,
+    Backend.FLASHMLA: flashmla_work,
+    Backend.FA2: fa2_work,
+    Backend.XQA: xqa_work,
+    Backend.XQA_FP8: xqa_work,
+    Backend.TRTLLM_XQA: xqa_work,
+}
+
+
 def backend_work(plan: LaunchPlan, shape: WorkShape, kernel: str) -> LaunchWork:
-    """The work of a FlashInfer / FA3 / FlashMLA plan (``kernel``: one of BACKEND_KERNELS)."""
-    if kernel in ("flashinfer", "flashinfer-tc"):
-        return flashinfer_work(plan, shape, tensor_cores=kernel == "flashinfer-tc")
-    if kernel == "fa3":
-        return fa3_work(plan, shape)
-    if kernel == "flashmla":
-        return flashmla_work(plan, shape)
-    if kernel == "fa2":
-        return fa2_work(plan, shape)
-    raise ConfigError(f"no backend time model for {kernel!r}; known: {', '.join(BACKEND_KERNELS)}")
+    """The work of a compiled backend's plan (``kernel``: one of BACKEND_KERNELS)."""
+    fn = WORK.get(Backend(kernel)) if kernel in BACKEND_KERNELS else None
+    if fn is None:
+        raise ConfigError(f"no backend time model for {kernel!r}; known: {', '.join(BACKEND_KERNELS)}")
+    return fn(plan, shape)

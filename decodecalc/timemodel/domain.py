@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from decodecalc.launchers.registry import BACKEND_SPECS
 from decodecalc.workload import Workload
 
 
@@ -60,7 +61,7 @@ MEASURED_BLOCK_SIZES = (16,)
 #: kernels whose measured launches cover every block size: SGLang's Triton backend reads token slots (page size 1);
 #: FlashMLA's schedule tiles by its own block_size_n (launchers/flashmla.py); FA2 runs paged at multiples of 256 and on
 #: a contiguous cache otherwise, and both were captured (benchmarks/results/capture-fa2-h200*.jsonl)
-BLOCKLESS_KERNELS = frozenset({"sglang", "flashmla", "fa2"})
+BLOCKLESS_KERNELS = frozenset(s.name for s in BACKEND_SPECS.values() if s.blockless)
 
 
 def profile_domain(profile: Any, kernel: str | None = None) -> Domain:

@@ -12,10 +12,12 @@ from typing import Any
 
 from decodecalc.derived import cdiv
 from decodecalc.errors import ChoiceError, ConfigError
+from decodecalc.launchers.registry import BACKEND_SPECS
 from decodecalc.timemodel.residuals import ResidualMap, residual_map_from_mapping
 
-#: kernel families the model knows; each has its own FamilyParams in a profile
-FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
+#: kernel families the model knows; each has its own FamilyParams in a profile: these, then the registered backends'
+#: families not among them (launchers/registry.py)
+_FAMILIES_BEFORE_THE_TABLE = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_stage1", "sglang_mha_stage1", "sglang_stage2",
             "sglang_stage1_fp8",
             "ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce", "ref_sglang_stage1", "ref_sglang_stage2",
             # the default backends (decodecalc.timemodel.backends): FlashInfer, FA3, FlashMLA
@@ -23,11 +25,14 @@ FAMILIES = ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill", "sglang_st
             "flashmla_combine", "fa2_fwd", "fa2_fwd_plain", "fa2_combine",
             # the same backends on an fp8 KV cache (timemodel.backends.flashinfer_family, fa3_family)
             "flashinfer_decode_fp8", "flashinfer_tc_fp8", "fa3_fwd_fp8", "fa3_fwd_fp8_wide")
+FAMILIES: tuple[str, ...] = _FAMILIES_BEFORE_THE_TABLE + tuple(dict.fromkeys(
+    f for s in BACKEND_SPECS.values() for f in s.families if f not in _FAMILIES_BEFORE_THE_TABLE))
 #: families added after profiles were first written: a profile without one loads with the parameters of the
 #: family named here, and that family is listed in its fit's ``uncalibrated_families``
 FAMILY_FALLBACKS = {"sglang_mha_stage1": "sglang_stage1", "vllm_reduce_spill": "vllm_reduce",
                     "sglang_stage1_fp8": "sglang_stage1", "flashinfer_decode_fp8": "flashinfer_decode",
-                    "flashinfer_tc_fp8": "flashinfer_tc", "fa3_fwd_fp8": "fa3_fwd", "fa3_fwd_fp8_wide": "fa3_fwd"}
+                    "flashinfer_tc_fp8": "flashinfer_tc", "fa3_fwd_fp8": "fa3_fwd", "fa3_fwd_fp8_wide": "fa3_fwd",
+                    **{new: old for s in BACKEND_SPECS.values() for new, old in s.family_fallbacks}}
 
 #: what a predicted time is the time of (docs/recommend.md, "Regimes"): ``back-to-back``, one system's decode call
 #: repeated in a CUDA graph (how every fit's data was timed), or ``in-graph``, the call inside a decode layer's graph
@@ -58,17 +63,12 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, *, regs_per_sm: in
 
 
 #: the --kernel names of predict_time_s / recommend and the families of their kernels
-KERNEL_FAMILIES = {
-    "vllm": ("vllm_2d", "vllm_3d", "vllm_reduce", "vllm_reduce_spill"),
-    "sglang": ("sglang_stage1", "sglang_mha_stage1", "sglang_stage2", "sglang_stage1_fp8"),
+KERNEL_FAMILIES: dict[str, tuple[str, ...]] = {
+    # every registered backend with a time model (launchers/registry.py BACKEND_SPECS: its families)
+    **{s.name: s.families for s in BACKEND_SPECS.values() if s.families},
     # decodecalc's own Triton kernels (decodecalc.verify.reference_kernels), one per engine layout
     "reference-vllm": ("ref_vllm_2d", "ref_vllm_3d", "ref_vllm_reduce"),
     "reference-sglang": ("ref_sglang_stage1", "ref_sglang_stage2"),
-    "flashinfer": ("flashinfer_decode", "flashinfer_merge", "flashinfer_decode_fp8"),
-    "flashinfer-tc": ("flashinfer_tc", "flashinfer_merge", "flashinfer_tc_fp8"),
-    "fa3": ("fa3_fwd", "fa3_combine", "fa3_fwd_fp8", "fa3_fwd_fp8_wide"),
-    "flashmla": ("flashmla_fwd", "flashmla_combine"),
-    "fa2": ("fa2_fwd", "fa2_fwd_plain", "fa2_combine"),
 }
 
 #: families that run only on a KV cache of one element size (bytes); the others run on any. An fp8 family is named

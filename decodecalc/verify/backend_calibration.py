@@ -16,7 +16,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.timemodel.backend_fit import (CALIBRATED_BACKENDS, KV_DTYPES, LAYOUT_BASE_MODEL, backend_plan,
-                                              error_text, parse_backends, plan_shape, shape_workload)
+                                              error_text, parse_backends, plan_shape, shape_workload, xqa_plan)
 from decodecalc.timemodel.fit import Measurement, Shape
 
 #: errors in a row after which a backend's remaining runs are not started (a library that does not build or load)
@@ -53,6 +53,32 @@ def warm_flashinfer(backends: Sequence[str]) -> list[str]:
         if p.returncode:
             failed.append(out.strip().splitlines()[-1] if out.strip() else f"exit {p.returncode}")
     return failed
+
+
+def warm_xqa(plan: Sequence[tuple[str, dict[str, Any], bool]], workers: int = 16) -> list[str]:
+    """Compile every XQA module ``plan`` runs (one per KV dtype, head dim and group size: flashinfer/xqa.py L67-78) in
+    up to ``workers`` parallel processes; the failures' last output lines."""
+    keys = sorted({(tuple(s["heads"]), s["model"], s["kv_cache_dtype"]) for b, s, _ in plan if b.startswith(("xqa", "trtllm-xqa"))})
+    code = "from decodecalc.verify.backend_calibration import _warm_xqa_one; _warm_xqa_one(%d, %d, %r, %r)"
+    failed: list[str] = []
+    for start in range(0, len(keys), workers):
+        procs = [subprocess.Popen([sys.executable, "-c", code % (h, hkv, model, kv)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for (h, hkv), model, kv in keys[start:start + workers]]
+        for p in procs:
+            out, _ = p.communicate()
+            if p.returncode:
+                failed.append(out.strip().splitlines()[-1] if out.strip() else f"exit {p.returncode}")
+    return failed
+
+
+def _warm_xqa_one(h: int, h_kv: int, model: str, kv: str) -> None:
+    import torch
+
+    from decodecalc.verify.backend_steps import xqa_step
+
+    shape = {"model": model, "tp": 1, "heads": [h, h_kv], "seq_lens": [512], "kv_cache_dtype": kv}
+    xqa_step(shape_workload(shape, 16), max_seq_len=512, copies=1).run(0)
+    torch.cuda.synchronize()
 
 
 def _warm_one(d: int, kv: str, tensor_cores: bool) -> None:
@@ -138,7 +164,7 @@ def saved_record(rec: dict[str, Any]) -> dict[str, Any]:
     the time and whether the launch matched (the profiler's other kernels, FA3's metadata read-back and the prediction
     are left out: the fit recomputes what it needs)."""
     out = {k: copy.deepcopy(rec[k]) for k in ("shape", "backend", "cuda_graph", "block_size", "error", "match", "splits_check",
-                                "with_measured_occupancy") if k in rec}
+                                "with_measured_occupancy", "knobs") if k in rec}
     out["launches"] = [{"name": str(x.get("name", ""))[:100], **{k: x.get(k) for k in _LAUNCH_KEYS}}
                        for x in rec.get("launches", []) if x.get("role") in ("main", "merge")]
     t = (rec.get("timing") or {}).get("t_us")
@@ -164,7 +190,13 @@ def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
         if progress:
             progress(0, 0, "compiling FlashInfer's decode modules")
         warm_flashinfer(backends)
-    plan = list(plan) if plan is not None else backend_plan(backends)
+    if "xqa" in backends:
+        if progress:
+            progress(0, 0, "compiling FlashInfer's XQA modules")
+        warm_xqa(xqa_plan())
+    if plan is None:
+        plan = backend_plan([b for b in backends if b != "xqa"]) + (xqa_plan() if "xqa" in backends else [])
+    plan = list(plan)
     records: list[dict[str, Any]] = []
     streak: dict[str, int] = {}
     for i, (backend, shape, cg) in enumerate(plan):
@@ -173,11 +205,12 @@ def run_backend_calibration(gpu: Any, backends: Sequence[str], *,
         if streak.get(backend, 0) >= MAX_ERROR_STREAK:
             continue
         w = shape_workload(shape, 16)
+        knobs = shape.get("knobs")
         if default_result(backend, w, gpu, cuda_graph=cg).plan is None:
             continue  # no kernel is compiled for it (FlashInfer's CUDA cores at group sizes 7 and 12): not a failure
         rec: dict[str, Any] = {"shape": shape, "backend": backend, "cuda_graph": cg, "block_size": 16}
         try:
-            rec.update(run_case(backend, w, gpu, cuda_graph=cg, replays=5))
+            rec.update(run_case(backend, w, gpu, cuda_graph=cg, replays=5, knobs=knobs))
             _measured_occupancy(rec, w, gpu)
             streak[backend] = 0
         except Exception as exc:  # noqa: BLE001 - one failing run must not end the calibration

@@ -13,7 +13,8 @@ from typing import Any
 
 from decodecalc.errors import UnsupportedError
 from decodecalc.verify.profiler import (compare_launches, default_result, fa3_splits_check, knob_plan, load_fa2,
-                                       load_ops, missing_backend, predict_and_compare, profile_launches)
+                                       load_ops, missing_backend, predict_and_compare, profile_launches,
+                                       trtllm_xqa_knobs)
 from decodecalc.workload import Workload
 
 
@@ -169,6 +170,50 @@ def fa3_step(w: Workload, *, num_splits: int = 0, copies: int | None = None, see
                 readback=readback)
 
 
+def xqa_step(w: Workload, *, max_seq_len: int, sm_count: int | None = None, copies: int | None = None,
+             seed: int = 0) -> Step:
+    """FlashInfer's XQA as the engines call it (``flashinfer.xqa.xqa``, NHD, page size w.block_size): a block table
+    ``max_seq_len`` tokens wide (the kernel's maxSeqLen, xqa.py L361-363), its unused slots pointing at page 0; an fp8
+    cache is e4m3 with a bf16 query (the Hopper kernel, mha_sm90.cu); ``sm_count``: the SM count passed to the
+    launcher (None: the device's), how decodecalc times TensorRT-LLM's multi-block count on this kernel."""
+    import flashinfer
+    import flashinfer.xqa as fx
+    import torch
+
+    dev, dt = "cuda", torch.bfloat16
+    kv_dt = kv_torch_dtype(w)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    page, B = w.block_size, w.batch
+    pages = _pages(w, page)
+    n_pages = sum(pages)
+    width = -(-max_seq_len // page)
+    if width < max(pages):
+        raise UnsupportedError(f"xqa: a block table of {max_seq_len} tokens cannot hold {w.max_seqlen_k}")
+    c = _copies(w, copies)
+    ks = [_random_cache((n_pages, page, w.num_kv_heads, w.head_size), kv_dt, g) for _ in range(c)]
+    vs = [_random_cache((n_pages, page, w.num_kv_heads, w.head_size_v), kv_dt, g) for _ in range(c)]
+    perm = torch.randperm(n_pages, device=dev, generator=g).to(torch.int32)
+    bt = torch.zeros(B, width, dtype=torch.int32, device=dev)
+    o = 0
+    for b, p in enumerate(pages):
+        bt[b, :p] = perm[o:o + p]
+        o += p
+    q = torch.randn(B, 1, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
+    out = torch.empty_like(q)
+    seq = torch.tensor(w.seq_lens, dtype=torch.uint32, device=dev).unsqueeze(1)
+    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)
+    sem, scratch = ws[: 8 << 20], ws[8 << 20:]  # flashinfer decode.py L4738-4740
+    sms = sm_count or torch.cuda.get_device_properties(0).multi_processor_count
+
+    def run(i: int) -> None:
+        fx.xqa(q, ks[i % c], vs[i % c], bt, seq, out, scratch, sem, w.num_kv_heads, page,
+               q_scale=1.0, sm_count=sms)  # bmm1_scale / kv_scale * sqrt(d) = 1
+
+    return Step(run=run, copies=c, kv_bytes=_kv_bytes(w),
+                info={"flashinfer_version": flashinfer.__version__, "max_seq_len": width * page, "sm_count": sms,
+                      "kv_data_type": str(kv_dt)})
+
+
 def flashmla_step(w: Workload, *, copies: int | None = None, seed: int = 0) -> Step:
     """vLLM's FlashMLA dense decode (``dense_decode_fwd``), bf16 KV, page size 64; the scheduler metadata
     (per-request split counts) is computed on the first call and reused, as vLLM does per step."""
@@ -244,6 +289,9 @@ def build_step(backend: str, w: Workload, *, cuda_graph: bool = False, copies: i
         return fa3_step(w, num_splits=int(kn.get("num_splits", 32 if cuda_graph else 0)), copies=copies, seed=seed)
     if backend == "flashmla":
         return flashmla_step(w, copies=copies, seed=seed)
+    if backend in ("xqa", "xqa-fp8", "trtllm-xqa"):
+        return xqa_step(w, max_seq_len=int(kn.get("max_seq_len") or w.max_seqlen_k), sm_count=kn.get("sm_count"),
+                        copies=copies, seed=seed)
     if backend == "fa2":
         return fa2_step(w, num_splits=int(kn.get("num_splits", 0)), copies=copies, seed=seed)
     raise UnsupportedError(f"--system {backend}: no runner in this build of decodecalc")
@@ -254,6 +302,11 @@ def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, t
     """Build, profile, time and compare one shape; the JSON record of the capture."""
     from decodecalc.verify.timing import not_timed, time_calls
 
+    if backend == "trtllm-xqa" and not knobs:
+        knobs = trtllm_xqa_knobs(w, gpu)
+    elif backend in ("xqa", "xqa-fp8") and not knobs:  # the block table the plan assumes (max_model_len's width)
+        plan = default_result(backend, w, gpu, cuda_graph=cuda_graph).plan
+        knobs = {"max_seq_len": plan.details["maxSeqLen"]} if plan is not None else {}
     step = build_step(backend, w, cuda_graph=cuda_graph, knobs=knobs)
     step.run(0)  # first call: JIT / module load / metadata outside the profile
     launches = profile_launches(lambda: step.run(0), backend)

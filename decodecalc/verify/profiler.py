@@ -34,27 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import UnsupportedError
+from decodecalc.launchers.names import Backend
+from decodecalc.launchers.registry import BACKEND_SPECS, PROFILED_BACKENDS
 from decodecalc.workload import Workload
 
-#: verify --system name -> (compare policy, what to install when it is missing)
-BACKENDS: dict[str, tuple[str, str]] = {
-    "flashinfer": ("flashinfer", "flashinfer-python (pip install flashinfer-python)"),
-    "flashinfer-tc": ("flashinfer-tc", "flashinfer-python (pip install flashinfer-python)"),
-    "fa3": ("fa3", "vllm (its vllm_flash_attn/_vllm_fa3_C.abi3.so), or set DECODECALC_FA3_LIB to a build of it"),
-    "flashmla": ("flashmla", "vllm (its _flashmla_C.abi3.so), or set DECODECALC_FLASHMLA_LIB to a build of it"),
-    "fa2": ("fa2", "flash-attn (pip install flash-attn), or set DECODECALC_FA2_LIB to a build of its "
-                   "flash_attn_2_cuda extension"),
-}
+#: verify --system name -> (compare policy, what to install when it is missing): the registry's profiled backends
+BACKENDS: dict[str, tuple[str, str]] = {b.value: (b.value, BACKEND_SPECS[b].install) for b in PROFILED_BACKENDS}
 _LIB_FILES = {"fa3": ("DECODECALC_FA3_LIB", "vllm_flash_attn/_vllm_fa3_C.abi3.so", "_vllm_fa3_C"),
               "flashmla": ("DECODECALC_FLASHMLA_LIB", "_flashmla_C.abi3.so", "_flashmla_C")}
-#: substrings of the kernel names each backend launches, by role (the capture's only name rule)
-ROLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "flashinfer": {"main": ("BatchDecodeWithPagedKVCacheKernel",), "merge": ("MergeStates",)},
-    "flashinfer-tc": {"main": ("BatchPrefillWithPagedKVCacheKernel",), "merge": ("MergeStates",)},
-    "fa3": {"main": ("FlashAttnFwdSm90",), "merge": ("FlashAttnFwdCombine",)},
-    "flashmla": {"main": ("flash_fwd_splitkv_mla", "splitkv_mla"), "merge": ("mla_combine",)},
-    "fa2": {"main": ("flash_fwd_splitkv_kernel", "flash_fwd_kernel"), "merge": ("splitkv_combine",)},
-}
+#: substrings of the kernel names each backend launches, by role (the capture's only name rule; the registry's
+#: profiler roles)
+ROLES: dict[str, dict[str, tuple[str, ...]]] = {b.value: dict(BACKEND_SPECS[b].profiler_roles) for b in PROFILED_BACKENDS}
 
 
 def _lib_path(backend: str) -> Path | None:
@@ -79,7 +69,8 @@ def missing_backend(backend: str) -> str | None:
     need = BACKENDS[backend][1]
     if importlib.util.find_spec("torch") is None:
         return f"--system {backend} needs torch with CUDA, and {need}"
-    if backend.startswith("flashinfer"):
+    if backend.startswith("flashinfer") or BACKEND_SPECS[Backend(backend)].install == BACKEND_SPECS[
+            Backend.FLASHINFER].install:
         return None if importlib.util.find_spec("flashinfer") is not None else f"--system {backend} needs {need}"
     if backend == "fa2":
         lib = os.environ.get("DECODECALC_FA2_LIB")
@@ -269,7 +260,7 @@ def fa3_splits_check(plan: Any, readback: dict[str, Any] | None) -> dict[str, An
 def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any:
     """The launcher's plan for an explicit split setting (eager plan): FlashInfer tensor cores'
     fixed_split_size / disable_split_kv, FA3's and FA2's num_splits."""
-    from decodecalc.launchers import flash_attn2, flash_attn3, flashinfer
+    from decodecalc.launchers import flash_attn2, flash_attn3, flashinfer, trtllm, xqa
 
     if backend == "flashinfer-tc":
         return flashinfer.plan_flashinfer_tc(w, gpu, fixed_split_size=knobs.get("fixed_split_size"),
@@ -278,7 +269,23 @@ def knob_plan(backend: str, w: Workload, gpu: Any, knobs: dict[str, Any]) -> Any
         return flash_attn3.plan_flash_attn3(w, gpu, num_splits=int(knobs.get("num_splits", 0)))
     if backend == "fa2":
         return flash_attn2.plan_flash_attn2(w, gpu, num_splits=int(knobs.get("num_splits", 0)))
+    if backend in ("xqa", "xqa-fp8"):
+        return xqa.plan_xqa(w, gpu, max_seq_len=int(knobs.get("max_seq_len") or w.max_seqlen_k),
+                            sm_count=knobs.get("sm_count"), kernel="sm90" if backend == "xqa-fp8" else "mha")
+    if backend == "trtllm-xqa":  # TensorRT-LLM's count, run as FlashInfer's launcher with the SM count that gives it
+        return trtllm.plan_trtllm_xqa(w, gpu)
     raise UnsupportedError(f"{backend}: no split setting to sweep")
+
+
+def trtllm_xqa_knobs(w: Workload, gpu: Any) -> dict[str, Any]:
+    """How FlashInfer's XQA launcher runs TensorRT-LLM's multi-block count ``m`` (launchers/trtllm.py): the SM count
+    ``m * B * Hkv`` (mha.cu takes min(max(1, SMs // (B * Hkv)), ceil(maxSeqLen / 256))) and a table wide enough that
+    the second term does not cut it. ``XQA_NB_SUB_SEQ`` cannot do this: FlashInfer's launchers do not read it."""
+    from decodecalc.launchers import trtllm
+
+    plan = trtllm.plan_trtllm_xqa(w, gpu)
+    m = int(plan.details["multi_block"])
+    return {"sm_count": m * w.batch * w.num_kv_heads, "max_seq_len": max(m * 256, w.max_seqlen_k)}
 
 
 def default_result(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool, occupancy: int | None = None) -> Any:
