@@ -91,7 +91,7 @@ def build_inputs(
     max_num_batched_tokens: int = 8192,
     max_kv_splits: int | None = None,
     num_speculative_tokens: int = 0,
-    vllm_version: str = "0.33.0",
+    vllm_version: str = "0.34.0",
     model_runner: str = "v2",
     seq_threshold_3d: int | None = None,
     static_kv_splits: bool = False,

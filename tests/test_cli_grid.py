@@ -27,7 +27,7 @@ def grid_json(*args: str) -> dict:
 def test_grid_table_llama3_8b_tp8():
     r = invoke("grid", "--model", "llama3-8b", "--tp", "8")
     assert r.exit_code == 0, r.output
-    assert "vLLM 0.33.0 Triton unified" in r.stdout and "SGLang 0.5.23 Triton decode" in r.stdout
+    assert "vLLM 0.34.0 Triton unified" in r.stdout and "SGLang 0.5.23 Triton decode" in r.stdout
     assert "(1, 1, 16) = 16" in r.stdout and "S* = 132" in r.stdout
 
 

@@ -44,6 +44,7 @@ class CudagraphMode(str, Enum):
 
 class VllmVersion(str, Enum):
     """--vllm-version (launchers/vllm_unified.py VERSIONS)."""
+    v0_34_0 = "0.34.0"
     v0_33_0 = "0.33.0"
     v0_14_0 = "0.14.0"
     v0_11_0 = "0.11.0"
@@ -213,7 +214,7 @@ SHARED_OPTIONS: dict[str, tuple[Any, Any]] = {
     "max_num_batched_tokens": (MaxTokensOpt, 8192),
     "max_kv_splits": (MaxSplitsOpt, None),
     "num_speculative_tokens": (SpecOpt, 0),
-    "vllm_version": (VllmVersionOpt, VllmVersion.v0_33_0),
+    "vllm_version": (VllmVersionOpt, VllmVersion.v0_34_0),
     "model_runner": (ModelRunnerOpt, ModelRunner.v2),
     "seq_threshold_3d": (ThresholdOpt, None),
     "static_kv_splits": (StaticSplitsOpt, False),

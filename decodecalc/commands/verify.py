@@ -234,7 +234,12 @@ def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path 
     if env.device != "cuda":
         raise UnsupportedError(f"--system {backend} runs on a CUDA GPU only (its launches are read from the CUDA "
                                "profiler); under TRITON_INTERPRET=1 verify runs vllm and sglang")
-    rec = run_case(backend, inputs.work, inputs.gpu, time_it=timing, replays=replays)
+    knobs = None
+    if backend in ("xqa", "xqa-fp8") and inputs.max_model_len is not None:  # the block table --max-model-len sizes
+        from decodecalc.launchers.xqa import default_max_seq_len
+
+        knobs = {"max_seq_len": default_max_seq_len(inputs.work, inputs.max_model_len)}
+    rec = run_case(backend, inputs.work, inputs.gpu, time_it=timing, replays=replays, knobs=knobs)
     doc = {"environment": env.to_json(), "workload": workload_json(inputs.work),
            "kernels": {"mode": "profiled", "ran": {backend: ["upstream"]}, "fallback": {}},
            "profiled": rec, "ok": bool(rec.get("match")), "complete": True}

@@ -200,16 +200,16 @@ def plan_trtllm_xqa(w: Workload, gpu: GPUSpec, *, settings: TrtllmSettings | Non
         m = ex.add("multi_block", compute_multi_block_count_spec_dec_gmma(
             batch_size=B, num_kv_heads=h_kv, history_length=hist, multiprocessor_count=gpu.num_sms,
             spec_dec_blocks=spec_blocks, env_blocks=settings.xqa_blocks_per_sequence),
-            "computeMultiBlockCountSpecDecGMMA (1 past 32 requests or below 2,048 tokens; else pow2(SMs // "
-            "(specDecBlocks * Hkv * B)), at most 64, cut for short histories)", f"{SRC_COMMON} L399-482",
+            "TRTLLM_XQA_BLOCKS_PER_SEQUENCE if set, else 1 past 32 requests (B) or below 2,048 tokens (hist); else "
+            "pow2(SMs // (specDecBlocks * Hkv * B)), at most 64, cut for short histories", f"{SRC_COMMON} L399-482",
             B=B, Hkv=h_kv, hist=hist, SMs=gpu.num_sms, specDecBlocks=spec_blocks,
             TRTLLM_XQA_BLOCKS_PER_SEQUENCE=settings.xqa_blocks_per_sequence)
     else:
         m = ex.add("multi_block", compute_multi_block_count(
             batch_size=B, num_kv_heads=h_kv, history_length=hist, multiprocessor_count=gpu.num_sms,
             env_blocks=settings.xqa_blocks_per_sequence),
-            "m = hist // 128; m = max(1, min(m, round(sqrt(8 m)))); m = floor(m / (B * Hkv * m / SMs / 8)) past 8 "
-            "waves; max(1, min(m, 6000 // B))", f"{SRC_COMMON} L357-392; {SRC_CONST} L26-40",
+            "TRTLLM_XQA_BLOCKS_PER_SEQUENCE if set, else m = hist // 128; m = max(1, min(m, round(sqrt(8 m)))); "
+            "m = floor(m / (B * Hkv * m / SMs / 8)) past 8 waves; max(1, min(m, 6000 // B))", f"{SRC_COMMON} L357-392; {SRC_CONST} L26-40",
             B=B, Hkv=h_kv, hist=hist, SMs=gpu.num_sms, TRTLLM_XQA_BLOCKS_PER_SEQUENCE=settings.xqa_blocks_per_sequence)
     if gmma:
         grid = (spec_blocks, m, h_kv * B)

@@ -16,7 +16,12 @@ from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
-VERSIONS = ("0.33.0", "0.14.0", "0.11.0")
+VERSIONS = ("0.34.0", "0.33.0", "0.14.0", "0.11.0")
+#: the releases with the split-K scratch, the SM120 64-segment rule and the 3D gate as 0.33.0 has them: 0.34.0's
+#: NVIDIA path is 0.33.0's (triton_attn.py L50-210 differs only in taking num_heads_kv and head size per KV-cache group,
+#: the same for a model whose layers all have one shape, and a renamed speculative field; the ops file adds ROCm RDNA
+#: rules only)
+SCRATCH_VERSIONS = ("0.34.0", "0.33.0")
 
 _OPS = "vllm/v1/attention/ops/triton_unified_attention.py"
 _BACKEND = "vllm/v1/attention/backends/triton_attn.py"
@@ -59,7 +64,7 @@ def src(version: str, path: str, lines: str) -> str:
 class VllmSettings:
     """Engine settings that change what the Triton backend launches (EngineArgs defaults of 0.33.0)."""
 
-    version: str = "0.33.0"
+    version: str = "0.34.0"
     cudagraph_mode: str = "FULL_AND_PIECEWISE"  # -O2 default (vllm/config/vllm.py L297-311); NONE = eager
     model_runner: str = "v2"  # V2 is the 0.33.0 default (vllm/config/vllm.py L731-767)
     max_num_seqs: int = 1024  # EngineArgs default on >= 70 GiB GPUs (vllm/engine/arg_utils.py L2973-2996)
@@ -149,12 +154,12 @@ def build_backend(work: Workload, gpu: GPUSpec, settings: VllmSettings) -> Trito
 
     segments = settings.num_par_softmax_segments or NUM_PAR_SOFTMAX_SEGMENTS
     max_seqs_64 = 0
-    if v == "0.33.0" and gpu.compute_capability == (12, 0):
+    if v in SCRATCH_VERSIONS and gpu.compute_capability == (12, 0):
         max_seqs_64 = (gpu.num_sms - 1) // (NUM_PAR_SOFTMAX_SEGMENTS * work.num_kv_heads)
         ex.add("max_seqs_64_segments", max_seqs_64, "(num_compute_units - 1) // (16 * num_heads_kv)",
                src(v, _BACKEND, "L152-162"), num_compute_units=gpu.num_sms, num_heads_kv=work.num_kv_heads)
     max_query_len_3d = min(q, MAX_3D_QUERY_LEN) if settings.num_speculative_tokens else 1
-    if v == "0.33.0":
+    if v in SCRATCH_VERSIONS:
         rows = min(threshold, settings.max_num_seqs) * max_query_len_3d
         formula = "min(seq_threshold_3D, max_num_seqs) * max_query_len_3d"
         if max_seqs_64 > 0:

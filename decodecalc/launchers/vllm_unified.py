@@ -28,6 +28,7 @@ from decodecalc.launchers.vllm_triton_backend import (  # the backend's half, re
     MIN_LAUNCH_GRID_SIZE_2D,
     NUM_PAR_SOFTMAX_SEGMENTS,
     NUM_PAR_SOFTMAX_SEGMENTS_SM120,
+    SCRATCH_VERSIONS,
     VERSIONS,
     TritonBackend,
     VllmSettings,
@@ -104,7 +105,7 @@ def unified_attention_grid(
     num_par_softmax_segments: int | None,
     scratch_rows: int | None,
     batch_invariant: bool,
-    version: str = "0.33.0",
+    version: str = "0.34.0",
     is_sm100: bool = False,
 ) -> UnifiedLaunch:
     """The wrapper's arithmetic, call by call, exactly as ``unified_attention`` does it."""
@@ -113,7 +114,8 @@ def unified_attention_grid(
     ex = Explain()
     num_seqs = len(seq_lens)
     max_seqlen_q = max(query_lens)
-    lines = {"0.33.0": ("L958-960", "L961", "L992", "L1070-1091", "L1118-1123", "L1211", "L810-825"),
+    lines = {"0.34.0": ("L1073-1075", "L1076", "L1130", "L1221-1242", "L1382-1387", "L1475", "L924-939"),
+             "0.33.0": ("L958-960", "L961", "L992", "L1070-1091", "L1118-1123", "L1211", "L810-825"),
              "0.14.0": ("L899-901", "L902", "L934", "L952-963", "L1019-1021", "L1041", "L840-859"),
              "0.11.0": ("L730-732", "L733", "L747", "L750", "L840-860", "L874", "L746-747")}[version]
     path = _OPS if version != "0.11.0" else "vllm/attention/ops/triton_unified_attention.py"
@@ -123,7 +125,7 @@ def unified_attention_grid(
     ex.add("BLOCK_M", block_m, BLOCK_M_FORMULA,
            src(version, path, lines[0]), num_queries_per_kv=qpk)
     # SM100-only tuned path for head size 256 prefill-shaped calls (0.33.0 L971-980)
-    tuned_large_head = version == "0.33.0" and is_sm100 and head_size == 256 and max_seqlen_q > 1 and qpk <= 16
+    tuned_large_head = version in SCRATCH_VERSIONS and is_sm100 and head_size == 256 and max_seqlen_q > 1 and qpk <= 16
     if tuned_large_head:
         block_m = 32
         block_q = block_m // qpk
@@ -139,7 +141,7 @@ def unified_attention_grid(
         tile_prefill = 128
 
     reasons: list[str] = []
-    if version == "0.33.0":
+    if version in SCRATCH_VERSIONS:
         if seq_threshold_3D is None or num_par_softmax_segments is None or scratch_rows is None:
             reasons.append("no split-K scratch: seq_threshold_3D, num_par_softmax_segments or softmax_segm_* is None")
         if max_seqlen_q > 1:

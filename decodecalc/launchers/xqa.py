@@ -127,8 +127,9 @@ def plan_xqa(w: Workload, gpu: GPUSpec, *, max_seq_len: int | None = None, max_m
     if width < w.max_seqlen_k:
         raise UnsupportedError(f"{system}: a block table of {width:,} tokens cannot hold a sequence of "
                                f"{w.max_seqlen_k:,}")
-    ex.add("maxSeqLen", width, "page_table.shape[-1] * page_size (the block table's width)", f"{SRC_PY} L361-363",
-           max_model_len=max_model_len, unit="tokens")
+    ex.add("maxSeqLen", width, "page_table.shape[-1] * page_size: the block table's width, which the engines size for "
+           "max_model_len (the model's context length when not given)", f"{SRC_PY} L361-363",
+           max_model_len=max_model_len or w.model.context_length, page_size=w.block_size, unit="tokens")
     sm90 = uses_sm90_kernel(w, gpu)
     if kernel is not None and kernel != ("sm90" if sm90 else "mha"):
         runs = "mha_sm90.cu (fp8 e4m3 KV, SM90, head dim <= 256)" if sm90 else "mha.cu"
