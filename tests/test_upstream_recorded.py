@@ -1,10 +1,11 @@
 """Our pure launcher models against launches recorded from the real upstream code.
 
-The JSON files were written by tools/record_upstream_grids.py, which ran vLLM 0.33.0's
-``unified_attention`` and SGLang 0.5.23's split-count kernel + ``decode_attention_fwd``
-under the Triton interpreter and recorded every kernel launch (see
-docs/upstream-recordings.md).  These tests need only the JSON and our models: no torch,
-no triton, no upstream sources.
+The JSON files were written by tools/record_upstream_grids.py, which ran vLLM 0.33.0's and
+0.34.0's ``unified_attention`` (``--vllm-version``; the same inputs for both) and SGLang
+0.5.23's split-count kernel + ``decode_attention_fwd`` under the Triton interpreter and
+recorded every kernel launch (see docs/upstream-recordings.md).  These tests need only the
+JSON and our models: no torch, no triton, no upstream sources.  A recording that is absent
+skips the tests that read it.
 """
 
 from __future__ import annotations
@@ -16,19 +17,31 @@ from pathlib import Path
 import pytest
 
 from decodecalc.launchers.sglang_triton import get_num_kv_splits, stage1_grid
+from decodecalc.launchers.vllm_triton_backend import VllmSettings
 from decodecalc.launchers.vllm_unified import unified_attention_grid
 
 DATA = Path(__file__).parent / "data" / "upstream"
-VLLM_FILE = DATA / "vllm-0.33.0-grids.json"
+VLLM_VERSIONS = ("0.33.0", "0.34.0")
+VLLM_FILES = {v: DATA / f"vllm-{v}-grids.json" for v in VLLM_VERSIONS}
 SGLANG_FILE = DATA / "sglang-0.5.23-splits.json"
 
 
-def _load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-VLLM = _load(VLLM_FILE)
+VLLM = {v: _load(path) for v, path in VLLM_FILES.items()}
 SGLANG = _load(SGLANG_FILE)
+
+
+def _missing(path: Path) -> str:
+    return f"{path.relative_to(DATA.parents[2])} not recorded (tools/record_upstream_grids.py)"
+
+
+def _need(data: dict | None, path: Path) -> dict:
+    if data is None:
+        pytest.skip(_missing(path))
+    return data
 
 
 def _vllm_id(rec: dict) -> str:
@@ -46,39 +59,79 @@ def _sglang_id(rec: dict) -> str:
             f"-sm{i['device_core_count']}-S{i['max_kv_splits']}-g{i['num_group']}")
 
 
-def _params(records: list[dict], ident) -> list:
+def _params(records: list[dict], ident, prefix: tuple = ()) -> list:
     seen: Counter[str] = Counter()
     out = []
+    head = "".join(f"{p}-" for p in prefix)
     for idx, rec in enumerate(records):
         base = ident(rec)
         seen[base] += 1
-        out.append(pytest.param(rec, id=f"{idx:04d}-{base}" + (f"#{seen[base]}" if seen[base] > 1 else "")))
+        out.append(pytest.param(*prefix, rec,
+                                id=f"{head}{idx:04d}-{base}" + (f"#{seen[base]}" if seen[base] > 1 else "")))
     return out
+
+
+def _vllm_params() -> list:
+    """(version, record) for every recorded vLLM version; one skipped param for an absent file."""
+    out = []
+    for v in VLLM_VERSIONS:
+        if VLLM[v] is None:
+            out.append(pytest.param(v, None, id=f"{v}-absent", marks=pytest.mark.skip(reason=_missing(VLLM_FILES[v]))))
+        else:
+            out += _params(VLLM[v]["records"], _vllm_id, (v,))
+    return out
+
+
+def _sglang_params() -> list:
+    if SGLANG is None:
+        return [pytest.param(None, id="absent", marks=pytest.mark.skip(reason=_missing(SGLANG_FILE)))]
+    return _params(SGLANG["records"], _sglang_id)
 
 
 # ----------------------------------------------------------------------------- the files
 
 
-def test_recordings_are_pinned_versions_and_small():
-    assert VLLM["meta"]["upstream"] == "vllm" and VLLM["meta"]["version"] == "0.33.0"
-    assert SGLANG["meta"]["upstream"] == "sglang" and SGLANG["meta"]["version"] == "0.5.23"
-    assert VLLM["meta"]["records"] == len(VLLM["records"]) >= 500
-    assert SGLANG["meta"]["records"] == len(SGLANG["records"]) >= 300
-    for path in (VLLM_FILE, SGLANG_FILE):
-        assert path.stat().st_size < 2 * 1024 * 1024
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_vllm_recording_is_pinned_version_and_small(version):
+    data = _need(VLLM[version], VLLM_FILES[version])
+    assert data["meta"]["upstream"] == "vllm" and data["meta"]["version"] == version
+    assert data["meta"]["records"] == len(data["records"]) >= 500
+    assert VLLM_FILES[version].stat().st_size < 2 * 1024 * 1024
 
 
-def test_recordings_cover_both_paths_and_the_interesting_cases():
-    main = [r["launches"][0] for r in VLLM["records"]]
+def test_sglang_recording_is_pinned_version_and_small():
+    data = _need(SGLANG, SGLANG_FILE)
+    assert data["meta"]["upstream"] == "sglang" and data["meta"]["version"] == "0.5.23"
+    assert data["meta"]["records"] == len(data["records"]) >= 300
+    assert SGLANG_FILE.stat().st_size < 2 * 1024 * 1024
+
+
+def test_vllm_recordings_share_their_inputs():
+    """Every vLLM version is recorded on the same input set (same seed), so they compare record by record."""
+    present = [v for v in VLLM_VERSIONS if VLLM[v] is not None]
+    if len(present) < 2:
+        pytest.skip("fewer than two vLLM recordings present")
+    first = [r["inputs"] for r in VLLM[present[0]]["records"]]
+    for v in present[1:]:
+        assert [r["inputs"] for r in VLLM[v]["records"]] == first, v
+
+
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_vllm_recording_covers_both_paths_and_the_interesting_cases(version):
+    data = _need(VLLM[version], VLLM_FILES[version])
+    main = [r["launches"][0] for r in data["records"]]
     tiles = Counter((m["constexprs"]["IS_3D"], m["constexprs"]["TILE_SIZE"]) for m in main)
     assert tiles[(True, 16)] and tiles[(True, 32)] and tiles[(False, 32)] and tiles[(False, 128)]
-    inputs = [r["inputs"] for r in VLLM["records"]]
+    inputs = [r["inputs"] for r in data["records"]]
     assert any(i["batch_invariant"] for i in inputs)
     assert any(i["sliding_window"] == 1024 and i["head_size"] in (128, 256) for i in inputs)
     assert any(max(i["query_lens"]) > 8 for i in inputs)
     assert {max(i["query_lens"]) for i in inputs} >= set(range(1, 10))
     assert {i["q_dtype"] for i in inputs} == {"fp16", "bf16", "fp32", "fp8"}
-    sg = [r["inputs"] for r in SGLANG["records"]]
+
+
+def test_sglang_recording_covers_the_interesting_cases():
+    sg = [r["inputs"] for r in _need(SGLANG, SGLANG_FILE)["records"]]
     assert {i["device_core_count"] for i in sg} == {132, 78, 108, 304}
     assert {i["max_kv_splits"] for i in sg} == {4, 8, 16}
     assert any(i["num_head"] == i["num_kv_head"] for i in sg) and any(i["num_head"] > i["num_kv_head"] for i in sg)
@@ -88,8 +141,9 @@ def test_recordings_cover_both_paths_and_the_interesting_cases():
 # ----------------------------------------------------------------------------- vLLM
 
 
-@pytest.mark.parametrize("rec", _params(VLLM["records"], _vllm_id))
-def test_vllm_unified_attention_grid_matches_upstream(rec):
+@pytest.mark.parametrize("version,rec", _vllm_params())
+def test_vllm_unified_attention_grid_matches_upstream(version, rec):
+    settings = VllmSettings(version=version)  # the recorded release must be one decodecalc models
     i = rec["inputs"]
     launches = rec["launches"]
     main = launches[0]
@@ -108,7 +162,7 @@ def test_vllm_unified_attention_grid_matches_upstream(rec):
         num_par_softmax_segments=i["num_segments"],
         scratch_rows=i["scratch_rows"],
         batch_invariant=i["batch_invariant"],
-        version="0.33.0",
+        version=settings.version,
         is_sm100=tuple(i["capability"]) == (10, 0),
     )
     upstream = {
@@ -141,7 +195,7 @@ def test_vllm_unified_attention_grid_matches_upstream(rec):
 # ----------------------------------------------------------------------------- SGLang
 
 
-@pytest.mark.parametrize("rec", _params(SGLANG["records"], _sglang_id))
+@pytest.mark.parametrize("rec", _sglang_params())
 def test_sglang_splits_and_grids_match_upstream(rec):
     i = rec["inputs"]
     lens = tuple(i["seq_lens"])

@@ -3,22 +3,33 @@
 
 Runs on a CPU under the Triton interpreter (TRITON_INTERPRET=1):
 
-* vLLM 0.33.0 ``unified_attention`` -- called with the arguments
-  ``TritonAttentionImpl.forward`` passes; every launch is intercepted (the attention
-  kernels do not run: the launcher's grid and constexprs depend only on shapes, dtypes
-  and host scalars);
+* vLLM 0.33.0 (or ``--vllm-version``, e.g. 0.34.0) ``unified_attention`` -- called with
+  the arguments ``TritonAttentionImpl.forward`` passes; every launch is intercepted (the
+  attention kernels do not run: the launcher's grid and constexprs depend only on shapes,
+  dtypes and host scalars);
 * SGLang 0.5.23 -- its split-count kernel ``get_num_kv_splits_triton`` *executes*
   (under the interpreter: it is one tiny program), then ``decode_attention_fwd`` is
   called and its stage-1 / stage-2 launches are intercepted.
 
-Writes tests/data/upstream/vllm-0.33.0-grids.json and
+Writes tests/data/upstream/vllm-<version>-grids.json and
 tests/data/upstream/sglang-0.5.23-splits.json.
 
     tools/fetch_upstream.sh
     TRITON_INTERPRET=1 .venv/bin/python tools/record_upstream_grids.py
+    VLLM_VERSION=0.34.0 tools/fetch_upstream.sh vllm
+    TRITON_INTERPRET=1 .venv/bin/python tools/record_upstream_grids.py --only vllm --vllm-version 0.34.0
 
 Options: --vllm PATH / --sglang PATH (sources; default ./upstream/<name>-<version>),
---out DIR, --only vllm|sglang, --seed N.
+--vllm-version V (default 0.33.0: which ./upstream/vllm-V to read and which
+vllm-V-grids.json to write or check; the sources must be that version), --out DIR,
+--only vllm|sglang, --seed N.  Every vLLM version records the same inputs (same seed).
+
+The inputs stand in for what ``TritonAttentionMetadataBuilder.__init__`` fixes
+(``seq_threshold_3D = 128 // num_heads_kv``, 16 segments, scratch rows
+``min(seq_threshold_3D, max_num_seqs) * max_query_len_3d``); no builder is constructed.
+0.34.0 reads ``num_heads_kv`` / head size from the KV-cache spec instead of the model
+config and ``parallel_drafting`` from ``speculative_config.speculator_config``: the same
+values for the single-shape layers recorded here, so the inputs are unchanged.
 
 --check re-runs the inputs of every recorded record on this machine (``--device cuda``
 on a GPU: compiled kernels, the split-count kernel executed on the GPU) and compares
@@ -35,6 +46,7 @@ import random
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -216,14 +228,61 @@ def vllm_cases(rng: random.Random) -> list[dict[str, Any]]:
     return cases
 
 
-def record_vllm(src_path: str | None, seed: int) -> dict[str, Any]:
+DEFAULT_VLLM_VERSION = "0.33.0"
+
+
+def vllm_source(src_path: str | None, version: str) -> locate.UpstreamSource:
+    """The vLLM sources of ``version``: ``src_path``, else ./upstream/vllm-<version> (the current
+    directory, then this repository), else an installed vllm.  Their version must be ``version``."""
+    candidates = [Path(src_path)] if src_path else list(dict.fromkeys(
+        (base / "upstream" / f"vllm-{version}").resolve() for base in (Path.cwd(), ROOT)
+    ))
+    src = None
+    for cand in candidates:
+        if src_path or cand.is_dir():
+            with warnings.catch_warnings():  # checked against ``version`` below instead of 0.33.0
+                warnings.simplefilter("ignore", locate.UpstreamVersionWarning)
+                src = locate.locate("vllm", cand)
+            if not src_path:
+                src = replace(src, origin="default")
+            break
+    if src is None:  # an installed vllm package, if it is that version
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", locate.UpstreamVersionWarning)
+            try:
+                src = locate.locate("vllm", None)
+            except Exception:
+                src = None
+        if src is None or src.origin != "installed" or src.version != version:
+            tried = ", ".join(str(c) for c in candidates)
+            raise SystemExit(f"no vLLM {version} sources (tried {tried} and an installed vllm): run "
+                             f"VLLM_VERSION={version} tools/fetch_upstream.sh vllm, or pass --vllm PATH")
+    if src.version != version:
+        raise SystemExit(f"vLLM sources at {src.root} are version {src.version}, not --vllm-version {version}")
+    return src
+
+
+def load_vllm_kernels(src: locate.UpstreamSource, *, batch_invariant: bool, capability: tuple[int, int],
+                      interpret: bool) -> upstream.VllmKernels:
+    kernels = upstream.load_vllm(source=src, batch_invariant=batch_invariant, capability=capability,
+                                 interpret=interpret)
+    # 0.34.0+: ROCm RDNA launch tuning, gated by module-level flags that are set only on ROCm
+    # (the platform shim reports CUDA); the NVIDIA launch must not see them.
+    for flag in ("is_gfx1201", "is_gfx1100"):
+        if getattr(kernels.module, flag, False):
+            raise SystemExit(f"vLLM {src.version}: {flag} is {getattr(kernels.module, flag)!r} on this host")
+    return kernels
+
+
+def record_vllm(src_path: str | None, seed: int, version: str = DEFAULT_VLLM_VERSION) -> dict[str, Any]:
+    src = vllm_source(src_path, version)
     rng = random.Random(seed)
     cases = vllm_cases(rng)
     records = []
     t0 = time.perf_counter()
     for case in cases:
-        kernels = upstream.load_vllm(
-            src_path, batch_invariant=case["batch_invariant"], capability=tuple(case["capability"]), interpret=True
+        kernels = load_vllm_kernels(
+            src, batch_invariant=case["batch_invariant"], capability=tuple(case["capability"]), interpret=True
         )
         call = recording.call_vllm_unified(
             kernels,
@@ -237,7 +296,6 @@ def record_vllm(src_path: str | None, seed: int) -> dict[str, Any]:
         inputs = dict(case, q_dtype_bytes=DTYPE_BYTES[case["q_dtype"]])
         records.append({"inputs": inputs, "launches": [_launch_json(la, VLLM_KEYS) for la in call.launches]})
     elapsed = time.perf_counter() - t0
-    src = kernels.source
     return {
         "meta": _meta("vllm", src, elapsed, len(records), {
             "called": "vllm/v1/attention/ops/triton_unified_attention.py:unified_attention",
@@ -247,7 +305,8 @@ def record_vllm(src_path: str | None, seed: int) -> dict[str, Any]:
             "scratch": "softmax_segm_output [rows, h, S, np2(d)] fp32, softmax_segm_max / _expsum [rows, h, S]; "
                        "rows = min(seq_threshold_3D, max_num_seqs) * qlen3d",
             "fp8": "q_dtype fp8 means fp8 query + fp8 KV cache (kv_quant_mode FP8_PER_TENSOR), output fp16",
-            "capability": "what the vllm.platforms shim reports (only is_device_capability_family(100) is read)",
+            "capability": "what the vllm.platforms shim reports (only is_device_capability_family(100) is read; "
+                          "is_rocm() is False, so 0.34.0's is_gfx1201 / is_gfx1100 RDNA flags stay False)",
         }),
         "records": records,
     }
@@ -381,17 +440,19 @@ def _dump(obj: dict[str, Any], path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang_src: str | None) -> int:
+def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang_src: str | None,
+          vllm_version: str = DEFAULT_VLLM_VERSION) -> int:
     """Re-run every recorded input here and count differences from the recording."""
     interp = device == "cpu"
     bad_total = 0
     if only in (None, "vllm"):
-        data = json.loads((out / "vllm-0.33.0-grids.json").read_text())
+        data = json.loads((out / f"vllm-{vllm_version}-grids.json").read_text())
+        src = vllm_source(vllm_src, vllm_version)
         t, bad = time.perf_counter(), 0
         for rec in data["records"]:
             i = rec["inputs"]
-            k = upstream.load_vllm(vllm_src, batch_invariant=i["batch_invariant"],
-                                   capability=tuple(i["capability"]), interpret=interp)
+            k = load_vllm_kernels(src, batch_invariant=i["batch_invariant"],
+                                  capability=tuple(i["capability"]), interpret=interp)
             call = recording.call_vllm_unified(
                 k, num_heads=i["num_heads"], num_kv_heads=i["num_kv_heads"], head_size=i["head_size"],
                 seq_lens=tuple(i["seq_lens"]), query_lens=tuple(i["query_lens"]), q_dtype=i["q_dtype"],
@@ -402,7 +463,7 @@ def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang
             if [_launch_json(la, VLLM_KEYS) for la in call.launches] != rec["launches"]:
                 bad += 1
                 print("vllm DIFF", i)
-        print(f"vllm check on {device}: {len(data['records'])} records, {bad} differ "
+        print(f"vllm {vllm_version} check on {device}: {len(data['records'])} records, {bad} differ "
               f"({time.perf_counter() - t:.1f} s)")
         bad_total += bad
     if only in (None, "sglang"):
@@ -430,7 +491,10 @@ def check(out: Path, only: str | None, device: str, vllm_src: str | None, sglang
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vllm", help="vLLM sources (checkout / unpacked wheel); default ./upstream/vllm-0.33.0")
+    ap.add_argument("--vllm", help="vLLM sources (checkout / unpacked wheel); default ./upstream/vllm-<--vllm-version>")
+    ap.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION,
+                    help="vLLM release to record / check (sources must be this version; "
+                         "writes vllm-<version>-grids.json); default %(default)s")
     ap.add_argument("--sglang", help="SGLang sources; default ./upstream/sglang-0.5.23")
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "upstream"))
     ap.add_argument("--only", choices=("vllm", "sglang"))
@@ -441,10 +505,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     warnings.simplefilter("always", locate.UpstreamVersionWarning)
     if args.check:
-        return check(out, args.only, args.device, args.vllm, args.sglang)
+        return check(out, args.only, args.device, args.vllm, args.sglang, args.vllm_version)
     if args.only in (None, "vllm"):
         t = time.perf_counter()
-        data = record_vllm(args.vllm, args.seed)
+        data = record_vllm(args.vllm, args.seed, args.vllm_version)
         path = out / f"vllm-{data['meta']['version']}-grids.json"
         _dump(data, path)
         print(f"vllm: {len(data['records'])} records -> {path} "
