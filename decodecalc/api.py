@@ -415,8 +415,8 @@ def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regress
         raise ChoiceError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     engine = getattr(engine, "value", engine)
     engines = ENGINES if engine is None else (str(engine).lower(),)
-    if engines[0] not in ENGINES:
-        raise ChoiceError(f"--engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if engines[0] not in (*ENGINES, "trtllm"):
+        raise ChoiceError(f"--engine {engine!r}; valid: {', '.join((*ENGINES, 'trtllm'))}")
     guard = parse_regression(max_regression)
     names = heuristics if heuristics is None or isinstance(heuristics, str) else ",".join(heuristics)
     if names is not None and not isinstance(heuristics, str) and not names:

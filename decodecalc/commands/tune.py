@@ -87,7 +87,8 @@ RegressionOpt = Annotated[str, typer.Option("--max-regression", help="Guard: no 
                                             "default by more than this (e.g. 5%; 'none' turns it off).",
                                             rich_help_panel=SEARCH)]
 EngineOpt = Annotated[Optional[str], typer.Option("--engine", help="Only one engine. One of: vllm, sglang (default "
-                                                  "both).", rich_help_panel=SEARCH)]
+                                                  "both), trtllm (its multi-block count as the lever).",
+                                                  rich_help_panel=SEARCH)]
 ProfileOpt = Annotated[Optional[Path], typer.Option("--profile", help="Time-model profile YAML (default: the user's "
                                                     "calibrated one, then the packaged one).", rich_help_panel=SEARCH)]
 MaxShapesOpt = Annotated[Optional[int], typer.Option("--max-shapes", help="Steps each setting may time with the "

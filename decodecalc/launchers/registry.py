@@ -336,7 +336,8 @@ _register(BackendSpec(
     Backend.XQA, "FlashInfer XQA (mha.cu)", f"{xqa.SRC_MHA} L3123-3136", "cuda",
     "no (sub-sequences from B * Hkv and the block table's width, the same for every request)",
     build=lambda w, g, o: xqa.plan_xqa(w, g, max_model_len=o.max_model_len, kernel="mha"),
-    families=("xqa", "xqa_merge"), family_fallbacks=(("xqa", "flashinfer_tc"), ("xqa_merge", "flashinfer_merge")),
+    families=("xqa", "xqa_wide", "xqa_merge"),
+    family_fallbacks=(("xqa", "flashinfer_tc"), ("xqa_wide", "flashinfer_tc"), ("xqa_merge", "flashinfer_merge")),
     profiler_roles=(("main", ("kernel_mha",)),), **_XQA))
 _register(BackendSpec(
     Backend.XQA_FP8, "FlashInfer XQA (mha_sm90.cu, fp8 KV)", f"{xqa.SRC_SM90} L3059-3073", "cuda",
@@ -359,7 +360,7 @@ _register(BackendSpec(
     build=lambda w, g, o: trtllm.plan_trtllm_xqa(w, g, settings=o.trtllm), live_rows=_group,
     tile_keys=_const("tile_tokens", 256), notes=lambda w, p, o: [f"multi_block {p.details['multi_block']} "
                                                                  f"({p.details['kernel']})"],
-    families=("xqa", "xqa_sm90", "xqa_merge"), profiler_roles=(("main", ("kernel_mha",)),), install=_FI_INSTALL,
+    families=("xqa", "xqa_wide", "xqa_sm90", "xqa_merge"), profiler_roles=(("main", ("kernel_mha",)),), install=_FI_INSTALL,
     engines=(EngineUse(engine=Engine.TRTLLM, name="xqa", select="enable_xqa (default) with multi_block_mode; "
                        "TRTLLM_XQA_BLOCKS_PER_SEQUENCE=N sets the count"),)))
 _register(BackendSpec(

@@ -153,6 +153,27 @@ def _defaults(console: Console, result: TuneResult) -> None:
                  f"({fmt_saving(1.0 - best[1].total_s / total)} the default)", indent="  ")
 
 
+def _trtllm(console: Console, result: TuneResult) -> None:
+    """TensorRT-LLM's multi-block count: its own rule against fixed counts."""
+    t = result.trtllm
+    if t is None:
+        return
+    if t.default is None:
+        _say(console, f"trtllm: multi-block count {t.note}", style="dim")
+        return
+    best = t.best
+    assert best is not None
+    cells = ", ".join(f"{n}: {s.total_s * 1e3:,.2f}" for n, s in t.choices)
+    _say(console, f"trtllm: XQA multi-block over the workload, total {t.default.total_s * 1e3:,.2f} ms with its own "
+         f"count (computeMultiBlockCount); TRTLLM_XQA_BLOCKS_PER_SEQUENCE, total ms: {cells}"
+         + (f"; expected error {t.expected_error.text()}" if t.expected_error is not None else ""))
+    if best[0] is None:
+        _say(console, "apply: keep the default: no fixed count beats TensorRT-LLM's own rule", indent="  ")
+    else:
+        _say(console, f"apply: export TRTLLM_XQA_BLOCKS_PER_SEQUENCE={best[0]} "
+             f"({fmt_saving(1.0 - best[1].total_s / t.default.total_s)} the default)", indent="  ")
+
+
 def _backends(console: Console, result: TuneResult) -> None:
     for bk in result.backends:
         if bk.stats is None:
@@ -208,6 +229,7 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
     for name, why in result.skipped.items():
         _say(console, f"{name}: not tuned: {why}", style="dim")
     _defaults(console, result)
+    _trtllm(console, result)
     _backends(console, result)
     if result.heuristics:
         _heuristics(console, result)

@@ -22,7 +22,8 @@ from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
 from decodecalc.limits import MAX_SEQ_LEN
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
-from decodecalc.reports.tune_backends import BackendNote, EngineDefaultTotal, backend_levers, engine_default_totals
+from decodecalc.reports.tune_backends import (BackendNote, EngineDefaultTotal, TrtllmTune, backend_levers,
+                                              engine_default_totals, trtllm_tune)
 from decodecalc.reports.tune_stats import Stats
 from decodecalc.reports.tune_search import evaluate_candidates, leading_candidates, measure_all
 from decodecalc.reports.tune_space import (
@@ -236,6 +237,8 @@ class TuneResult:
     backends: tuple[BackendNote, ...] = ()
     #: per engine, its default backend and that backend's total: the baseline of every saving
     defaults: tuple[EngineDefaultTotal, ...] = ()
+    #: TensorRT-LLM's multi-block count as a lever (tune --engine trtllm)
+    trtllm: TrtllmTune | None = None
     heuristics: tuple[Any, ...] = ()  # decodecalc.reports.heuristics.HeuristicScore
     notes: tuple[str, ...] = field(default=())
 
@@ -280,6 +283,7 @@ class TuneResult:
                 d.engine, self.engines[d.engine].best.stats.total_s if d.engine in self.engines else None,
                 key="best_triton_saving_vs_engine_default") for d in self.defaults},
             "heuristics": [h.to_dict() for h in self.heuristics],
+            **({"trtllm": self.trtllm.to_dict()} if self.trtllm is not None else {}),
             "notes": list(self.notes),
         }
 
@@ -292,11 +296,13 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
     out: dict[str, EngineTune] = {}
     skipped: dict[str, str] = {}
     for e in engines:
+        if e not in ENGINES:  # TensorRT-LLM: no Triton kernel; its lever is the multi-block count (trtllm_tune)
+            continue
         try:
             out[e] = tune_engine(ctx, e, objective, max_regression, None if only is None else only.get(e, ()))
         except UnsupportedError as exc:
             skipped[e] = str(exc)
-    if not out and not ctx.work.model.is_mla:  # an MLA model has no Triton engine to tune: its backends are compared
+    if not out and not ctx.work.model.is_mla and "trtllm" not in engines:  # an MLA model has no Triton engine to tune: its backends are compared
         raise UnsupportedError("; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
     notes = []
@@ -323,4 +329,5 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
                      "sample's figures")
     return TuneResult(ctx=ctx, objective=objective, max_regression=max_regression, engines=out, skipped=skipped,
                       backends=backend_levers(ctx, engines, defaults) if backends else (),
-                      defaults=defaults, notes=tuple(notes))
+                      defaults=defaults, notes=tuple(notes),
+                      trtllm=trtllm_tune(ctx) if "trtllm" in engines and not ctx.work.model.is_mla else None)

@@ -257,3 +257,73 @@ def engine_default_totals(ctx: Any, engines: Iterable[str]) -> tuple[EngineDefau
             expected_error=expected_error_for(ctx.profile, sel.backend.value, ctx.work, of="workload total")
             if stats is not None else None))
     return tuple(out)
+
+
+#: the TRTLLM_XQA_BLOCKS_PER_SEQUENCE values tune tries against TensorRT-LLM's own multi-block count
+TRTLLM_BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True, slots=True)
+class TrtllmTune:
+    """TensorRT-LLM's multi-block count as a lever: its own rule (computeMultiBlockCount, the default) against fixed
+    counts (TRTLLM_XQA_BLOCKS_PER_SEQUENCE), each timed as XQA over the workload."""
+
+    default: Stats | None
+    choices: tuple[tuple[int, Stats], ...]
+    note: str
+    expected_error: ExpectedError | None = None
+
+    @property
+    def best(self) -> tuple[int | None, Stats] | None:
+        """The fastest setting (None = the default rule), ties to the default, then to fewer blocks."""
+        if self.default is None:
+            return None
+        options: list[tuple[int | None, Stats]] = [(None, self.default), *self.choices]
+        return min(options, key=lambda o: (o[1].total_s, o[0] is not None, o[0] or 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"engine": "trtllm", "note": self.note}
+        if self.default is not None:
+            d["default"] = self.default.to_dict()
+            d["choices"] = [{"TRTLLM_XQA_BLOCKS_PER_SEQUENCE": n, **s.to_dict()} for n, s in self.choices]
+            best = self.best
+            assert best is not None
+            d["best"] = {"TRTLLM_XQA_BLOCKS_PER_SEQUENCE": best[0], **best[1].to_dict(),
+                         "saving_vs_default": 1.0 - best[1].total_s / self.default.total_s}
+            if self.expected_error is not None:
+                d["predicted_error"] = self.expected_error.to_json()
+        return d
+
+
+def trtllm_tune(ctx: Any) -> TrtllmTune:
+    """TensorRT-LLM's XQA over the workload under its own multi-block rule and under each fixed count. Every step is
+    timed as XQA (TRTLLM_FORCE_XQA: the steps where TensorRT-LLM would run masked MHA, which has no time model, are
+    timed as XQA too)."""
+    import dataclasses
+
+    from decodecalc.launchers.trtllm import TrtllmSettings
+
+    key = Backend.TRTLLM_XQA.value
+    why = _uncalibrated_why(key, ctx.profile, ctx.work.kv_bytes_per_element)
+    if not why:
+        outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=key)
+        why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""
+    if why:
+        return TrtllmTune(default=None, choices=(), note=f"not timed: {why}")
+    base = PolicyOptions(vllm=ctx.vllm, sglang=ctx.sglang, trtllm=TrtllmSettings(force_xqa=True))
+
+    def total(n: int | None) -> Stats | None:
+        o = dataclasses.replace(base, trtllm=dataclasses.replace(base.trtllm, xqa_blocks_per_sequence=n))
+        try:
+            est = ctx.timer.backend(key, "trtllm", engine_planner(Backend.TRTLLM_XQA, Engine.TRTLLM, o),
+                                    looser=BACKEND_LOOSER, variant=f"blocks{n}" if n else "")
+        except (UnsupportedError, ConfigError):
+            return None
+        return ctx.stats(est.time)
+
+    default = total(None)
+    if default is None:
+        return TrtllmTune(default=None, choices=(), note="TensorRT-LLM's XQA cannot run this workload")
+    choices = tuple((n, s) for n in TRTLLM_BLOCK_CHOICES if (s := total(n)) is not None)
+    return TrtllmTune(default=default, choices=choices, note=f"time-model kernel {key} (XQA's families)",
+                      expected_error=expected_error_for(ctx.profile, key, ctx.work, of="workload total"))

@@ -321,6 +321,15 @@ def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
 XQA_STEP_TOKENS = 64
 
 
+def xqa_family(sm90: bool, head_elems: int) -> str:
+    """The time-model family of an XQA kernel: the Hopper fp8 kernel (mha_sm90.cu), or mha.cu, whose 256-wide heads
+    are a family of their own (their steps cost more than twice a 128-wide head's on the H100: four MMA warps per
+    group instead of two, mha.cu L95-98)."""
+    if sm90:
+        return "xqa_sm90"
+    return "xqa_wide" if head_elems >= 256 else "xqa"
+
+
 def _xqa_cta_steps(L: int, subseqs: int, tile: int) -> list[tuple[int, int]]:
     """(64-token steps of one CTA, how many such CTAs) for a request of ``L`` tokens over ``subseqs`` sub-sequences:
     sub-sequence i reads the tiles i, i + n, i + 2n, ... (mha.cu L1797-1804, mha_sm90.cu L716-761); the one that
@@ -362,9 +371,13 @@ def xqa_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     for L, s in zip(shape.seq_lens, plan.splits):
         pairs += [(u, c * h_kv) for u, c in _xqa_cta_steps(L, s, tile)]
         idle += (n - s) * h_kv  # mha_sm90.cu only: its splits are per request
-    kernels = [KernelWork(family="xqa_sm90" if sm90 else "xqa", iters=_hist(pairs),
-                          bytes_per_iter=XQA_STEP_TOKENS * (d + dv) * kvb, idle_programs=idle,
-                          head_dim=next_power_of_2(d), occupancy=None if sm90 else 1)]
+    # the SM side works on the head padded to 64 / 128 / 256 / 512 (mha.h L33-36: a head dim of 96 computes as 128),
+    # HBM reads the cache's real rows
+    padded = next_power_of_2(max(d, 64))
+    kernels = [KernelWork(family=xqa_family(sm90, padded), iters=_hist(pairs),
+                          bytes_per_iter=XQA_STEP_TOKENS * 2 * padded * kvb,
+                          hbm_bytes_per_iter=XQA_STEP_TOKENS * (d + dv) * kvb, idle_programs=idle,
+                          head_dim=padded, occupancy=None if sm90 else 1)]
     merged = [(s, h_kv) for s in plan.splits if s > 1]
     if merged:
         g = shape.num_heads // h_kv

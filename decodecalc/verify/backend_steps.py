@@ -176,9 +176,12 @@ def xqa_step(w: Workload, *, max_seq_len: int, sm_count: int | None = None, copi
     ``max_seq_len`` tokens wide (the kernel's maxSeqLen, xqa.py L361-363), its unused slots pointing at page 0; an fp8
     cache is e4m3 with a bf16 query (the Hopper kernel, mha_sm90.cu); ``sm_count``: the SM count passed to the
     launcher (None: the device's), how decodecalc times TensorRT-LLM's multi-block count on this kernel."""
+    import importlib
+
     import flashinfer
-    import flashinfer.xqa as fx
     import torch
+
+    xqa_fn = importlib.import_module("flashinfer.xqa").xqa  # the package's own ``xqa`` attribute is this function
 
     dev, dt = "cuda", torch.bfloat16
     kv_dt = kv_torch_dtype(w)
@@ -206,7 +209,7 @@ def xqa_step(w: Workload, *, max_seq_len: int, sm_count: int | None = None, copi
     sms = sm_count or torch.cuda.get_device_properties(0).multi_processor_count
 
     def run(i: int) -> None:
-        fx.xqa(q, ks[i % c], vs[i % c], bt, seq, out, scratch, sem, w.num_kv_heads, page,
+        xqa_fn(q, ks[i % c], vs[i % c], bt, seq, out, scratch, sem, w.num_kv_heads, page,
                q_scale=1.0, sm_count=sms)  # bmm1_scale / kv_scale * sqrt(d) = 1
 
     return Step(run=run, copies=c, kv_bytes=_kv_bytes(w),
