@@ -105,10 +105,12 @@ def grid_for(inputs: Inputs, system: str | None = None, regime: str = "back-to-b
                          kernel_block_size=inputs.kernel_block_size, layer=inputs.layer, regime=regime_name(regime))
     if system is not None and report.systems[0].error:
         raise UnsupportedError(report.systems[0].error)
+    from decodecalc.launchers.names import Engine
     from decodecalc.reports.defaults import engine_defaults
 
+    engines = tuple(Engine) if system is None else (Engine(systems[0]),)  # --system vllm: vLLM's default alone
     return GridResult(inputs, report, engine_defaults(inputs.work, inputs.gpu, inputs.policy_options(),
-                                                      regime=regime_name(regime)))
+                                                      engines=engines, regime=regime_name(regime)))
 
 
 def grid(model: str = "llama3-8b", *, system: str | None = None, regime: str = "back-to-back",
@@ -281,6 +283,9 @@ class TuneParams(TypedDict, total=False):
     model_runner: str
     max_kv_splits: int | None
     static_kv_splits: bool
+    vllm_version: str
+    cubins: str | bool
+    max_model_len: int | None
 
 
 StepsArg = Union[str, Path, Sequence[Any], None]
@@ -426,7 +431,8 @@ def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regress
     if max_shapes is not None and (isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1):
         raise ConfigError(f"--max-shapes must be a positive integer, got {max_shapes!r}")
     ctx = make_context(trace, inputs.work, inputs.gpu, prof, vllm=inputs.vllm, sglang=inputs.sglang,
-                       max_anchors=0 if exact else max_shapes, progress=progress)
+                       max_anchors=0 if exact else max_shapes, progress=progress, cubins=inputs.cubins,
+                       max_model_len=inputs.max_model_len)
     result = _tune(ctx, objective=objective, max_regression=guard, engines=engines)
     return dataclasses.replace(result, heuristics=score_heuristics(ctx, result, chosen))
 

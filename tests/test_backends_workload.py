@@ -83,7 +83,11 @@ def test_each_engine_runs_its_own_flashinfer_path_and_tune_times_that_one():
     fp8 = make_workload(resolve_model("gemma-2-9b"), kv_cache_dtype="fp8")
     assert engine_uses_tensor_cores("sglang", fp8)  # an fp8 KV cache: tensor cores whatever the group
     steps = [{"seq_lens": [300 + 7 * i, 900, 40]} for i in range(20)]
-    notes = {b.engine: b for b in tune("gemma-2-9b", steps=steps, heuristics="none").backends
+    # on an H200 with the cubins vLLM's FlashInfer backend decodes with XQA (flashinfer.py L993-1056); without them,
+    # with the tensor-core wrapper
+    xqa = {b.engine: b for b in tune("gemma-2-9b", steps=steps, heuristics="none").backends if b.backend == "FlashInfer"}
+    assert xqa["vllm"].kernel == "xqa"
+    notes = {b.engine: b for b in tune("gemma-2-9b", steps=steps, heuristics="none", cubins="no").backends
              if b.backend == "FlashInfer"}
     assert "flashinfer-tc" in notes["vllm"].note and "tensor-core decode" in notes["vllm"].note
     assert "kernel flashinfer," in notes["sglang"].note and "CUDA-core decode" in notes["sglang"].note

@@ -14,12 +14,17 @@ from decodecalc.commands.options import (
     BatchInvOpt,
     BlockSizeOpt,
     CgModeOpt,
+    Cubins,
+    CubinsOpt,
     CudaGraphOpt,
     DtypeOpt,
     GpuOpt,
     JsonOpt,
     KvDtype,
     KvDtypeOpt,
+    MaxModelLenOpt,
+    VllmVersion,
+    VllmVersionOpt,
     MaxSeqsOpt,
     MaxSplitsOpt,
     MaxTokensOpt,
@@ -156,6 +161,9 @@ def register(app: typer.Typer) -> None:
         model_runner: ModelRunnerOpt = ModelRunner.v2,
         max_kv_splits: MaxSplitsOpt = None,
         static_kv_splits: StaticSplitsOpt = False,
+        vllm_version: VllmVersionOpt = VllmVersion.v0_34_0,
+        cubins: CubinsOpt = Cubins.yes,
+        max_model_len: MaxModelLenOpt = None,
     ) -> None:
         """Best engine settings for a whole decode workload (vLLM segments x 2D/3D threshold, SGLang max KV
         splits x static switch), which steps gain and lose, how to apply it, and what-if split heuristics."""
@@ -178,6 +186,7 @@ def register(app: typer.Typer) -> None:
             cuda_graph=cuda_graph, cudagraph_mode=plain(cudagraph_mode), max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
             model_runner=plain(model_runner), max_kv_splits=max_kv_splits, static_kv_splits=static_kv_splits,
+            vllm_version=plain(vllm_version), cubins=plain(cubins), max_model_len=max_model_len,
         )
         with progress_on_stderr(enabled=not json_out) as report:
             report("reading the workload")

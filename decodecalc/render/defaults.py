@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
+
+from decodecalc.render import print_wrapped
 
 
 def print_defaults(console: Console, defaults: Sequence[Any], gpu_name: str) -> None:
@@ -14,8 +15,9 @@ def print_defaults(console: Console, defaults: Sequence[Any], gpu_name: str) -> 
     backends it skipped and why (in dim)."""
     if not defaults:
         return
-    console.print(Text(f"What the engines run by default on {gpu_name} (launchers/engine_defaults.py):", style="bold"))
+    print_wrapped(console, f"What the engines run by default on {gpu_name} (launchers/engine_defaults.py):",
+                  style="bold")
     for d in defaults:
-        console.print(Text(f"  {d.line()}"))
+        print_wrapped(console, d.line(), indent="  ", hang="    ")
         for s in (d.selection.skipped if d.selection is not None else ()):
-            console.print(Text(f"    skipped {s.name}: {s.reason}", style="dim"))
+            print_wrapped(console, f"skipped {s.name}: {s.reason}", indent="    ", hang="    ", style="dim")

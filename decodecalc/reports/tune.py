@@ -83,7 +83,8 @@ def profile_workload(profile: TimeProfile) -> dict[str, Any] | None:
 def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: TimeProfile, *,
                  vllm: VllmSettings | None = None, sglang: SglangSettings | None = None,
                  max_anchors: int | None = None, target_rel_se: float | None = None,
-                 progress: Callable[[str], None] | None = None) -> TuneContext:
+                 progress: Callable[[str], None] | None = None, cubins: bool = True,
+                 max_model_len: int | None = None) -> TuneContext:
     """The context of a workload (a StepTrace, or StepArrays as the file readers make them). ``max_anchors``: steps
     a recipe may time exactly (None: the default; 0: every step, exact); ``target_rel_se``: the error the estimate
     stops at."""
@@ -120,7 +121,8 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
                               sample_of=(sample.timer, index) if sample is not None else None)
         return TuneContext(steps=st, summary=summary, work=work, gpu=gpu, profile=profile, vllm=vllm, sglang=sglang,
                            timer=timer, query_keys=query_keys(st.offsets, st.query_lens),
-                           max_seq_len=max_seq_len, sample=sample, population=population)
+                           max_seq_len=max_seq_len, sample=sample, population=population, cubins=cubins,
+                           max_model_len=max_model_len)
 
     summary = steps.summary() if lazy else workload_summary(steps)
     max_seq_len = steps.max_seq_len if lazy else int(steps.seq_lens.max())

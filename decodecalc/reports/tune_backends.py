@@ -123,7 +123,7 @@ def backend_levers(ctx: Any, engines: Iterable[str], defaults: Iterable[EngineDe
     """Per engine and backend: the backend's total over the workload where the profile calibrates its kernels (the
     engine's default backend, in ``defaults``, left out: it is the baseline)."""
     out = []
-    opts = PolicyOptions(vllm=ctx.vllm, sglang=ctx.sglang)
+    opts = ctx.policy_options()
     skip = {d.engine: d.selection.name for d in defaults if d.selection is not None}
     for lv in levers(engines, mla=ctx.work.model.is_mla, gpu=ctx.gpu, skip=skip):
         engine, name, how = lv.engine.value, lv.label, lv.select
@@ -226,7 +226,7 @@ def engine_default_totals(ctx: Any, engines: Iterable[str]) -> tuple[EngineDefau
     from decodecalc.launchers.engine_defaults import VLLM_VERSIONS, default_backend
 
     out = []
-    opts = PolicyOptions(vllm=ctx.vllm, sglang=ctx.sglang)
+    opts = ctx.policy_options()
     for name in engines:
         e = Engine(name)
         version = ctx.vllm.version if e is Engine.VLLM and ctx.vllm.version in VLLM_VERSIONS else None
@@ -310,7 +310,7 @@ def trtllm_tune(ctx: Any) -> TrtllmTune:
         why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""
     if why:
         return TrtllmTune(default=None, choices=(), note=f"not timed: {why}")
-    base = PolicyOptions(vllm=ctx.vllm, sglang=ctx.sglang, trtllm=TrtllmSettings(force_xqa=True))
+    base = dataclasses.replace(ctx.policy_options(), trtllm=TrtllmSettings(force_xqa=True))
 
     def total(n: int | None) -> Stats | None:
         o = dataclasses.replace(base, trtllm=dataclasses.replace(base.trtllm, xqa_blocks_per_sequence=n))

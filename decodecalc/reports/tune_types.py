@@ -130,6 +130,16 @@ class TuneContext:
     memo: dict = field(default_factory=dict)  # per-workload results shared by candidates (vLLM's gate per threshold)
     sample: TuneContext | None = None  # a large workload's sample (every candidate is ranked on it first)
     population: Any = None  # decodecalc.batch.population.Population when ``steps`` sample a larger workload
+    #: the server's XQA / trtllm-gen cubins and max_model_len (--cubins, --max-model-len): which kernels an engine's
+    #: FlashInfer backend runs, and XQA's block-table width
+    cubins: bool = True
+    max_model_len: int | None = None
+
+    def policy_options(self) -> Any:
+        """The launchers' PolicyOptions of this workload's engine settings."""
+        from decodecalc.launchers.registry import PolicyOptions
+
+        return PolicyOptions(vllm=self.vllm, sglang=self.sglang, cubins=self.cubins, max_model_len=self.max_model_len)
 
     @property
     def num_layers(self) -> int:
