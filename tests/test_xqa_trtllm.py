@@ -128,3 +128,43 @@ def test_trtllm_gen_split_and_the_post1_clamp():
     assert trtllm_gen.plan_trtllm_gen(w, B200, max_seq_len=131072).details["numCtasPerSeqKv"] == 148  # past 65,536
     with pytest.raises(UnsupportedError, match="SM 10"):
         trtllm_gen.plan_trtllm_gen(w, H200, max_seq_len=8192)
+
+
+def test_launches_captured_on_an_h100_match_the_plan():
+    """benchmarks/results/xqa-h100-sxm.jsonl.gz: 783 runs of FlashInfer 0.7.2.post1's XQA on an H100 (bf16 and fp8,
+    13 head layouts, tight and 131,072-token block tables, TensorRT-LLM's count through the SM-count argument), each
+    kernel's grid read back through CUPTI: every one is the launcher's plan for its shape and knobs."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from decodecalc.timemodel.backend_fit import shape_workload
+    from decodecalc.verify.profiler import ProfiledLaunch, compare_launches, knob_plan
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "xqa-h100-sxm.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh]
+    h100 = resolve_gpu("h100-sxm")
+    seen = set()
+    for r in records:
+        plan = knob_plan(r["backend"], shape_workload(r["shape"], 16), h100, r["knobs"])
+        launches = [ProfiledLaunch(name=x["name"], grid=tuple(x["grid"]), block=tuple(x["block"]),
+                                   registers_per_thread=None, shared_memory_bytes=None, est_occupancy_pct=None,
+                                   duration_us=None, role=x["role"]) for x in r["launches"]]
+        assert compare_launches(plan, launches)["match"], (r["backend"], r["shape"]["layout"], r["knobs"])
+        seen.add(r["backend"])
+    assert len(records) == 783 and seen == {"xqa", "xqa-fp8", "trtllm-xqa"}
+
+
+def test_verify_refuses_a_backend_that_cannot_run_the_workload(monkeypatch):
+    """An explicit --system the launcher refuses is one Error line with the reason and its source, before any kernel
+    runs (here on a bf16 cache, which the fp8 Hopper kernel does not read)."""
+    from typer.testing import CliRunner
+
+    from decodecalc.cli import app
+    from decodecalc.verify import profiler
+
+    monkeypatch.setattr(profiler, "missing_backend", lambda backend: None)
+    r = CliRunner().invoke(app, ["verify", "--system", "xqa-fp8", "-m", "llama3-8b", "-s", "512"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "Error: --system xqa-fp8:" in r.output and "xqa.py L386-393" in r.output

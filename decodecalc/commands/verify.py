@@ -230,6 +230,11 @@ def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path 
     why = missing_backend(backend)
     if why:
         raise UnsupportedError(why)
+    from decodecalc.verify.profiler import default_result
+
+    planned = default_result(backend, inputs.work, inputs.gpu, cuda_graph=False)
+    if planned.plan is None:  # the backend cannot run this workload: say why (with the rule's source), run nothing
+        raise UnsupportedError(f"--system {backend}: {planned.reason}")
     env = detect_environment()
     if env.device != "cuda":
         raise UnsupportedError(f"--system {backend} runs on a CUDA GPU only (its launches are read from the CUDA "
