@@ -190,7 +190,7 @@ def test_a_named_backend_that_is_not_installed_is_an_error(monkeypatch):
     monkeypatch.setattr(profiler, "missing_backend", lambda b: f"--system {b} needs vllm" if b == "fa3" else None)
     with pytest.raises(ConfigError, match="--backends fa3: not installed here"):
         backend_calibration.resolve_backends("fa3")
-    assert backend_calibration.resolve_backends("auto") == (["flashinfer", "flashinfer-tc"],
+    assert backend_calibration.resolve_backends("auto") == (["flashinfer", "flashinfer-tc", "xqa"],
                                                             {"fa3": "--system fa3 needs vllm"})
     assert backend_calibration.resolve_backends("none") == ([], {})
 

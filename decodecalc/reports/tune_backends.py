@@ -133,22 +133,13 @@ def backend_levers(ctx: Any, engines: Iterable[str], defaults: Iterable[EngineDe
             out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {exc}"))
             continue
         key = backend.value
-        why = _uncalibrated_why(key, ctx.profile, ctx.work.kv_bytes_per_element)
-        if not why and key in KERNEL_FAMILIES:
-            outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=key)
-            why = "outside the profile's measured domain: " + "; ".join(outside) if outside else ""
-        if why:
+        stats, why = _timed_total(ctx, backend, lv.engine, opts)
+        if stats is None:
             out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {why}",
                                    kernel=key))
             continue
-        try:
-            times = ctx.timer.backend(key, engine, engine_planner(backend, lv.engine, opts), looser=BACKEND_LOOSER).time
-        except (UnsupportedError, ConfigError) as exc:
-            out.append(BackendNote(engine=engine, backend=name, how=how, stats=None, note=f"not compared: {exc}",
-                                   kernel=key))
-            continue
         path = _PATH_NOTE.get(key)
-        out.append(BackendNote(engine=engine, backend=name, how=how, stats=ctx.stats(times), kernel=key,
+        out.append(BackendNote(engine=engine, backend=name, how=how, stats=stats, kernel=key,
                                note=f"time-model kernel {key}, calibrated" + (f"; {path}" if path else ""),
                                expected_error=expected_error_for(ctx.profile, key, ctx.work, of="workload total")))
     return tuple(out)
@@ -201,6 +192,8 @@ class EngineDefaultTotal:
 
 def _timed_total(ctx: Any, backend: Backend, engine: Engine, opts: PolicyOptions,
                  variant: str = "") -> tuple[Stats | None, str]:
+    """``backend``'s total over the workload as ``engine`` drives it (``variant``: names a setting in ``opts``), or
+    None and why not: its kernels uncalibrated in the profile, outside its measured domain, or not runnable."""
     key = backend.value
     why = _uncalibrated_why(key, ctx.profile, ctx.work.kv_bytes_per_element)
     if not why and key in KERNEL_FAMILIES:

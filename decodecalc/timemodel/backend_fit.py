@@ -216,6 +216,20 @@ def _neutral(family: str, ceiling: float | None, base: FamilyParams | None) -> F
                         hbm_bandwidth_bytes_per_s=ceiling or (base.hbm_bandwidth_bytes_per_s if base else 0.0))
 
 
+def start_families(rows: Sequence[Measurement], base: TimeProfile, *, cold: bool,
+                   merges: Sequence[str] = ()) -> TimeProfile:
+    """Where a backend fit starts: each main family of ``rows`` with the HBM ceiling its kernels reached
+    (:func:`hbm_ceilings`), from :data:`NEUTRAL_BACKEND_FAMILY` when ``cold`` or new, else from ``base``'s values; the
+    merge families named in ``merges`` (no HBM ceiling of their own) from the neutral start."""
+    fams = dict(base.families)
+    for f, bw in hbm_ceilings(rows).items():
+        fams[f] = (_neutral(f, bw, fams.get(f)) if cold or f not in fams
+                   else dataclasses.replace(fams[f], hbm_bandwidth_bytes_per_s=bw))
+    for f in merges:
+        fams[f] = _neutral(f, None, fams.get(f))
+    return dataclasses.replace(base, families=fams)
+
+
 def fit_bf16_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: bool, max_evals: int = 1500,
                       restarts: int = 2, progress: Callable[[str], None] | None = None,
                       tile_overhead_choices_us: Sequence[float] | None = None) -> TimeProfile:
@@ -227,14 +241,7 @@ def fit_bf16_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: boo
     rows = [m for m in ms if m.shape.kv_bytes_per_element != 1]
     if not rows:
         return base
-    fams = dict(base.families)
-    for f, bw in hbm_ceilings(rows).items():
-        fams[f] = (_neutral(f, bw, fams.get(f)) if cold or f not in fams
-                   else dataclasses.replace(fams[f], hbm_bandwidth_bytes_per_s=bw))
-    if cold:
-        for f in ("flashinfer_merge", "fa3_combine"):
-            fams[f] = _neutral(f, None, fams.get(f))
-    prof = dataclasses.replace(base, families=fams)
+    prof = start_families(rows, base, cold=cold, merges=("flashinfer_merge", "fa3_combine") if cold else ())
     residuals = base.residuals
 
     def fit(sub: Sequence[Measurement], start: TimeProfile) -> TimeProfile:
@@ -309,13 +316,8 @@ def fit_xqa_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: bool
     rows = [m for m in ms if m.kernel in XQA_KERNELS]
     if not rows:
         return base
-    fams = dict(base.families)
-    for f, bw in hbm_ceilings(rows).items():
-        fams[f] = (_neutral(f, bw, fams.get(f)) if cold or f not in fams
-                   else dataclasses.replace(fams[f], hbm_bandwidth_bytes_per_s=bw))
-    if cold or "xqa_merge" not in fams:
-        fams["xqa_merge"] = _neutral("xqa_merge", None, fams.get("xqa_merge"))
-    prof = dataclasses.replace(base, families=fams)
+    prof = start_families(rows, base, cold=cold, merges=("xqa_merge",) if cold or "xqa_merge" not in base.families
+                          else ())
     for fam_list in (("xqa", "xqa_merge"), ("xqa_wide",), ("xqa_sm90",)):
         sub = [m for m in rows if main_family(m) == fam_list[0]]
         if sub:
