@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-XQA_FAMILIES = ("xqa", "xqa_wide", "xqa_merge", "xqa_sm90")
+XQA_FAMILIES = ("xqa", "xqa_wide", "xqa_merge", "xqa_sm90", "xqa_sm90_merge")
 XQA_KERNELS = ("xqa", "xqa-fp8", "trtllm-xqa")
 
 

@@ -343,7 +343,8 @@ _register(BackendSpec(
     Backend.XQA_FP8, "FlashInfer XQA (mha_sm90.cu, fp8 KV)", f"{xqa.SRC_SM90} L3059-3073", "cuda",
     "no (sub-sequences from B * Hkv and the block table's width; a request uses min(its 64-token tiles, that))",
     build=lambda w, g, o: xqa.plan_xqa(w, g, max_model_len=o.max_model_len, kernel="sm90"),
-    families=("xqa_sm90", "xqa_merge"), family_fallbacks=(("xqa_sm90", "flashinfer_tc"),),
+    families=("xqa_sm90", "xqa_sm90_merge"),
+    family_fallbacks=(("xqa_sm90", "flashinfer_tc"), ("xqa_sm90_merge", "flashinfer_merge")),
     profiler_roles=(("main", ("kernel_mha",)),), **_XQA))
 _register(BackendSpec(
     Backend.TRTLLM_GEN, "FlashInfer trtllm-gen decode (SM100)", trtllm_gen.SRC + " L574-793", "cuda",
@@ -360,7 +361,7 @@ _register(BackendSpec(
     build=lambda w, g, o: trtllm.plan_trtllm_xqa(w, g, settings=o.trtllm), live_rows=_group,
     tile_keys=_const("tile_tokens", 256), notes=lambda w, p, o: [f"multi_block {p.details['multi_block']} "
                                                                  f"({p.details['kernel']})"],
-    families=("xqa", "xqa_wide", "xqa_sm90", "xqa_merge"), profiler_roles=(("main", ("kernel_mha",)),), install=_FI_INSTALL,
+    families=("xqa", "xqa_wide", "xqa_sm90", "xqa_merge", "xqa_sm90_merge"), profiler_roles=(("main", ("kernel_mha",)),), install=_FI_INSTALL,
     engines=(EngineUse(engine=Engine.TRTLLM, name="xqa", select="enable_xqa (default) with multi_block_mode; "
                        "TRTLLM_XQA_BLOCKS_PER_SEQUENCE=N sets the count"),)))
 _register(BackendSpec(

@@ -72,7 +72,7 @@ NEUTRAL_BACKEND_FAMILY = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9
 BACKEND_OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2_fwd_plain": 2, "fa2_combine": 8,
                      # XQA's mha.cu: 142-183 KiB of shared memory, one CTA per SM (compiled for sm_90a); its merge runs
                      # in the last CTA; mha_sm90.cu: 384 threads, 35-63 KiB, about 44 registers -> 3
-                     "xqa": 1, "xqa_wide": 1, "xqa_merge": 1, "xqa_sm90": 3}
+                     "xqa": 1, "xqa_wide": 1, "xqa_merge": 1, "xqa_sm90": 3, "xqa_sm90_merge": 1}
 #: calibrate's simplex budget per family group, against the shipped fits' 1,500: chosen for the fit's time (26 s on the
 #: H200's 16 host cores, 4 minutes on 2); the left-out figures it gives are the calibrate run's (BENCHMARKS.md,
 #: "calibrate --backends from scratch"), not compared here with a 1,500-evaluation fit of the same runs
@@ -316,9 +316,8 @@ def fit_xqa_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: bool
     rows = [m for m in ms if m.kernel in XQA_KERNELS]
     if not rows:
         return base
-    prof = start_families(rows, base, cold=cold, merges=("xqa_merge",) if cold or "xqa_merge" not in base.families
-                          else ())
-    for fam_list in (("xqa", "xqa_merge"), ("xqa_wide",), ("xqa_sm90",)):
+    prof = start_families(rows, base, cold=cold, merges=("xqa_merge", "xqa_sm90_merge"))
+    for fam_list in (("xqa", "xqa_merge"), ("xqa_wide",), ("xqa_sm90", "xqa_sm90_merge")):
         sub = [m for m in rows if main_family(m) == fam_list[0]]
         if sub:
             prof, loss = _fit_group(sub, prof, list(fam_list), False, restarts, max_evals)

@@ -382,7 +382,7 @@ def xqa_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     if merged:
         g = shape.num_heads // h_kv
         rows = g if sm90 else cdiv(g, 16) * 16
-        kernels.append(KernelWork(family="xqa_merge", iters=_hist(merged),
+        kernels.append(KernelWork(family="xqa_sm90_merge" if sm90 else "xqa_merge", iters=_hist(merged),
                                   bytes_per_iter=rows * (next_power_of_2(dv) * 2 + 8), head_dim=next_power_of_2(dv)))
     return LaunchWork(kernel=plan.system, splits=max(plan.splits or (1,)), kernels=tuple(kernels),
                       overlapped_launches=len(kernels) - 1, label=f"{n} sub-sequences")
