@@ -65,12 +65,12 @@ def fit_without_inherited(fit: dict) -> dict:
     that one's does: the default backends' records (bf16 and fp8), the kernels' own domains, what was measured outside
     the domain, the expected error kept with its physics (--keep-physics), and the backend families' entries of the
     uncalibrated list."""
-    from decodecalc.timemodel import KERNEL_FAMILIES
+    from decodecalc.launchers.registry import BACKEND_SPECS, TIMED_BACKENDS
 
-    backend = {f for k in ("flashinfer", "flashinfer-tc", "fa3", "flashmla", "fa2") for f in KERNEL_FAMILIES[k]}
+    backend = {f for b in TIMED_BACKENDS for f in BACKEND_SPECS[b].families}
     out = {k: v for k, v in fit.items()
            if k not in ("backend_families", "backend_fp8_families", "kernel_domains", "outside_domain",
-                        "expected_error")}
+                        "expected_error", "xqa_calibration")}
     if "uncalibrated_families" in out:
         out["uncalibrated_families"] = sorted(set(out["uncalibrated_families"]) - backend)
     return out

@@ -101,7 +101,7 @@ def test_grid_and_compare_show_the_defaults():
     r = CliRunner().invoke(app, ["grid", "-m", "llama3-70b", "--tp", "8", "-b", "1", "-s", "8192"],
                            env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    assert "vLLM 0.33.0: FLASH_ATTN (FA3)" in r.output and "TensorRT-LLM 1.2.0rc2: xqa" in r.output
+    assert "vLLM 0.34.0: FLASH_ATTN (FA3)" in r.output and "TensorRT-LLM 1.2.0rc2: xqa" in r.output
     r = CliRunner().invoke(app, ["compare", "-m", "llama3-70b", "--tp", "8", "-b", "1", "-s", "8192", "--json",
                                  "--cubins", "no"])
     assert r.exit_code == 0, r.output

@@ -227,8 +227,9 @@ def test_table_output_and_apply():
     assert "NUM_PAR_SOFTMAX_SEGMENTS" in r.output or "keep the default" in r.output
     assert "--triton-attention-num-kv-splits" in r.output or "keep the default" in r.output
     # backends: compared where the profile calibrates their families (FA3, FlashInfer CUDA cores on the H200), else
-    # "not compared"; either way every lever has its line
-    assert "backend vllm -> FlashInfer" in r.output and "backend sglang -> FlashAttention-3" in r.output
+    # "not compared"; either way every lever has its line, and each engine's default (FA3 on the H200) its own
+    assert "backend vllm -> FlashInfer" in r.output and "backend sglang -> FlashInfer" in r.output
+    assert "SGLang 0.5.23 default on h200: fa3 (FA3): total" in " ".join(r.output.split())
 
 
 @pytest.mark.parametrize("content, args, needle", [

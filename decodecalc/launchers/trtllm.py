@@ -237,7 +237,8 @@ def plan_trtllm_xqa(w: Workload, gpu: GPUSpec, *, settings: TrtllmSettings | Non
         tokens_per_split=tuple(cdiv(t, s) * tile for t, s in zip(tiles, splits)), partial_state_bytes=used,
         partial_state_bytes_used=used, scratch_bytes=scratch, explain=ex.items(),
         details={"multi_block": m, "kernel": "mha_sm90.cu" if gmma else "mha.cu", "history_length": hist,
-                 "xqa_sm_count": m * B * h_kv, "in_kernel_merge": True, "source": SRC_COMMON},
+                 "xqa_sm_count": m * B * h_kv, "in_kernel_merge": True, "strided_tile_tokens": tile,
+                 "source": SRC_COMMON},
     )
 
 

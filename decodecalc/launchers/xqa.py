@@ -178,7 +178,8 @@ def plan_xqa(w: Workload, gpu: GPUSpec, *, max_seq_len: int | None = None, max_m
         scratch_bytes=allocated, explain=ex.items(),
         details={"kernel": "mha_sm90.cu" if sm90 else "mha.cu", "nbSubSeqPerSeq": n, "maxSeqLen": width,
                  "sm_count": sms, "tile_tokens": GEMM0_CTA_TILE_TOKENS if sm90 else CTA_TILE_TOKENS,
-                 "in_kernel_merge": True, "source": SRC_SM90 if sm90 else SRC_MHA},
+                 "in_kernel_merge": True, "strided_tile_tokens": GEMM0_CTA_TILE_TOKENS if sm90 else CTA_TILE_TOKENS,
+                 "source": SRC_SM90 if sm90 else SRC_MHA},
     )
 
 

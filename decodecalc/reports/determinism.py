@@ -98,6 +98,8 @@ def _path(name: str, plan: LaunchPlan) -> str:
         return f"{d.get('mode', 'adaptive')}"
     if name == "vllm-paged":
         return d.get("version", "v2")
+    if d.get("strided_tile_tokens") and plan.splits[0] > 1:  # XQA: the tiles' order follows the sub-sequence count
+        return f"{plan.splits[0]} strided sub-sequences"
     return "split" if plan.nonempty_splits[0] > 1 else "no split"
 
 
@@ -111,6 +113,9 @@ def request_ranges(plan: LaunchPlan, L: int) -> tuple[tuple[int, int], ...]:
             out.append((start, end))
             start = end
         return tuple(out)
+    tile = plan.details.get("strided_tile_tokens")
+    if tile:  # XQA: sub-sequence i reads tiles i, i + n, ...: the tiles in key order (the path names n)
+        return tuple((t * tile, min((t + 1) * tile, L)) for t in range(-(-L // tile)))
     tps = plan.tokens_per_split[0]
     n = plan.nonempty_splits[0]
     return tuple((s * tps, min((s + 1) * tps, L)) for s in range(n))
