@@ -122,3 +122,15 @@ def test_max_model_len_sets_xqa_table():
     assert row["grid"][0] == 32
     bad = CliRunner().invoke(app, ["grid", "-m", "llama3-8b", "-s", "8192", "--max-model-len", "100"])
     assert bad.exit_code != 0 and "Error: --max-model-len" in bad.output
+
+
+def test_kernels_without_sinks_refuse_a_sink_model():
+    """gpt-oss adds learned sinks to its softmax: FlashInfer's wrapper and FA2 cannot run it (vLLM skips them for it),
+    FA3 and XQA can."""
+    from decodecalc.reports.compare import evaluate
+
+    w, g = _w("gpt-oss-20b"), resolve_gpu("h200")
+    for name in ("flashinfer", "flashinfer-tc", "fa2"):
+        r = evaluate(name, w, g)
+        assert not r.applicable and "sinks" in r.reason and " L" in r.reason
+    assert evaluate("fa3", w, g).applicable and evaluate("xqa", w, g).applicable

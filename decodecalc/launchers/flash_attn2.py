@@ -24,7 +24,7 @@ import struct
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
-from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
+from decodecalc.launchers.guards import layer_window, require_no_sinks, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -103,6 +103,8 @@ def plan_flash_attn2(
     system = "FlashAttention-2"
     require_vendor(gpu, "nvidia", system, check_platform)
     require_not_mla(w, system)
+    # FA2 runs no sinks (vLLM: fa_utils.py L319-322 accepts them on FA3 and FA4 only)
+    require_no_sinks(w, system, "vllm 0.33.0 vllm/v1/attention/backends/fa_utils.py L319-322")
     d = w.head_size
     if w.head_size_v != d:
         raise UnsupportedError(f"{system}: K and V head sizes must match, got {d} and {w.head_size_v}")

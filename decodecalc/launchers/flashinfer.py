@@ -28,7 +28,7 @@ from typing import Any
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
-from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
+from decodecalc.launchers.guards import layer_window, require_no_sinks, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -169,6 +169,9 @@ def decode_variant(w: Workload) -> str:
 def _check(w: Workload, gpu: GPUSpec, system: str, check_platform: bool) -> None:
     require_vendor(gpu, "nvidia", system, check_platform)
     require_not_mla(w, system)
+    # the wrapper's kernels take no sinks: vLLM allows sinks on FlashInfer only through XQA / trtllm-gen
+    # (vllm 0.33.0 vllm/v1/attention/backends/flashinfer.py L707-726), SGLang sends sink models to triton
+    require_no_sinks(w, system, "vllm 0.33.0 vllm/v1/attention/backends/flashinfer.py L707-726")
     if w.head_size not in HEAD_DIMS or w.head_size_v != w.head_size:
         raise UnsupportedError(f"{system}: head size {w.head_size} not compiled (64, 128, 256)")
 

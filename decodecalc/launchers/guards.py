@@ -24,6 +24,12 @@ def require_not_mla(w: Workload, system: str) -> None:
         raise UnsupportedError(f"{system} does not serve MLA models ({w.model.name}); use FlashMLA")
 
 
+def require_no_sinks(w: Workload, system: str, source: str) -> None:
+    """Raise for a model whose softmax adds learned attention sinks (gpt-oss) on a kernel that has none."""
+    if getattr(w.model, "attention_sinks", False):
+        raise UnsupportedError(f"{system} has no attention sinks, which {w.model.name} uses ({source})")
+
+
 def require_vendor(gpu: GPUSpec, vendor: str, system: str, check: bool) -> None:
     if check and gpu.vendor != vendor:
         where = "ROCm (AMD)" if vendor == "amd" else "CUDA (NVIDIA)"

@@ -114,13 +114,15 @@ def itertools_acc(xs: list[int]) -> list[int]:
     return out
 
 
-def _block_table(w: Workload, page: int, dev: str, g: Any) -> tuple[Any, int]:
+def _block_table(w: Workload, page: int, dev: str, g: Any, width: int | None = None) -> tuple[Any, int]:
+    """A block table of ``width`` pages per request (default: the longest request's), the pages in random order, the
+    unused slots at page 0; and the number of pages."""
     import torch
 
     pages = _pages(w, page)
     n_pages = sum(pages)
     perm = torch.randperm(n_pages, device=dev, generator=g).to(torch.int32)
-    bt = torch.zeros(w.batch, max(pages), dtype=torch.int32, device=dev)
+    bt = torch.zeros(w.batch, width or max(pages), dtype=torch.int32, device=dev)
     o = 0
     for b, p in enumerate(pages):
         bt[b, :p] = perm[o:o + p]
@@ -195,12 +197,7 @@ def xqa_step(w: Workload, *, max_seq_len: int, sm_count: int | None = None, copi
     c = _copies(w, copies)
     ks = [_random_cache((n_pages, page, w.num_kv_heads, w.head_size), kv_dt, g) for _ in range(c)]
     vs = [_random_cache((n_pages, page, w.num_kv_heads, w.head_size_v), kv_dt, g) for _ in range(c)]
-    perm = torch.randperm(n_pages, device=dev, generator=g).to(torch.int32)
-    bt = torch.zeros(B, width, dtype=torch.int32, device=dev)
-    o = 0
-    for b, p in enumerate(pages):
-        bt[b, :p] = perm[o:o + p]
-        o += p
+    bt, _ = _block_table(w, page, dev, g, width)
     q = torch.randn(B, 1, w.num_heads, w.head_size, device=dev, dtype=dt, generator=g)
     out = torch.empty_like(q)
     seq = torch.tensor(w.seq_lens, dtype=torch.uint32, device=dev).unsqueeze(1)
