@@ -83,7 +83,7 @@ def check_version(engine: Engine, version: str | None) -> str:
     if version is None:
         return known[0]
     if version not in known:
-        raise ConfigError(f"{engine.title} version {version!r} has no modeled backend selection; known: "
+        raise ConfigError(f"{engine.display_name} version {version!r} has no modeled backend selection; known: "
                           f"{', '.join(known)}")
     return version
 

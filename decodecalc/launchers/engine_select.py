@@ -37,7 +37,7 @@ def kernel_for(engine: Engine, name: str, w: Workload, gpu: GPUSpec, opts: Polic
     opts = opts or PolicyOptions()
     choices = _named(engine, name)
     if not choices:
-        raise UnsupportedError(f"{engine.title} has no attention backend {name!r} modeled")
+        raise UnsupportedError(f"{engine.display_name} has no attention backend {name!r} modeled")
     if name in ("FLASHINFER", "flashinfer", "trtllm_mha"):
         return _flashinfer_kernel(engine, name, w, gpu, opts)
     b = choices[0]

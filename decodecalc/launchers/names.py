@@ -18,7 +18,8 @@ class Engine(StrEnum):
     TRTLLM = "trtllm"
 
     @property
-    def title(self) -> str:
+    def display_name(self) -> str:
+        """The engine's name as its project writes it."""
         return {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}[self.value]
 
 

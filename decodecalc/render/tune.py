@@ -131,7 +131,7 @@ def _defaults(console: Console, result: TuneResult) -> None:
         if sel is None:
             _say(console, f"{d.engine} default: {d.note}", style="dim")
             continue
-        head = f"{sel.engine.title} {sel.version} default on {result.ctx.gpu.name}: {sel.name} ({sel.kernel_note})"
+        head = f"{sel.engine.display_name} {sel.version} default on {result.ctx.gpu.name}: {sel.name} ({sel.kernel_note})"
         total = result.engine_default_total(d.engine)
         if total is None:
             rest = "savings below are against its Triton default" if d.engine in result.engines else \

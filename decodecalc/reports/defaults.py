@@ -45,9 +45,9 @@ class EngineDefault:
     def line(self) -> str:
         """One line for a terminal."""
         if self.selection is None:
-            return f"{self.engine.title}: {self.error}"
+            return f"{self.engine.display_name}: {self.error}"
         s = self.selection
-        text = f"{s.engine.title} {s.version}: {s.name} ({s.kernel_note})"
+        text = f"{s.engine.display_name} {s.version}: {s.name} ({s.kernel_note})"
         if self.plan is not None:
             text += f", grid {'x'.join(map(str, self.plan.grid))}, splits {fmt_range(self.plan.splits)}"
         t = (self.predicted or {}).get("predicted_time_s")

@@ -57,7 +57,7 @@ def engine_planner(backend: Backend | str, engine: Engine | str, opts: PolicyOpt
     use = s.use(Engine(engine))
     fn = use.plan if use is not None and use.plan is not None else s.build
     if fn is None:
-        raise UnsupportedError(f"{s.title}: no planner for {Engine(engine).title}'s use of it")
+        raise UnsupportedError(f"{s.title}: no planner for {Engine(engine).display_name}'s use of it")
     o = opts or PolicyOptions()
     return lambda w, g: fn(w, g, o)
 
