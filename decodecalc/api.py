@@ -198,9 +198,12 @@ class RecommendResult:
 
     inputs: Inputs
     recommendation: Recommendation
+    #: what each engine runs by default for this step (reports/defaults.py): the split counts above are for its
+    #: Triton kernels, which only run where that default is Triton
+    defaults: tuple[Any, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return self.recommendation.to_json()
+        return self.recommendation.to_json() | {"default_backends": [d.to_json() for d in self.defaults]}
 
     @property
     def kernels(self) -> Any:
@@ -236,7 +239,12 @@ def recommend_for(inputs: Inputs, kernel: str | None = None,
     prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None).in_regime(regime)
     rec = _recommend(inputs.work, inputs.gpu, kernels=kernels, candidates=parse_candidates(cands), profile=prof,
                      vllm_settings=inputs.vllm, sglang_settings=inputs.sglang)
-    return RecommendResult(inputs, rec)
+    from decodecalc.launchers.names import Engine
+    from decodecalc.reports.defaults import engine_defaults
+
+    engines = tuple(Engine(k) for k in kernels if k in ("vllm", "sglang"))
+    return RecommendResult(inputs, rec, engine_defaults(inputs.work, inputs.gpu, inputs.policy_options(),
+                                                        engines=engines, regime=prof.regime))
 
 
 def recommend(model: str = "llama3-8b", *, kernel: str | None = None,

@@ -8,6 +8,7 @@ L675-721; SGLang 0.5.23 ``srt/arg_groups/model_override_base.py`` L277-351 and i
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from typer.testing import CliRunner
@@ -134,3 +135,11 @@ def test_kernels_without_sinks_refuse_a_sink_model():
         r = evaluate(name, w, g)
         assert not r.applicable and "sinks" in r.reason and " L" in r.reason
     assert evaluate("fa3", w, g).applicable and evaluate("xqa", w, g).applicable
+
+
+def test_recommend_names_the_defaults_of_its_engines():
+    r = CliRunner().invoke(app, ["recommend", "-m", "llama3.1-70b", "--tp", "8", "-b", "1", "-s", "131072", "--json",
+                                 "--kernel", "sglang"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)["default_backends"]
+    assert [x["engine"] for x in d] == ["sglang"] and d[0]["kernel"] == "fa3" and d[0]["predicted_time_s"] > 0

@@ -45,7 +45,10 @@ def recommend(
         from decodecalc.render.recommend import print_recommendation
         from decodecalc.timemodel import TIE_FRACTION
 
+        from decodecalc.render.defaults import print_defaults
+
         print_recommendation(stdout(), stderr(), result, TIE_FRACTION)
+        print_defaults(stdout(), result.defaults, inputs.gpu.name)
 
 
 def register(app: typer.Typer) -> None:
