@@ -168,3 +168,24 @@ def test_verify_refuses_a_backend_that_cannot_run_the_workload(monkeypatch):
     r = CliRunner().invoke(app, ["verify", "--system", "xqa-fp8", "-m", "llama3-8b", "-s", "512"])
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "Error: --system xqa-fp8:" in r.output and "xqa.py L386-393" in r.output
+
+
+def test_fa3_and_flashinfer_launches_on_new_layouts_match_the_plan():
+    """benchmarks/results/layouts-h100-sxm.jsonl.gz: 732 runs of vLLM 0.33.0's FA3 and FlashInfer 0.7.2.post1's
+    tensor-core decode on an H100, at six head layouts no fit had seen (g 12 and 16, d 96, d 64, 96:8, 32:16), bf16 and
+    fp8, eager and under CUDA graphs: every launch (grid, and FA3's per-request splits) is the launcher's plan, so every
+    run becomes a measurement."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from decodecalc.verify.backend_calibration import record_measurements
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "layouts-h100-sxm.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh]
+    assert len(records) == 732 and all(r.get("match") for r in records)
+    ms = record_measurements(records, resolve_gpu("h100-sxm"))
+    assert len(ms) == 732
+    assert {(m.shape.num_heads, m.shape.num_kv_heads, m.shape.head_size) for m in ms} == {
+        (12, 1, 128), (24, 2, 128), (32, 32, 96), (96, 8, 128), (32, 16, 128), (32, 8, 64)}
