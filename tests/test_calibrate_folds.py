@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
-import statistics
 from pathlib import Path
 
 import pytest
@@ -113,7 +111,6 @@ def test_a_calibration_with_folds_carries_its_out_of_sample_figures(run, timings
     new = v["new_layout"]
     assert new["rows"] == sum(m.kernel == "vllm" for m in measurements_from_rows(rows, num_sms=132))
     assert 0 < new["median_abs_err"] < new["p90_abs_err"] < 1
-    assert not math.isnan(statistics.median([new["median_abs_err"]]))
     # without folds the Triton kernels get no figure (calibrate fits every layout it times)
     plain = fit_calibration_rows(rows, gpu=gpu, base=base, num_sms=132, launch_overhead_s=run["launch_overhead_s"])
     assert "expected_error" not in plain.fit
