@@ -245,7 +245,6 @@ def _sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions, version: str) -> Def
     major = (gpu.compute_capability or (0, 0))[0]
     amd = gpu.vendor == "amd"
     sinks = getattr(w.model, "attention_sinks", False)
-    spec_topk = None  # EAGLE top-k is not modeled: plain decoding or top-k 1 with page size 1
     base = f"{_SG}/model_override_base.py"
     name, src, why = "", "", ""
     if w.model.is_mla:
@@ -268,7 +267,7 @@ def _sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions, version: str) -> Def
         src, why = f"{_SG}/overrides.py L1093-1123", "--enable-deterministic-inference"
     elif amd:
         name, src, why = "aiter", f"{base} L326-327", "ROCm"
-    elif major == 9 and spec_topk is None:
+    elif major == 9:  # with plain decoding; EAGLE top-k > 1 (flashinfer on Hopper) is not modeled
         name, src, why = "fa3", f"{base} L305-311", "Hopper with CUDA >= 12.3"
     elif major == 10:
         asym = w.head_size != w.head_size_v

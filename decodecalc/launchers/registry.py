@@ -246,7 +246,7 @@ def _register(p: BackendSpec) -> None:
 
 
 _V, _S = Engine.VLLM, Engine.SGLANG
-#: the CUPTI roles of FlashInfer's wrapper paths: the decode kernel and the persistent merge
+#: what verify needs to run FlashInfer's kernels (the wrapper's two paths and XQA)
 _FI_INSTALL = "flashinfer-python (pip install flashinfer-python)"
 
 _register(BackendSpec(

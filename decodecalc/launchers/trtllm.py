@@ -288,7 +288,7 @@ def plan_trtllm_mmha(w: Workload, gpu: GPUSpec, *, settings: TrtllmSettings | No
     else:
         tpv = next_power_of_2(max(d, 32)) * 2 // 16
         per_loop = cdiv(block_size, tpv) * 8
-        balanced = cdiv(gpu.num_sms * 1, B * H)  # occupancy >= 1 block per SM: the clamp's upper end decides
+        balanced = cdiv(gpu.num_sms, B * H)  # SMs * occupancy / (B * Hq) at occupancy 1: the clamp's upper end decides
         if settings.mmha_blocks_per_sequence:
             balanced, top = settings.mmha_blocks_per_sequence, max_tiles
         else:
