@@ -367,5 +367,5 @@ def plan_flash_attn3(
         explain=ex.items(),
         details={"num_splits_static": S_static, "kBlockM": kM_k, "kBlockN": kN_k, "pagedkv_tma": tma,
                  "pack_gqa": pack_gqa, "use_one_mma_wg": one_wg_k, "element_size": elem, "tiles": tiles,
-                 "varlen": varlen, "dynamic_splits": S_static > 1, "source": SRC_API},
+                 "varlen": varlen, "dynamic_splits": S_static > 1, "num_splits_arg": num_splits, "source": SRC_API},
     )
