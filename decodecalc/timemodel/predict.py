@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from decodecalc.derived import cdiv, maximum, minimum
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
-from decodecalc.timemodel.profile import FamilyParams, TimeProfile
+from decodecalc.errors import ConfigError
+from decodecalc.timemodel.profile import BLEND_POWER_RANGE, FamilyParams, TimeProfile
 from decodecalc.timemodel.profile_sources import resolve_profile
 from decodecalc.timemodel.plan_work import work_for_plan
 from decodecalc.timemodel.residuals import Correction
@@ -71,7 +72,11 @@ class IterationCost:
         sm = self.latency_s + min(c, self.saturated) * self.bytes_per_iter / self.sm_bandwidth
         hbm = conc * self.hbm_bytes_per_iter / self.hbm_bandwidth
         if self.blend_power:
-            return (sm ** self.blend_power + hbm ** self.blend_power) ** (1 / self.blend_power)
+            try:
+                return (sm ** self.blend_power + hbm ** self.blend_power) ** (1 / self.blend_power)
+            except OverflowError:  # a power the profile loader's range (BLEND_POWER_RANGE) keeps out: not a traceback
+                raise ConfigError(f"the time model overflows a float with blend_power {self.blend_power!r} "
+                                  f"(valid: 0, or {BLEND_POWER_RANGE[0]:g} to {BLEND_POWER_RANGE[1]:g})") from None
         return max(sm, hbm)
 
     def busy_t_it(self, m):

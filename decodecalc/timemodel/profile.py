@@ -136,6 +136,11 @@ PROFILE_SCHEMA = 1
 PLAUSIBLE = {"latency_s": (1e-12, 1.0), "program_bandwidth_bytes_per_s": (1e3, 1e20),
              "sm_bandwidth_bytes_per_s": (1e3, 1e20), "hbm_bandwidth_bytes_per_s": (1e3, 1e20),
              "launch_overhead_s": (0.0, 1.0), "idle_program_s": (0.0, 1.0)}
+#: the L^p norm's power a family's blend of SM and HBM times may take (0: their maximum). Its error on the larger
+#: time is at most 2^(1/p) - 1 (1e30 at p = 0.01, the floor: below it (x^p + y^p)^(1/p) nears a float's range) and an
+#: iteration's time raised to p = 16 (1e-7 s: 1e-112) stays a normal float, where p = 64 would vanish to 0. The
+#: fitted ones: 0.13 (H100 reduce spill), 0.21 (H200), 2 to 4 (timemodel/backends.py)
+BLEND_POWER_RANGE = (0.01, 16.0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +205,12 @@ class FamilyParams:
             raise ConfigError(f"program_overhead_s must be >= 0, got {self.program_overhead_s!r}")
         if not (isinstance(self.max_programs_per_sm, int) and self.max_programs_per_sm >= 1):
             raise ConfigError(f"max_programs_per_sm must be a positive integer, got {self.max_programs_per_sm!r}")
+        b = self.blend_power
+        lo, hi = BLEND_POWER_RANGE
+        if not (isinstance(b, (int, float)) and math.isfinite(b) and (b == 0 or lo <= b <= hi)):
+            # (x^p + y^p)^(1/p): p = 1e-300 overflows a float, p = 1e300 makes every time vanish
+            raise ConfigError(f"blend_power must be 0 (the larger of the SM and HBM times) or between {lo:g} and "
+                              f"{hi:g}, got {b!r}")
         g = self.sm_saturation_gap
         if not (isinstance(g, (int, float)) and math.isfinite(g) and 0 <= g < 3):
             raise ConfigError(f"sm_saturation_gap must be a number in [0, 3), got {g!r}")

@@ -65,36 +65,49 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _packaged_mapping(key: str, folder: Any = None) -> Any:
+def _packaged_mapping(key: str, folder: Any = None, *, use_copy: bool = True) -> Any:
     """The mapping of ``decodecalc/profiles/<key>.yaml``, None where there is none. The YAML is the source; its parsed
-    copy ``<key>.json`` is read instead when it was parsed from exactly this text (its SHA-256), because the H200
-    profile's residual map takes 60 ms of CPU to parse as YAML and 2 ms as JSON (BENCHMARKS.md, "grid start-up")."""
+    copy ``<key>.json`` is read instead (unless not ``use_copy``) when it was parsed from exactly this text (its
+    SHA-256) and holds a mapping, because the H200 profile's residual map takes 60 ms of CPU to parse as YAML and 2 ms
+    as JSON (BENCHMARKS.md, "grid start-up")."""
     folder = folder or resources.files("decodecalc.profiles")
     ref = folder.joinpath(f"{key}.yaml")
     if not ref.is_file():
         return None
     text = ref.read_text()
     copy = folder.joinpath(f"{key}.json")
-    if copy.is_file():
+    if use_copy and copy.is_file():
         try:
             cached = _read_copy(copy.read_text())
         except ValueError:
             cached = None
-        if isinstance(cached, dict) and cached.get("yaml_sha256") == _sha256(text):
-            return cached.get("data")
+        # a copy whose checksum matches but whose data is not a mapping (null, a list) was damaged after it was
+        # written: the YAML is there, so it is read (a null here once made grid say the YAML "is missing")
+        if isinstance(cached, dict) and cached.get("yaml_sha256") == _sha256(text) and isinstance(cached.get("data"),
+                                                                                                  dict):
+            return cached["data"]
     return safe_load(text)
 
 
 @functools.cache
 def packaged_profile(gpu_name: str) -> TimeProfile | None:
     key = gpu_key(gpu_name)
+    origin = f"decodecalc/profiles/{key}.yaml (packaged)"
     try:
         data = _packaged_mapping(key)
     except (ModuleNotFoundError, FileNotFoundError):
         return None
     if data is None:
         return None
-    return profile_from_mapping(data, origin=f"decodecalc/profiles/{key}.yaml (packaged)", expect_gpu=gpu_name)
+    try:
+        return profile_from_mapping(data, origin=origin, expect_gpu=gpu_name)
+    except ConfigError:
+        # the parsed copy matched the YAML's checksum yet holds no valid profile (NaN or null numbers: edited or
+        # damaged after tools/update_profile_cache.py wrote it): the YAML, the source, decides
+        source = _packaged_mapping(key, use_copy=False)
+        if source is None or source is data:
+            raise
+        return profile_from_mapping(source, origin=origin, expect_gpu=gpu_name)
 
 
 def prior_profile(gpu: GPUSpec) -> TimeProfile:
