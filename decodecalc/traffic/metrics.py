@@ -149,6 +149,7 @@ def read_histogram(scrape: Scrape, name: str, model_name: str | None) -> TokenHi
     if not rows:
         raise _missing(scrape, f"{name} histogram ({name}_bucket samples)")
     series: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
+    spelled: dict[tuple[tuple[tuple[str, str], ...], float], str] = {}  # (label set, edge) -> its le as written
     for labels, v in rows:
         try:
             edge = float(labels["le"])
@@ -159,9 +160,19 @@ def read_histogram(scrape: Scrape, name: str, model_name: str | None) -> TokenHi
             raise ConfigError(f"{origin}: a {name}_bucket sample with le={labels['le']!r}; a bucket edge is a token "
                               f"count up to {MAX_REQUEST_TOKENS:,} (a request's limit in a trace), or +Inf")
         _check_count(f"{name}_bucket{{le={labels['le']!r}}}", v, origin)
-        series.setdefault(_key(labels), {})[edge] = v
-    counts = {_key(lab): v for lab, v in scrape.rows(f"{name}_count", model_name)}
-    sums = {_key(lab): v for lab, v in scrape.rows(f"{name}_sum", model_name)}
+        key = _key(labels)
+        first = spelled.get((key, edge))
+        if first is not None:  # the last one silently won: which scrape, which count?
+            where = f"{origin}: {name}_bucket{{{', '.join(f'{k}={v!r}' for k, v in key)}}}"
+            if first == labels["le"]:
+                raise ConfigError(f"{where}: the bucket le={first!r} occurs twice (a duplicate series: two scrapes of "
+                                  "one server concatenated?); give one scrape, or label sets that differ")
+            raise ConfigError(f"{where}: le={first!r} and le={labels['le']!r} are one bucket edge ({edge:g}) given "
+                              "twice; each edge once")
+        spelled[(key, edge)] = labels["le"]
+        series.setdefault(key, {})[edge] = v
+    counts = _one_per_series(scrape, f"{name}_count", model_name)
+    sums = _one_per_series(scrape, f"{name}_sum", model_name)
     for key, buckets in series.items():
         _check_series(name, key, buckets, counts.get(key), sums.get(key), origin)
     shared = sorted(set.intersection(*(set(b) for b in series.values())) - {math.inf})
@@ -173,6 +184,18 @@ def read_histogram(scrape: Scrape, name: str, model_name: str | None) -> TokenHi
                      dropped_edges=tuple(e for e in every if e not in shared))
 
 
+def _one_per_series(scrape: Scrape, sample: str, model_name: str | None) -> dict[tuple[tuple[str, str], ...], float]:
+    """``sample``'s value per label set; ConfigError where a label set has two (a duplicate series)."""
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for labels, v in scrape.rows(sample, model_name):
+        key = _key(labels)
+        if key in out:
+            raise ConfigError(f"{scrape.origin}: {sample}{{{', '.join(f'{k}={v!r}' for k, v in key)}}} occurs twice "
+                              "(a duplicate series: two scrapes of one server concatenated?); give one scrape")
+        out[key] = v
+    return out
+
+
 def _check_series(name: str, key: tuple[tuple[str, str], ...], buckets: dict[float, float], count: float | None,
                   total: float | None, origin: str) -> None:
     where = f"{origin}: {name}{{{', '.join(f'{k}={v!r}' for k, v in key)}}}"
@@ -182,6 +205,13 @@ def _check_series(name: str, key: tuple[tuple[str, str], ...], buckets: dict[flo
         raise ConfigError(f"{where} has no {name}_sum sample (the mean length comes from it)")
     if not (math.isfinite(total) and total >= 0):
         raise ConfigError(f"{where}: {name}_sum is {total:g}; token counts add up to a finite number >= 0")
+    n = buckets.get(math.inf, 0.0)
+    if n > 0 and total <= 0:  # the mean length _sum / _count is 0: nothing to draw lengths from (a ZeroDivisionError)
+        raise ConfigError(f"{where}: {name}_sum is {total:g} over {n:g} requests, a mean of 0 tokens; the _sum of a "
+                          "scrape with requests holds their token counts")
+    if n > 0 and total / n > MAX_REQUEST_TOKENS:
+        raise ConfigError(f"{where}: {name}_sum is {total:g} over {n:g} requests, a mean of {total / n:.3g} tokens; "
+                          f"a request holds at most {MAX_REQUEST_TOKENS:,}")
     edges = sorted(buckets)
     if edges[0] <= 0:
         raise ConfigError(f"{where}: a bucket edge le={edges[0]:g}; token-count buckets are positive")
@@ -321,6 +351,7 @@ def _gauge(scrape: Scrape, name: str, model_name: str | None) -> list[float] | N
     """The gauge's value per label set (engine), or None when the scrape lacks it."""
     scrape.check_type(name)
     rows = scrape.rows(name, model_name)
+    _one_per_series(scrape, name, model_name)  # an engine counted twice would double the concurrency
     for _, v in rows:
         if not (math.isfinite(v) and v >= 0):
             raise ConfigError(f"{scrape.origin}: {name} has the value {v:g}; a request count is finite and >= 0")

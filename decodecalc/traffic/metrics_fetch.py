@@ -100,6 +100,14 @@ class _TooBig(Exception):
     pass
 
 
+class _CutShort(Exception):
+    """The server announced more bytes (Content-Length) than it sent before closing the connection."""
+
+    def __init__(self, announced: int, got: int) -> None:
+        super().__init__(announced, got)
+        self.announced, self.got = announced, got
+
+
 def _get(url: str, timeout_s: float, deadline: float) -> bytes:
     req = urllib.request.Request(url, headers={"Accept": "text/plain; version=0.0.4", "User-Agent": "decodecalc"})
     chunks: list[bytes] = []
@@ -110,6 +118,10 @@ def _get(url: str, timeout_s: float, deadline: float) -> bytes:
                 raise TimeoutError("the body did not arrive in time")
             chunk = resp.read(1 << 16)
             if not chunk:
+                announced = resp.headers.get("Content-Length")
+                if announced is not None and announced.strip().isdigit() and int(announced) != size:
+                    # http.client's read(n) ends quietly where the connection closed: a part of a scrape is no scrape
+                    raise _CutShort(int(announced), size)
                 return b"".join(chunks)
             size += len(chunk)
             if size > MAX_METRICS_BYTES:
@@ -121,6 +133,9 @@ def _url_error(url: str, e: object, timeout_s: float) -> ConfigError:
     if isinstance(e, _TooBig):
         return ConfigError(f"{url}: the answer is over the supported {MAX_METRICS_BYTES:,} bytes for a /metrics "
                            "scrape (a vLLM server's is well under 1 MB)")
+    if isinstance(e, _CutShort):
+        return ConfigError(f"{url}: the answer was cut short: the server announced {e.announced:,} bytes "
+                           f"(Content-Length) and sent {e.got:,}; scrape it again")
     if isinstance(e, urllib.error.HTTPError):
         return ConfigError(f"{url}: HTTP {e.code} {one_line(e.reason)} (is this a vLLM server's /metrics endpoint?)")
     reason = e.reason if isinstance(e, urllib.error.URLError) else e
