@@ -9,7 +9,7 @@ functions, so registering all of them costs only typer's own bookkeeping.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -27,6 +27,9 @@ from decodecalc.commands import (
     tune,
     verify,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: command modules, in --help order
 COMMAND_MODULES = (grid, library, compare, sweep, determinism, cudagraphs, verify, recommend, tune, calibrate)
@@ -122,7 +125,7 @@ def run(app: Any, command: str | None) -> int:
 
     # rich turns a closed stdout into SystemExit(1) after pointing stdout at /dev/null; for a reader that stopped
     # early (`| head`) that is success
-    Console.on_broken_pipe = _quiet_on_broken_pipe  # type: ignore[method-assign]
+    Console.on_broken_pipe = _quiet_on_broken_pipe  # type: ignore[method-assign,assignment]
     try:  # typer >= 0.20 carries its own click
         from typer._click import exceptions as cx
     except ImportError:  # pragma: no cover - older typer on the real click
@@ -132,7 +135,8 @@ def run(app: Any, command: str | None) -> int:
         rv = app(standalone_mode=False)
     except cx.ClickException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as a usage error
-            print(exc.ctx.get_help() if getattr(exc, "ctx", None) else exc.format_message())
+            ctx = getattr(exc, "ctx", None)
+            print(ctx.get_help() if ctx else exc.format_message())
             return exc.exit_code
         from decodecalc.commands.options import print_error
 
@@ -149,7 +153,7 @@ def run(app: Any, command: str | None) -> int:
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
-def _quiet_on_broken_pipe(console: Any) -> None:
+def _quiet_on_broken_pipe(console: Console) -> None:
     from decodecalc.commands.options import quiet_broken_pipe
 
     if not getattr(console, "quiet", False):

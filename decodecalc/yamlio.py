@@ -165,7 +165,7 @@ def check_tree(data: Any, label: str, *, aliases: bool = False, max_values: int 
                         raise ConfigError(f"{label}: {_field(where)}has the key {_scalar(k)}; keys must be "
                                           "text or integers (quote them)")
                     _check_scalar(k, where, label)
-                    stack.append((v, f"{where}.{k}" if where else k, False))
+                    stack.append((v, f"{where}.{k}" if where else str(k), False))
             else:
                 for i, v in enumerate(node):
                     stack.append((v, f"{where}[{i}]", False))

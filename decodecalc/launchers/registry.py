@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from decodecalc.errors import ConfigError, UnknownNameError
 from decodecalc.formatting import fmt_range
@@ -245,6 +246,16 @@ def _register(p: BackendSpec) -> None:
     POLICIES[p.name] = p
 
 
+class _SharedFields(TypedDict, total=False):
+    """The BackendSpec fields that two entries share (a TypedDict, so ``**`` keeps each field's type)."""
+
+    live_rows: TileFn
+    tile_keys: TileFn
+    notes: NotesFn
+    length_key: Callable[[Workload], LengthKey]
+    install: str
+
+
 _V, _S = Engine.VLLM, Engine.SGLANG
 #: what verify needs to run FlashInfer's kernels (the wrapper's two paths and XQA)
 _FI_INSTALL = "flashinfer-python (pip install flashinfer-python)"
@@ -301,8 +312,8 @@ _register(BackendSpec(
     engines=(EngineUse(engine=_V, name="FLASH_ATTN", select="VLLM_ATTENTION_BACKEND=FLASH_ATTN", plan=_fa3_cuda_graph),
              EngineUse(engine=_S, name="fa3", select="--attention-backend fa3", plan=_fa3_sglang))))
 #: what FlashInfer's two paths share: a tile holds one KV head's query group and one page of keys
-_FLASHINFER = dict(live_rows=_group, tile_keys=lambda w, p: w.block_size, notes=_fi_notes,
-                   length_key=flashinfer.length_key, install=_FI_INSTALL)
+_FLASHINFER = _SharedFields(live_rows=_group, tile_keys=lambda w, p: w.block_size, notes=_fi_notes,
+                            length_key=flashinfer.length_key, install=_FI_INSTALL)
 _register(BackendSpec(
     Backend.FLASHINFER, "FlashInfer decode (CUDA cores)", "flashinfer@fb28d724 scheduler.cuh", "cuda",
     "no (one chunk size binary-searched over the batch)",
@@ -327,25 +338,25 @@ _register(BackendSpec(
     **_FLASHINFER))
 #: XQA as the engines drive it: the block table at max_model_len's width (vLLM: flashinfer.py L1926; SGLang:
 #: trtllm_mha_backend.py L351-353)
-_XQA = dict(live_rows=_group,
-            tile_keys=_const("tile_tokens", 256), notes=lambda w, p, o: [_xqa_note(p)], install=_FI_INSTALL,
-            engines=(EngineUse(engine=_V, name="FLASHINFER", select="VLLM_ATTENTION_BACKEND=FLASHINFER (SM90: decodes "
-                               "with XQA when the cubins are available)"),
-                     EngineUse(engine=_S, name="trtllm_mha", select="--attention-backend trtllm_mha")))
+_XQA = _SharedFields(live_rows=_group, tile_keys=_const("tile_tokens", 256), notes=lambda w, p, o: [_xqa_note(p)],
+                     install=_FI_INSTALL)
+_XQA_ENGINES = (EngineUse(engine=_V, name="FLASHINFER", select="VLLM_ATTENTION_BACKEND=FLASHINFER (SM90: decodes "
+                          "with XQA when the cubins are available)"),
+                EngineUse(engine=_S, name="trtllm_mha", select="--attention-backend trtllm_mha"))
 _register(BackendSpec(
     Backend.XQA, "FlashInfer XQA (mha.cu)", f"{xqa.SRC_MHA} L3123-3136", "cuda",
     "no (sub-sequences from B * Hkv and the block table's width, the same for every request)",
     build=lambda w, g, o: xqa.plan_xqa(w, g, max_model_len=o.max_model_len, kernel="mha"),
     families=("xqa", "xqa_wide", "xqa_merge"),
     family_fallbacks=(("xqa", "flashinfer_tc"), ("xqa_wide", "flashinfer_tc"), ("xqa_merge", "flashinfer_merge")),
-    profiler_roles=(("main", ("kernel_mha",)),), **_XQA))
+    profiler_roles=(("main", ("kernel_mha",)),), engines=_XQA_ENGINES, **_XQA))
 _register(BackendSpec(
     Backend.XQA_FP8, "FlashInfer XQA (mha_sm90.cu, fp8 KV)", f"{xqa.SRC_SM90} L3059-3073", "cuda",
     "no (sub-sequences from B * Hkv and the block table's width; a request uses min(its 64-token tiles, that))",
     build=lambda w, g, o: xqa.plan_xqa(w, g, max_model_len=o.max_model_len, kernel="sm90"),
     families=("xqa_sm90", "xqa_sm90_merge"),
     family_fallbacks=(("xqa_sm90", "flashinfer_tc"), ("xqa_sm90_merge", "flashinfer_merge")),
-    profiler_roles=(("main", ("kernel_mha",)),), **_XQA))
+    profiler_roles=(("main", ("kernel_mha",)),), engines=_XQA_ENGINES, **_XQA))
 _register(BackendSpec(
     Backend.TRTLLM_GEN, "FlashInfer trtllm-gen decode (SM100)", trtllm_gen.SRC + " L574-793", "cuda",
     "no (KV CTAs from the batch's CTA count and max_seq_len)",

@@ -147,7 +147,7 @@ def grid_notes(r: GridReport) -> list[Text]:
             else:
                 how = vp.replay_mode if vp.replay_mode != "eager" else "eagerly"
                 notes.append(Text(f"vllm CUDA graph: attention runs {how} with the real batch", style="dim"))
-        if s.name == "sglang" and getattr(s.model, "window_kv_lens", None):
+        if s.name == "sglang" and s.model is not None and s.model.window_kv_lens:
             notes.append(Text(f"sglang sliding-window layer: each sequence reads its window, min(L, W - 1) = "
                               f"{fmt_per_seq(s.model.window_kv_lens, 3)} keys, cut into the num_kv_splits of its "
                               "full length (triton_backend.py forward_decode, window_kv_indptr)", style="cyan"))

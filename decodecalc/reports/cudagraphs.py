@@ -44,7 +44,7 @@ def cudagraph_report(base: Workload, gpu: GPUSpec, vllm: vllm_unified.VllmSettin
         raise ConfigError("cudagraphs models uniform decode batches: give one --seq-len (not --seq-lens/--query-lens)")
     L = base.seq_lens[0]
 
-    def work(b: int):
+    def work(b: int) -> Workload:
         return make_workload(base.model, tp=base.tp, batch=b, seq_len=L, dtype=base.dtype,
                              num_speculative_tokens=vllm.num_speculative_tokens,
                              kv_cache_dtype=base.kv_cache_dtype, block_size=base.block_size)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from decodecalc.derived import cdiv, next_power_of_2
+from decodecalc.errors import UnsupportedError
 from decodecalc.formatting import fmt_bytes
 from decodecalc.launchers.vllm_unified import MAX_3D_QUERY_LEN, VllmPlan, segment_ranges
 from decodecalc.reports.grid import GridReport
@@ -21,7 +22,9 @@ def seven_steps(report: GridReport) -> tuple[Step, ...]:
     """Steps 1-7 of the chapter's trace, computed; sequence 0 is followed where a sequence matters."""
     w = report.work
     vr = next(s for s in report.systems if s.name == "vllm")
-    vp: VllmPlan = vr.model
+    vp: VllmPlan | None = vr.model
+    if vp is None:  # vLLM cannot serve this config: its result carries why
+        raise UnsupportedError(vr.error or "vLLM's Triton backend does not serve this config")
     la, be, d = vp.launch, vp.backend, vr.data
     L0, q0 = w.seq_lens[0], w.query_lens[0]
     hd_pad = next_power_of_2(w.head_size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -332,8 +333,9 @@ def grid_report(
     regime: str = "back-to-back",
 ) -> GridReport:
     # each engine's result from its own settings (one table, not a branch per engine)
-    results_of = {"vllm": lambda: vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer, regime),
-                  "sglang": lambda: sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer, regime)}
+    results_of: dict[str, Callable[[], SystemResult[Any]]] = {
+        "vllm": lambda: vllm_result(work, gpu, vllm or vllm_unified.VllmSettings(), layer, regime),
+        "sglang": lambda: sglang_result(work, gpu, sglang or sglang_triton.SglangSettings(), layer, regime)}
     results: list[SystemResult[Any]] = []
     for name in systems:
         if name not in results_of:

@@ -15,6 +15,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from decodecalc.timemodel.fit import DEFAULT_FAMILY, Measurement, fit_profile, log_loss, nelder_mead
 from decodecalc.timemodel.predict import model_launch_time_s
@@ -85,7 +86,7 @@ SPILL_MIN_LAUNCHES = 24
 
 
 def _with_spill(x: Sequence[float], base: TimeProfile) -> TimeProfile:
-    vals = {k: min(SPILL_HI.get(k, math.inf), max(SPILL_LO.get(k, 0.0), math.exp(v))) for k, v in zip(SPILL_KEYS, x)}
+    vals: dict[str, Any] = {k: min(SPILL_HI.get(k, math.inf), max(SPILL_LO.get(k, 0.0), math.exp(v))) for k, v in zip(SPILL_KEYS, x)}
     fam = base.families.get(REDUCE_SPILL_FAMILY) or FamilyParams(**DEFAULT_FAMILY)
     return dataclasses.replace(base, families={**base.families, REDUCE_SPILL_FAMILY: dataclasses.replace(fam, **vals)})
 

@@ -115,7 +115,7 @@ def check_step_row(r: Any, where: str) -> None:
     elif engine == "sglang":
         splits, top = launch.get("splits"), launch.get("max_kv_splits")
         if (not _int(top, MAX_SPLITS) or not isinstance(splits, list) or len(splits) != len(lens)
-                or not all(_int(x, top) for x in splits) or not isinstance(launch.get("adaptive"), bool)):
+                or not all(_int(x, top or 0) for x in splits) or not isinstance(launch.get("adaptive"), bool)):
             raise ConfigError(f"{where}: field 'launch': an SGLang launch needs 'max_kv_splits' (an integer in "
                               f"[1, {MAX_SPLITS:,}]), 'splits' ({len(lens)} integers in [1, max_kv_splits]) and "
                               "'adaptive' (true or false)")

@@ -217,7 +217,7 @@ def _scaled(h: tuple[tuple[int, int], ...], k: int) -> tuple[tuple[int, int], ..
     return tuple((i, n * k) for i, n in h)
 
 
-def vllm_3d_cells(seq_len, segments: int, tile: int):
+def vllm_3d_cells(seq_len: int, segments: int, tile: int) -> tuple[int, int, int]:
     """(active segments, loop iterations of each full segment, of the last active one) of a sequence of
     ``seq_len`` keys on vLLM's 3D kernel with ``segments`` segments of ``tile``-key tiles (the launcher's
     tiles_per_segment and active_segments); elementwise on arrays of lengths >= 1 (tune's batch evaluator)."""
@@ -226,7 +226,7 @@ def vllm_3d_cells(seq_len, segments: int, tile: int):
     return active, tps, cdiv(seq_len - (active - 1) * tps * tile, tile)
 
 
-def sglang_cells(seq_len, splits, block_n: int):
+def sglang_cells(seq_len: int, splits: int, block_n: int) -> tuple[int, int, int]:
     """(non-empty splits, loop iterations of each full split, of the last non-empty one) of a sequence of
     ``seq_len`` keys in ``splits`` splits on SGLang's stage 1 (``block_n`` keys per iteration): every non-empty
     split but the last reads kv_len_per_split keys, the last the rest; elementwise on arrays of lengths >= 1."""

@@ -106,8 +106,9 @@ def _measured_occupancy(rec: dict[str, Any], w: Any, gpu: Any) -> None:
             for v in x["block"]:
                 threads *= int(v)
             occ = P.ctas_per_sm(threads, int(x["registers_per_thread"]), int(x.get("shared_memory_bytes") or 0))
-            launches = [P.ProfiledLaunch(**{k: (tuple(v) if k in ("grid", "block") else v) for k, v in y.items()})
-                        for y in rec["launches"]]
+            saved: list[dict[str, Any]] = [{k: (tuple(v) if k in ("grid", "block") else v) for k, v in y.items()}
+                                           for y in rec["launches"]]
+            launches = [P.ProfiledLaunch(**y) for y in saved]
             alt = P.predict_and_compare("flashinfer", w, gpu, launches, cuda_graph=bool(rec["cuda_graph"]), occupancy=occ)
             rec["with_measured_occupancy"] = {"occupancy": occ, "match": alt.get("match")}
             return
@@ -163,7 +164,7 @@ def saved_record(rec: dict[str, Any]) -> dict[str, Any]:
     """A run's record as ``--save-measurements`` keeps it: the shape, the plan options, the main and merge launches,
     the time and whether the launch matched (the profiler's other kernels, FA3's metadata read-back and the prediction
     are left out: the fit recomputes what it needs)."""
-    out = {k: copy.deepcopy(rec[k]) for k in ("shape", "backend", "cuda_graph", "block_size", "error", "match", "splits_check",
+    out: dict[str, Any] = {k: copy.deepcopy(rec[k]) for k in ("shape", "backend", "cuda_graph", "block_size", "error", "match", "splits_check",
                                 "with_measured_occupancy", "knobs") if k in rec}
     out["launches"] = [{"name": str(x.get("name", ""))[:100], **{k: x.get(k) for k in _LAUNCH_KEYS}}
                        for x in rec.get("launches", []) if x.get("role") in ("main", "merge")]

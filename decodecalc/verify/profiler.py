@@ -219,7 +219,7 @@ def _strip(grid: tuple[int, ...]) -> tuple[int, ...]:
 def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any]:
     """Main and merge kernels of the predicted :class:`LaunchPlan` against the profiled roles, by grid."""
     got = {r: [x for x in launches if x.role == r] for r in ("main", "merge")}
-    rows = []
+    rows: list[dict[str, Any]] = []
     ok = True
     for role, k in (("main", plan.main), ("merge", plan.merge)):
         meas = got[role]

@@ -142,7 +142,7 @@ def call_vllm_unified(
     one = torch.ones((), dtype=torch.float32, device=device)
     descale_shape = (B, num_kv_heads)
 
-    if seq_threshold_3D is None or num_par_softmax_segments is None:
+    if seq_threshold_3D is None or num_par_softmax_segments is None or scratch_rows is None:  # (checked above)
         segm_out = segm_max = segm_sum = None
     else:
         rows, S = scratch_rows, num_par_softmax_segments

@@ -236,7 +236,7 @@ def step_padding(calls: list[EngineCall]) -> dict[str, int]:
     return pads
 
 
-def count_vllm(r: KernelStep, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
+def count_vllm(r: VllmStep, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
     """Working programs per attention launch, allocated and written segments per sequence."""
     torch = r.torch
     work, inp = r.work, r.inp
@@ -277,7 +277,7 @@ def count_vllm(r: KernelStep, launches: list[Any]) -> tuple[list[int], list[int]
     return working, allocated, written
 
 
-def count_sglang(r: KernelStep, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
+def count_sglang(r: SglangStep, launches: list[Any]) -> tuple[list[int], list[int], list[int]]:
     torch = r.torch
     work = r.work
     B = r.inp.b_sg

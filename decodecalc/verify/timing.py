@@ -10,6 +10,7 @@ failed), CUDA events around eager calls are used and the result says so.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -71,7 +72,7 @@ def time_calls(
     calls = max(1, min(calls, max(max_calls, copies)))
     if use_graph:
         try:
-            seconds = graph_replay_seconds([lambda i=i: step(i % copies) for i in range(calls)], replays)
+            seconds = graph_replay_seconds([functools.partial(step, i % copies) for i in range(calls)], replays)
             return _summary([t * 1e6 / calls for t in seconds], "graph", calls, copies, replays)
         except Exception as exc:  # capture not possible: fall back to events, and say so
             torch.cuda.synchronize()

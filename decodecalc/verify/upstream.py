@@ -144,7 +144,7 @@ class _Platform:
         return self.capability >= tuple(capability)
 
 
-class _OnceLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class _OnceLogger(logging.LoggerAdapter[logging.Logger]):
     def __init__(self, logger: logging.Logger) -> None:
         super().__init__(logger, {})
         self._seen: set[tuple[str, str]] = set()
@@ -199,7 +199,7 @@ def _vllm_envs_module(root: Path) -> types.ModuleType:
             return bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0")))
         raise AttributeError(name)
 
-    mod.__getattr__ = __getattr__  # type: ignore[attr-defined,method-assign]  # module-level __getattr__ (PEP 562)
+    mod.__getattr__ = __getattr__  # type: ignore[method-assign]  # module-level __getattr__ (PEP 562)
     return mod
 
 
