@@ -1,0 +1,193 @@
+"""BENCHMARKS.md's and docs/lab/'s tables, generated from the committed results.
+
+    python -m benchmarks.tables           rewrite every generated table in place
+    python -m benchmarks.tables --check   exit 1, naming each table whose text differs (tests/test_benchmarks_tables.py)
+
+A generated table sits between ``<!-- NAME -->`` and ``<!-- /NAME -->``, NAME a key of ``TABLES``. Each generator reads
+committed records only (benchmarks/results/, the packaged profiles) and renders them with the markdown function of the
+script that wrote the record: no timing, no fit, no re-prediction, so the whole check takes seconds. Whether a record is
+still what today's code computes is each script's own test (named beside each entry below); this module checks that the
+documents show the records. A marker whose name is not in ``TABLES`` is an error, and so is a table that no document
+shows, so a table can neither drift nor vanish unnoticed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+LAB = ROOT / "docs" / "lab"
+
+#: a generated block: the opening marker, the table, the closing marker naming the same table
+BLOCK = re.compile(r"<!-- ([a-z0-9-]+) -->\n(.*?)\n<!-- /\1 -->", re.S)
+OPENING = re.compile(r"^<!-- ([a-z0-9-]+) -->$", re.M)
+
+
+def _record(name: str) -> Any:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def expected_error() -> str:
+    # benchmarks/expected_error.py --write; tests/test_expected_error.py checks the record is what compute() gives
+    from benchmarks import expected_error as ee
+
+    return ee.markdown(_record(ee.OUT_JSON.name))
+
+
+def h100_expected_error() -> str:
+    # the two packaged profiles' fit.expected_error blocks (tests/test_calibrate_h100.py recomputes the H100's)
+    from benchmarks.score_gpu_workloads import expected_error_markdown
+    from decodecalc.timemodel import packaged_profile
+
+    return expected_error_markdown(packaged_profile("h100-sxm"), packaged_profile("h200"))
+
+
+def gpu_workloads_h100() -> str:
+    # benchmarks/score_gpu_workloads.py; tests/test_calibrate_h100.py re-predicts a run of it
+    from benchmarks.score_gpu_workloads import OUT, markdown
+
+    return markdown(_record(OUT.name))
+
+
+def _backend_workloads(run: str) -> Callable[[], str]:
+    # benchmarks/validate_backends_workload_h200.py --write; tests/test_backends_workload.py checks each summary is
+    # what compare() gives under the shipped profile
+    def render() -> str:
+        from benchmarks.validate_backends_workload_h200 import table
+
+        return table(_record(f"{run}-summary.json"))
+
+    return render
+
+
+def _script_record(module: str) -> Callable[[], str]:
+    # scripts whose record is their OUT and whose table is markdown(OUT): each script's test recomputes the record
+    def render() -> str:
+        import importlib
+
+        mod = importlib.import_module(f"benchmarks.{module}")
+        return str(mod.markdown(_record(mod.OUT.name)))
+
+    return render
+
+
+def in_graph() -> str:
+    # benchmarks/in_graph_compare.py; tests/test_in_graph.py checks the summary is what summary_of() gives
+    from benchmarks.in_graph_compare import table
+
+    return table(_record("in-graph-h200-summary.json")["backends"])
+
+
+#: issue 17's goals for tune on large workloads: wall seconds and peak resident megabytes, per bench_tune case
+BENCH_TUNE_GOALS = {"chat-distinct": "10 s, 1 GB", "long-context-distinct": "10 s, 1 GB", "requests-500": "5 s",
+                    "day-1m": "60 s, 2 GB"}
+
+
+def bench_tune() -> str:
+    # benchmarks/bench_tune.py's record: run 1 in full, runs 2 and 3 as wall times
+    doc = _record("bench_tune.json")
+    later = [doc["runs_2_and_3"][r] for r in ("run2", "run3")]
+    lines = ["| case | steps (distinct) | settings searched | wall time, runs 1 / 2 / 3 | peak memory | goal | "
+             "every step timed exactly (`--exact`), scaled |", "|---|---|---|---|---|---|---|"]
+    for name, c in doc["cases"].items():
+        walls = " / ".join(f"{w:.1f}" for w in (c["wall_s"], *(r[name] for r in later)))
+        lines.append(f"| {name} | {c['steps']:,} ({c['distinct_shapes']:,}) | {c['candidates']} | {walls} s | "
+                     f"{c['peak_rss_mb']:,} MB | {BENCH_TUNE_GOALS.get(name, '-')} | {c['exact_s_scaled']:,} s |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "bench-tune": bench_tune,
+    "expected-error": expected_error,
+    "h100-expected-error": h100_expected_error,
+    "gpu-workloads-h100": gpu_workloads_h100,
+    "backends-workload": _backend_workloads("validate-backends-workload-h200"),
+    "backends-workload-2": _backend_workloads("validate-backends-workload-h200-run2"),
+    "backends-workload-3": _backend_workloads("validate-backends-workload-h200-run3"),
+    "backends-workload-fp8": _backend_workloads("validate-backends-workload-h200-fp8"),
+    "backends-workload-fp8-2": _backend_workloads("validate-backends-workload-h200-fp8-run2"),
+    "calibrate-map": _script_record("calibrate_map_experiment"),
+    "calibrate-backends": _script_record("calibrate_backends_h200"),
+    "spill-fit": _script_record("spill_fit_h100"),
+    "flashinfer-ctas": _script_record("flashinfer_wide_ctas"),
+    "cuda-core-step-rule": _script_record("cuda_core_step_rule"),
+    "flashinfer-small-groups": _script_record("flashinfer_small_groups"),
+    "backend-steps-alone": _script_record("backend_steps_alone_h200"),
+    "in-graph": in_graph,
+}
+
+#: blocks that predate this generator and are checked row by row by their own tests (no markdown function renders
+#: them whole): left as they are here
+CHECKED_ELSEWHERE = frozenset({"gpu-transfer-h100", "steps-in-sequence", "calibrate-workload", "fp8-backends"})
+
+
+def documents() -> list[Path]:
+    return [BENCHMARKS, *sorted(LAB.glob("*.md"))]
+
+
+def regenerate(text: str, where: str, cache: dict[str, str]) -> tuple[str, list[str]]:
+    """``text`` with every generated block rewritten, and what was wrong (unknown or unclosed markers)."""
+    problems = []
+    for name in OPENING.findall(text):
+        if name not in TABLES and name not in CHECKED_ELSEWHERE:
+            problems.append(f"{where}: <!-- {name} --> names no table of benchmarks/tables.py")
+        elif f"<!-- /{name} -->" not in text:
+            problems.append(f"{where}: <!-- {name} --> is never closed")
+
+    def body(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in TABLES:
+            return m.group(0)
+        if name not in cache:
+            cache[name] = TABLES[name]().strip("\n")
+        return f"<!-- {name} -->\n{cache[name]}\n<!-- /{name} -->"
+
+    return BLOCK.sub(body, text), problems
+
+
+def run(check: bool, paths: Sequence[Path] | None = None) -> list[str]:
+    """Rewrite (or, with ``check``, compare) every document's generated tables; returns the problems found."""
+    cache: dict[str, str] = {}
+    problems: list[str] = []
+    shown: set[str] = set()
+    for path in paths if paths is not None else documents():
+        text = path.read_text(encoding="utf-8")
+        where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+        new, found = regenerate(text, where, cache)
+        problems += found
+        shown.update(m.group(1) for m in BLOCK.finditer(text))
+        if new == text:
+            continue
+        if check:
+            old = {m.group(1): m.group(2) for m in BLOCK.finditer(text)}
+            stale = [n for n, b in old.items() if n in TABLES and b != cache[n]]
+            problems.append(f"{where}: stale table(s) {', '.join(stale)}: run python -m benchmarks.tables")
+        else:
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(new, encoding="utf-8")
+            tmp.replace(path)  # atomic: a reader never sees half a document
+    if paths is None:
+        problems += [f"table {n} is shown by no document" for n in TABLES if n not in shown]
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its record")
+    args = ap.parse_args(argv)
+    problems = run(check=args.check)
+    for p in problems:
+        print(p, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
