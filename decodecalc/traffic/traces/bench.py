@@ -24,7 +24,7 @@ from typing import Any
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.table import RequestTable, TableBuilder
-from decodecalc.traffic.traces.textio import show
+from decodecalc.traffic.traces.textio import open_trace, show
 from decodecalc.traffic.traces.values import token_count
 
 _SETTINGS = ("request_rate", "burstiness", "max_concurrency", "ramp_up_strategy")
@@ -96,7 +96,7 @@ def _rate(value: Any) -> float | str | None:
 
 def read_bench(path: Path, schema: BenchSchema, limit: int | None) -> RequestTable:
     builder = TableBuilder(str(path), schema.format, limit, record_unit="request")
-    with open(path, "rb") as f:
+    with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         if stream.peek() != "{":
             raise ConfigError(f"{path}: not a {schema.format} result (expected a JSON object written by "

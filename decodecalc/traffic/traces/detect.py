@@ -22,7 +22,7 @@ from decodecalc.traffic.traces.mooncake import MOONCAKE
 from decodecalc.traffic.traces.native import NATIVE
 from decodecalc.traffic.traces.records import RecordSchema
 from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
-from decodecalc.traffic.traces.textio import sniff
+from decodecalc.traffic.traces.textio import open_trace, sniff
 from decodecalc.traffic.traces.vllm_bench import VLLM_BENCH
 
 FORMATS = ("native", "azure", "burstgpt", "mooncake", "vllm-bench", "sglang-bench", "sharegpt")
@@ -106,7 +106,7 @@ def _csv_header(head: str) -> set[str]:
 
 
 def _first_element_keys(path: Path) -> set[str]:
-    with open(path, "rb") as f:
+    with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         for element in stream.array_items():
             if not isinstance(element, dict):
@@ -117,7 +117,7 @@ def _first_element_keys(path: Path) -> set[str]:
 
 def _first_object_keys(path: Path) -> set[str]:
     keys: set[str] = set()
-    with open(path, "rb") as f:
+    with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         for key in stream.object_members():
             keys.add(key)

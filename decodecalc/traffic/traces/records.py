@@ -19,7 +19,7 @@ from typing import Any
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.table import RequestTable, TableBuilder
-from decodecalc.traffic.traces.textio import MAX_LINE_BYTES, lines
+from decodecalc.traffic.traces.textio import MAX_LINE_BYTES, lines, open_trace
 from decodecalc.traffic.traces.values import Clock, token_count
 
 
@@ -89,7 +89,7 @@ def _objects(path: Path, container: str) -> Iterator[tuple[int, str, dict[str, A
                 raise ConfigError(f"{where}: expected a JSON object per line, got {type(rec).__name__}")
             yield n, where, rec
         return
-    with open(path, "rb") as f:
+    with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         for i, rec in enumerate(stream.array_items(), start=1):
             where = f"{path}, record {i}"

@@ -26,7 +26,7 @@ from typing import Any
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.table import RequestTable, TableBuilder
-from decodecalc.traffic.traces.textio import show
+from decodecalc.traffic.traces.textio import open_trace, show
 from decodecalc.traffic.traces.tokens import Counter, make_counter
 
 
@@ -53,7 +53,7 @@ def _count(count: Counter, turns: list[Any], i: int, where: str) -> int:
 def read_sharegpt(path: Path, tokenizer: str | None, model_hint: str | None, limit: int | None) -> RequestTable:
     count, estimated, how = make_counter(tokenizer, model_hint)
     builder = TableBuilder(str(path), "sharegpt", limit, record_unit="record")
-    with open(path, "rb") as f:
+    with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         if stream.peek() != "[":
             raise ConfigError(f"{path}: not a ShareGPT file (expected a JSON array of conversations)")

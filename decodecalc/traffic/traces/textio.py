@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from decodecalc.errors import ConfigError
-from decodecalc.textfiles import decode_utf8, utf8_lines
+from typing import IO
+
+from decodecalc.textfiles import decode_utf8, open_text, utf8_lines
 
 #: the longest line a line-based trace may have (a Mooncake line with 2,000 block hashes is ~16 KB)
 MAX_LINE_BYTES = 4 * 2**20
@@ -38,9 +40,15 @@ def lines(path: Path) -> Iterator[tuple[int, str]]:
                       "not a line of a request trace (a damaged file, or a JSON document where lines were expected)")
 
 
+def open_trace(path: Path) -> IO[bytes]:
+    """The file's bytes as UTF-8, decompressed (gzip, zstd, xz, bzip2) or transcoded (UTF-16) as a stream when its
+    first bytes say so (decodecalc.textfiles.open_text)."""
+    return open_text(path, TRACE_KIND)
+
+
 def sniff(path: Path) -> str:
-    """The first :data:`SNIFF_BYTES` of the file as text (BOM dropped), or ConfigError for binary / non-UTF-8."""
-    with open(path, "rb") as f:
+    """The first :data:`SNIFF_BYTES` of the file's text (BOM dropped), or ConfigError for binary / non-UTF-8."""
+    with open_trace(path) as f:
         raw = f.read(SNIFF_BYTES)
     return decode_utf8(raw, str(path), TRACE_KIND, final=False)
 
