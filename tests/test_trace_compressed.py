@@ -209,3 +209,4 @@ def test_a_gzip_step_trace(tmp_path):
     plain.write_bytes(text)
     packed.write_bytes(gzip.compress(text))
     assert repr(load_step_columns(packed)) == repr(load_step_columns(plain)).replace(str(plain), str(packed))
+

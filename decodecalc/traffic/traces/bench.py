@@ -10,7 +10,9 @@ Requests that failed (a non-empty ``errors[i]``, or 0 output tokens: both tools 
 failure) are skipped and counted. Arrivals: the send time of each request where the file has it
 (vLLM's ``start_times``); otherwise, at a finite ``request_rate`` R, request i arrives at i / R
 (both tools drew Poisson gaps of mean 1/R but did not save them: the even spacing keeps the rate,
-not the burstiness); otherwise (``inf``, as the tools send then) every request at t=0.
+not the burstiness); otherwise (``inf``, as the tools send then) every request at t=0. A rate that is
+none of these (0, negative, NaN, ``true``, a text such as SGLang's ``"trace"``) with no start times is
+an error: the file does not say when its requests arrived, and t=0 for all of them would be a guess.
 """
 
 from __future__ import annotations
@@ -161,6 +163,8 @@ def _arrivals(result: _Result, n: int, builder: TableBuilder) -> tuple[Any, bool
         builder.note(f"arrivals from start_times (when the client sent each request){capped}")
         return starts.__getitem__, True
     rate = _rate(settings.get("request_rate"))
+    if "request_rate" in settings and not isinstance(rate, float) and rate != "inf":
+        raise _bad_rate(settings["request_rate"], f"{builder.path}, line {result.line}")
     if isinstance(rate, float) and not settings.get("ramp_up_strategy"):
         burst = settings.get("burstiness")
         shape = f", burstiness {burst}" if isinstance(burst, (int, float)) and burst != 1 else ""
@@ -171,6 +175,15 @@ def _arrivals(result: _Result, n: int, builder: TableBuilder) -> tuple[Any, bool
         builder.note(f"request_rate inf: the benchmark sent every request at once{capped}")
     elif settings.get("ramp_up_strategy"):
         builder.note(f"request rate ramped up ({settings['ramp_up_strategy']}) and no send times saved")
-    elif rate is not None:
-        builder.note(f"request_rate {rate!r}: the arrivals the benchmark used are not in the file")
     return (lambda i: 0.0), False
+
+
+def _bad_rate(value: Any, where: str) -> ConfigError:
+    """A request rate that gives no arrivals (and no start_times to fall back on)."""
+    head = f"{where}, field 'request_rate': "
+    if isinstance(value, str) and value.strip().lower() == "trace":
+        return ConfigError(head + "'trace': the run replayed a trace's timestamps, which the result does not keep, "
+                           "and it has no start_times; read the trace the run replayed instead")
+    return ConfigError(head + f"{show(value)} is not a request rate (a number > 0, or inf) and the result has no "
+                       "start_times, so when its requests arrived is unknown; read the trace the run replayed, or "
+                       "rerun the benchmark with a rate")
