@@ -40,6 +40,13 @@ from decodecalc.commands.options import (
     handle_errors,
     plain,
 )
+from decodecalc.commands.tune_measure import (
+    MeasuredOpt,
+    MeasureLeadingOpt,
+    MeasureOpt,
+    MeasureStepsOpt,
+    SaveTimingsOpt,
+)
 from decodecalc.extras import install_hint
 
 TRAFFIC = "Workload (one of --steps, --requests, --workload, --metrics)"
@@ -164,12 +171,22 @@ def register(app: typer.Typer) -> None:
         vllm_version: VllmVersionOpt = VllmVersion.v0_34_0,
         cubins: CubinsOpt = Cubins.yes,
         max_model_len: MaxModelLenOpt = None,
+        measure: MeasureOpt = False,
+        measure_steps: MeasureStepsOpt = 16,
+        measure_leading: MeasureLeadingOpt = 3,
+        save_measurements: SaveTimingsOpt = None,
+        measured: MeasuredOpt = None,
     ) -> None:
         """Best engine settings for a whole decode workload (vLLM segments x 2D/3D threshold, SGLang max KV
         splits x static switch), which steps gain and lose, how to apply it, and what-if split heuristics."""
         from decodecalc.api import load_workload, tune_for, tune_inputs
         from decodecalc.commands.output import check_writable, to_json, write_files
 
+        from decodecalc.commands.tune_measure import check_measure_options
+
+        check_measure_options(measure=measure, measured=measured, save=save_measurements, json_out=json_out)
+        if save_measurements is not None:
+            check_writable(save_measurements, "--save-measurements")
         if output is not None:  # checked before the work, like every other argument
             check_writable(output, "--output")
         if plot is not None:
@@ -201,7 +218,16 @@ def register(app: typer.Typer) -> None:
             result = tune_for(inputs, trace, objective=objective, max_regression=max_regression,
                               heuristics=heuristics, rule=rule, engine=engine, profile=profile,
                               max_shapes=max_shapes, exact=exact, progress=report, regime=regime)
+            measured_tune = None
+            if measure or measured is not None:
+                from decodecalc.commands.tune_measure import measure as run_measure
+
+                measured_tune = run_measure(result, steps=measure_steps, leading=measure_leading,
+                                            save=save_measurements, measured=measured,
+                                            source=workload or str(requests or steps or metrics), report=report)
         data = result.to_dict()
+        if measured_tune is not None:
+            data["measured"] = measured_tune.to_dict()
         text = to_json(data)
         files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file
         if output is not None:
@@ -217,3 +243,7 @@ def register(app: typer.Typer) -> None:
             from decodecalc.render.tune import print_tune
 
             print_tune(result)
+            if measured_tune is not None:
+                from decodecalc.render.tune_measure import print_measured
+
+                print_measured(measured_tune)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from decodecalc.derived import next_power_of_2
@@ -25,17 +25,17 @@ if TYPE_CHECKING:
     from decodecalc.timemodel.step_rows import WorkloadSample
 
 
-def cuda_or_error() -> Any:
+def cuda_or_error(what: str = "calibrate") -> Any:
     from decodecalc.verify import missing_requirements
 
     missing = missing_requirements()
     if missing:
-        raise DecodecalcError(f"calibrate needs {' and '.join(missing)}: {install_hint('verify')} on a machine "
+        raise DecodecalcError(f"{what} needs {' and '.join(missing)}: {install_hint('verify')} on a machine "
                               "with a CUDA GPU")
     import torch
 
     if not torch.cuda.is_available():
-        raise DecodecalcError("calibrate needs a CUDA GPU, and torch sees none (torch.cuda.is_available() is False); "
+        raise DecodecalcError(f"{what} needs a CUDA GPU, and torch sees none (torch.cuda.is_available() is False); "
                               "predictions without one use the packaged or datasheet profile")
     return torch
 
@@ -325,7 +325,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
     return prof, rows
 
 
-def _backend_measurements(records: Sequence[dict[str, Any]], gpu: Any) -> list[Any]:
+def _backend_measurements(records: Sequence[Mapping[str, Any]], gpu: Any) -> list[Any]:
     from decodecalc.verify.backend_calibration import record_measurements
 
     return record_measurements(records, gpu)
