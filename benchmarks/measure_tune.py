@@ -1,0 +1,120 @@
+"""``tune --measure`` on three real-format traces: measured totals beside tune's predictions, on this GPU.
+
+    python -m benchmarks.measure_tune --out DIR            # on the GPU (torch, the engines' kernels, FA3, FlashInfer)
+    python -m benchmarks.measure_tune --summarize DIR      # no GPU: the table BENCHMARKS.md shows
+
+Writes three seeded traces in the public formats (Azure LLM inference 2023 code, BurstGPT v1.1, Mooncake; 1,500
+requests each, arrival rates that keep 20-60 sequences decoding) under DIR/traces, runs ``decodecalc tune --requests
+... --measure --json`` on each with one model per trace (Llama-3.1-8B TP1, Llama-3.1-70B TP8, Qwen2.5-7B TP2: three
+head layouts), and keeps each run's JSON (DIR/<case>-tune.json) and timings (DIR/<case>-timings.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: (case, trace format, model, TP)
+CASES = (("azure-code", "azure", "llama3.1-8b", 1), ("burstgpt", "burstgpt", "llama3.1-70b", 8),
+         ("mooncake", "mooncake", "qwen2.5-7b", 2))
+REQUESTS = 1500
+
+
+def _lognormal(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
+    return max(lo, min(hi, int(round(median * math.exp(sigma * rng.gauss(0, 1))))))
+
+
+def write_trace(case: str, fmt: str, path: Path, seed: int = 0) -> None:
+    """A seeded trace of :data:`REQUESTS` requests in ``fmt``'s public columns (docs/traces.md)."""
+    rng = random.Random(f"{case}-{seed}")
+    t = 0.0
+    lines = []
+    if fmt == "azure":  # code completion: long prompts, short outputs, ~6 requests/s
+        lines.append("TIMESTAMP,ContextTokens,GeneratedTokens")
+        for _ in range(REQUESTS):
+            t += rng.expovariate(6.0)
+            whole, frac = divmod(t, 1.0)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(1700150000 + whole)) + f".{int(frac * 1e7):07d}"
+            lines.append(f"{stamp},{_lognormal(rng, 2000, 0.8, 16, 7800)},{_lognormal(rng, 25, 1.0, 1, 1500)}")
+    elif fmt == "burstgpt":  # conversation: short prompts, long answers, ~3 requests/s
+        lines.append("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type")
+        for _ in range(REQUESTS):
+            t += rng.expovariate(3.0)
+            p, o = _lognormal(rng, 600, 1.0, 8, 16000), _lognormal(rng, 300, 0.7, 1, 3000)
+            lines.append(f"{int(t)},ChatGPT,{p},{o},{p + o},Conversation log")
+    else:  # Mooncake: long contexts (ms timestamps), ~1 request/s
+        for _ in range(REQUESTS):
+            t += rng.expovariate(1.0)
+            p = _lognormal(rng, 8000, 0.6, 64, 30000)
+            lines.append(json.dumps({"timestamp": int(t * 1000), "input_length": p,
+                                     "output_length": _lognormal(rng, 200, 0.8, 1, 2000),
+                                     "hash_ids": list(range(-(-p // 512)))}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def measure(out: Path, steps: int) -> None:
+    import torch
+
+    from decodecalc.specs.gpus import resolve_gpu
+
+    gpu = resolve_gpu(torch.cuda.get_device_name(0)).name
+    (out / "traces").mkdir(parents=True, exist_ok=True)
+    for case, fmt, model, tp in CASES:
+        trace = out / "traces" / f"{case}.{'jsonl' if fmt == 'mooncake' else 'csv'}"
+        write_trace(case, fmt, trace)
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "decodecalc", "tune", "--requests", str(trace), "-m", model, "--tp", str(tp),
+               "--gpu", gpu, "--heuristics", "none", "--measure", "--measure-steps", str(steps),
+               "--save-measurements", str(out / f"{case}-timings.json"), "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        took = time.monotonic() - t0
+        if r.returncode != 0:
+            print(f"{case}: exit {r.returncode} after {took:.0f} s: {r.stderr.strip()[-800:]}", flush=True)
+            continue
+        (out / f"{case}-tune.json").write_text(r.stdout, encoding="utf-8")
+        print(f"{case}: {model} TP{tp} on {gpu}, {took:.0f} s", flush=True)
+        summarize_one(case, json.loads(r.stdout))
+
+
+def summarize_one(case: str, doc: dict) -> None:
+    m = doc["measured"]
+    for s in m["settings"]:
+        got = s["measured_vs_predicted"]
+        ci = s["ci95_rel"]
+        print(f"| {case} | {s['engine']} | {s['label']} | {', '.join(s['roles'])} | "
+              f"{s['predicted_mean_step_s'] * 1e6:.1f} | "
+              + (f"{s['measured_mean_step_s'] * 1e6:.1f} ±{ci:.1%} | {got - 1:+.1%} |" if got is not None else
+                 "not timed | |"))
+    for e, v in m["engines"].items():
+        print(f"  {e}: pick by {v['pick_by']}: {v['pick']} ({v['why']})")
+    if m.get("errors"):
+        print(f"  {len(m['errors'])} failures, first: {m['errors'][0]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--summarize", type=Path, help="print the table of a finished run's folder (no GPU)")
+    args = ap.parse_args()
+    if args.summarize:
+        print("| trace | engine | setting | role | predicted µs | measured µs (95%) | measured vs predicted |")
+        print("|---|---|---|---|---|---|---|")
+        for case, *_ in CASES:
+            f = args.summarize / f"{case}-tune.json"
+            if f.is_file():
+                summarize_one(case, json.loads(f.read_text(encoding="utf-8")))
+        return
+    if args.out is None:
+        ap.error("--out DIR (on the GPU) or --summarize DIR")
+    measure(args.out, args.steps)
+
+
+if __name__ == "__main__":
+    main()
