@@ -112,6 +112,31 @@ def requests(path: Path, n: int, seed: int, prompt_median: float, prompt_sigma: 
     return write_jsonl(path, rows)
 
 
+#: the Azure LLM inference trace 2024, conversation service, as decodecalc models a day of it: arrivals at 11.6
+#: requests/s (Poisson), ContextTokens lognormal with median 1,000 (sigma 1.0, capped at 16,000), GeneratedTokens
+#: lognormal with median 200 (sigma 0.8, capped at 2,000): decodecalc's stand-in, generated here, not committed
+DAY_RATE, DAY_SECONDS = 11.6, 86_400.0
+
+
+def azure_day(path: Path, n: int, seed: int = 2024, rate: float = DAY_RATE) -> Path:
+    """``n`` requests in the Azure 2024 CSV format (``TIMESTAMP,ContextTokens,GeneratedTokens``), seeded: a day of
+    one server when ``n`` is about 1,000,000."""
+    import datetime as dt
+
+    rng = random.Random(seed)
+    start = dt.datetime(2024, 5, 10, tzinfo=dt.timezone.utc)
+    t = 0.0
+    with open(path, "w", newline="") as f:
+        f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        for _ in range(n):
+            t += rng.expovariate(rate)
+            p = min(16_000, max(1, int(rng.lognormvariate(math.log(1000), 1.0))))
+            o = min(2_000, max(1, int(rng.lognormvariate(math.log(200), 0.8))))
+            stamp = (start + dt.timedelta(seconds=t)).isoformat(sep=" ")
+            f.write(f"{stamp},{p},{o}\n")
+    return path
+
+
 def subset(src: Path, dst: Path, n: int) -> Path:
     with open(src) as f, open(dst, "w") as g:
         for _, line in zip(range(n), f):

@@ -314,7 +314,8 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
                   max_num_batched_tokens: int = 8192, num_speculative_tokens: int = 0,
                   draft_acceptance_rate: float | None = None, trace_format: str | None = None,
                   columns: str | None = None, tokenizer: str | None = None, model_hint: str | None = None,
-                  max_requests: int | None = None, metrics_model: str | None = None) -> Any:
+                  max_requests: int | None = None, metrics_model: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> Any:
     """The decode steps of exactly one of ``steps`` (a step-trace file, or a list of steps: lists of KV lengths,
     ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request trace
     in any format of docs/traces.md, detected unless ``trace_format`` names it or ``columns`` maps it; or a list
@@ -362,7 +363,8 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
         return steps_from_items(steps)
     if requests is not None:
         if isinstance(requests, (str, Path)):
-            return _request_file(Path(requests), limits, trace_format, columns, tokenizer, model_hint, max_requests)
+            return _request_file(Path(requests), limits, trace_format, columns, tokenizer, model_hint, max_requests,
+                                 progress)
         return requests_from_items(requests, limits)
     if metrics is not None:
         from decodecalc.traffic.metrics import workload_from_metrics
@@ -388,24 +390,24 @@ def _check_width(trace: StepTrace, max_num_seqs: int, what: str, concurrency: in
 
 
 def _request_file(path: Path, limits: Any, trace_format: str | None, columns: str | None, tokenizer: str | None,
-                  model_hint: str | None, max_requests: int | None) -> Any:
+                  model_hint: str | None, max_requests: int | None,
+                  progress: Callable[[str], None] | None = None) -> Any:
     """A request trace file read (any format), batched into runs of decode steps, as arrays."""
-    from decodecalc.batch.runs import RunSteps
+    from decodecalc.batch.intervals import request_steps
     from decodecalc.limits import check_int
-    from decodecalc.traffic.requests import batching_notes, batching_runs
+    from decodecalc.traffic.requests import batching_notes
     from decodecalc.traffic.traces import read_requests
 
     check_int(max_requests, "--max-requests", 1 << 40)
     table = read_requests(path, fmt=trace_format, columns=columns, tokenizer=tokenizer, model_hint=model_hint,
                           limit=max_requests)
-    br = batching_runs(table.prompt_tokens, table.output_tokens, table.arrival_s, limits,
-                       max_steps=MAX_WORKLOAD_STEPS, source=str(path))
-    if not br.runs:
-        raise ConfigError(f"{path}: the workload is empty (no decode steps: every request has output_tokens 1)")
     notes = (f"{table.format} trace: {len(table):,} requests" + (" (token counts estimated)"
                                                                   if table.tokens_estimated else ""),
              *table.notes, *batching_notes(limits, len(table)))
-    return RunSteps.of(br.runs, str(path), notes)
+    if progress is not None:
+        progress(f"batching {len(table):,} requests")
+    return request_steps(table.prompt_tokens, table.output_tokens, table.arrival_s, limits,
+                         max_steps=MAX_WORKLOAD_STEPS, source=str(path), notes=notes, progress=progress)
 
 
 def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regression: str | float | None = "5%",

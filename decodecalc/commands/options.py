@@ -314,7 +314,7 @@ def progress_on_stderr(*, enabled: bool = True) -> Iterator[Callable[[str], None
     """A function to report what a long run is doing: after PROGRESS_AFTER_S, a transient progress line on stderr
     (a pulsing bar, the step and the elapsed time). Nothing when stderr is not a terminal (a pipe, a file, CI) or
     not ``enabled`` (``--json``)."""
-    import time
+    import threading
 
     if not enabled or not sys.stderr.isatty():
         yield lambda what: None
@@ -322,21 +322,25 @@ def progress_on_stderr(*, enabled: bool = True) -> Iterator[Callable[[str], None
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    start = time.monotonic()
     state: dict[str, Any] = {"n": 0}
     bar = Progress(TextColumn("[dim]tune[/]"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                    console=Console(stderr=True), transient=True)
     task = bar.add_task("", total=None)
+    # started by a timer, not by the next report: a phase that reports nothing for a while (reading a large trace)
+    # still shows its line and its elapsed time from PROGRESS_AFTER_S on (rich refreshes it from its own thread)
+    timer = threading.Timer(PROGRESS_AFTER_S, bar.start)
+    timer.daemon = True
 
     def report(what: str) -> None:
         state["n"] += 1
-        if not bar.live.is_started and time.monotonic() - start > PROGRESS_AFTER_S:
-            bar.start()
         bar.update(task, description=f"{what} ({state['n']})")
 
+    timer.start()
     try:
         yield report
     finally:
+        timer.cancel()
+        timer.join()
         if bar.live.is_started:
             bar.stop()
 

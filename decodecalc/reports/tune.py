@@ -90,6 +90,7 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     stops at."""
     from decodecalc.batch.estimate import TARGET_REL_SE
     from decodecalc.batch.evaluator import DEFAULT_MAX_ANCHORS, WorkloadTimer
+    from decodecalc.batch.intervals import IntervalSteps
     from decodecalc.batch.population import Population
     from decodecalc.batch.runs import RunSteps
     from decodecalc.batch.stats import query_keys
@@ -101,9 +102,9 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
     target = TARGET_REL_SE if target_rel_se is None else target_rel_se
     # a request trace's runs are expanded only where every step is timed (a large one is sampled from its runs)
-    lazy = isinstance(trace, RunSteps) and anchors is not None and trace.num_steps > MEASURE_STEPS
-    steps = trace if lazy or isinstance(trace, StepArrays) else (
-        trace.expand() if isinstance(trace, RunSteps) else from_trace(trace))
+    runs = isinstance(trace, (RunSteps, IntervalSteps))
+    lazy = runs and anchors is not None and trace.num_steps > MEASURE_STEPS
+    steps = trace if lazy or isinstance(trace, StepArrays) else (trace.expand() if runs else from_trace(trace))
     batch = steps.batch
     over = batch > vllm.max_num_seqs
     if over.any():

@@ -50,11 +50,13 @@ the same requests take five decode steps: [11, 5], [12, 6], [13], [14], [15].
 from __future__ import annotations
 
 import functools
+import heapq
 import math
+from array import array
 from collections import deque
 from itertools import repeat
 from fractions import Fraction
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -314,6 +316,109 @@ def batching_runs(prompt: Sequence[int], output: Sequence[int], arrival: Sequenc
             running = [r for r in running if id(r) not in done]
         k += 1
     return BatchingRuns(runs=tuple(runs), engine_steps=k, queue_empty_step=max(admitted_all_at, 0), requests=n_req)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestIntervals:
+    """The decode steps of a request trace as one interval per request (no speculation): request ``i`` (in admission
+    order) decodes at every engine step from ``start[i]`` to ``start[i] + steps[i] - 1`` with the KV length
+    ``base[i] + j`` at its ``j``-th decode step. A decode step's sequences are the requests whose interval holds it,
+    in admission order (the batching model's running order). Memory: three integers per request, whatever the
+    batch."""
+
+    start: Sequence[int]  # engine step of the first decode
+    base: Sequence[int]  # KV length at the first decode: prompt + 1
+    steps: Sequence[int]  # decode steps: output - 1
+    engine_steps: int
+    requests: int
+
+
+#: engine steps between two progress reports of the batching (a day of one server is about 3.5 million)
+PROGRESS_EVERY = 1 << 16
+
+
+def batching_intervals(prompt: Sequence[int], output: Sequence[int], arrival: Sequence[float],
+                       limits: BatchingLimits = BatchingLimits(), *,
+                       progress: Callable[[str], None] | None = None) -> RequestIntervals | None:
+    """:func:`batching_runs`' model, event by event: the same decode steps as intervals per request. Every decoding
+    request takes one token of the budget and decodes at every step until it is done, so only the steps where a
+    request arrives, is admitted, prefills or leaves need work, and each step's batch is never stored (a day of one
+    server: about 2 iterations per request instead of one per engine step times its batch). None where that does not
+    hold: speculative decoding (a step advances a request by a varying count) or ``max_num_seqs`` above
+    ``max_num_batched_tokens`` (the budget can leave a decoding request out of a step); :func:`batching_runs` then.
+    ``progress``: called with the requests admitted so far, now and then."""
+    if limits.num_speculative_tokens or limits.max_num_seqs > limits.max_num_batched_tokens:
+        return None
+    n_req = len(prompt)
+    budget_all, max_seqs, interval = limits.max_num_batched_tokens, limits.max_num_seqs, limits.step_interval_s
+    start: array[int] = array("q")
+    base: array[int] = array("q")
+    steps: array[int] = array("q")
+    ends: list[int] = []  # heap: the last decode step of every decoding request
+    waiting: deque[int] = deque()
+    prefill: deque[list[int]] = deque()  # running requests in prefill, admission order: [prompt left, prompt, output]
+    n_dec = 0  # requests decoding
+    slots = 0  # requests running (prefill or decode)
+    nxt = 0
+    k = 0
+    report_at = PROGRESS_EVERY
+    while True:
+        while ends and ends[0] < k:  # done at the end of step ends[0]
+            heapq.heappop(ends)
+            n_dec -= 1
+            slots -= 1
+        if not waiting and not slots:
+            if nxt >= n_req:
+                break
+            k = max(k, math.ceil(arrival[nxt] / interval - 1e-12))  # idle: jump to the next arrival
+        now = k * interval
+        while nxt < n_req and arrival[nxt] <= now + 1e-12:
+            waiting.append(nxt)
+            nxt += 1
+        if progress is not None and k >= report_at:
+            report_at = k + PROGRESS_EVERY
+            progress(f"batching: {nxt:,} of {n_req:,} requests in")
+        if not prefill and (not waiting or slots >= max_seqs):
+            # decodes only: nothing changes until a request leaves or arrives
+            nk = ends[0] + 1 if ends else math.inf
+            if nxt < n_req:
+                nk = min(nk, math.ceil(arrival[nxt] / interval - 1e-12))
+            if nk == math.inf:
+                break
+            k = max(int(nk), k + 1)
+            continue
+        budget = budget_all - n_dec
+        completed: list[list[int]] = []
+        while prefill and budget > 0:
+            r = prefill[0]
+            c = min(r[0], budget)
+            r[0] -= c
+            budget -= c
+            if r[0]:
+                break
+            completed.append(prefill.popleft())
+        while waiting and slots < max_seqs and budget > 0:
+            i = waiting.popleft()
+            slots += 1
+            p = int(prompt[i])
+            c = min(p, budget)
+            budget -= c
+            r = [p - c, p, int(output[i])]
+            if r[0]:
+                prefill.append(r)
+            else:
+                completed.append(r)
+        for _, p, o in completed:  # the prefill's step yields the first token; decodes follow from the next step
+            if o <= 1:
+                slots -= 1
+                continue
+            start.append(k + 1)
+            base.append(p + 1)
+            steps.append(o - 1)
+            heapq.heappush(ends, k + o - 1)
+            n_dec += 1
+        k += 1
+    return RequestIntervals(start=start, base=base, steps=steps, engine_steps=k, requests=n_req)
 
 
 def runs_to_steps(br: BatchingRuns, source: str) -> tuple[DecodeStep, ...]:
