@@ -162,9 +162,9 @@ def test_flashmla_work_reads_the_latent_once_per_part_and_follows_the_busiest_pa
         main, comb = work_for_plan(plan, w, "flashmla").kernels
         assert main.bytes_per_iter == 64 * 576 * 2
         assert main.hbm_bytes_per_iter * mblocks == main.bytes_per_iter
-        loads = [(b, n) for b, n in plan.details["part_loads"] if n]
-        assert len(loads) == plan.details["busy_parts"]
-        assert sum(b for b, _ in loads) == sum(sum(p) for p in plan.details["blocks_per_split"])
+        loads = [(b, n) for b, n in plan.details.part_loads if n]
+        assert len(loads) == plan.details.busy_parts
+        assert sum(b for b, _ in loads) == sum(sum(p) for p in plan.details.blocks_per_split)
         assert sum(n for _, n in loads) == sum(plan.splits)
         ((iters, programs),) = main.iters
         assert programs == len(loads) * mblocks
@@ -267,7 +267,7 @@ def test_fa2_work_takes_the_kernel_the_launcher_picked():
     assert main.programs == k.programs and main.idle_programs == 0
     empty = dict(main.iters).get(0, 0)
     assert empty == k.programs - k.working_programs == sum(max(plan.splits) - n for n in plan.nonempty_splits) * k.grid[0]
-    assert sum(i * n for i, n in main.iters) == sum(-(-L // plan.details["kBlockN"]) for L in paged.seq_lens) * k.grid[0]
+    assert sum(i * n for i, n in main.iters) == sum(-(-L // plan.details.kBlockN) for L in paged.seq_lens) * k.grid[0]
     assert comb.iters == ((max(plan.splits), plan.kernels[1].programs),)
     plain = _w("llama3-8b", lens=(512,) * 64)
     lw = work_for_plan(flash_attn2.plan_flash_attn2(plain, H200), plain, "fa2")

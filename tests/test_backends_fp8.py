@@ -53,7 +53,7 @@ def test_fa3_family_follows_the_fork_tiles(model: str, heads, family: str) -> No
     plan = flash_attn3.plan_flash_attn3(w, H200, layer="global")
     lw = work_for_plan(plan, w, "fa3")
     assert lw.kernels[0].family == family
-    assert plan.details["use_one_mma_wg"] == (family == "fa3_fwd_fp8")
+    assert plan.details.use_one_mma_wg == (family == "fa3_fwd_fp8")
     bf16 = _w(model, kv="auto", heads=heads)
     assert work_for_plan(flash_attn3.plan_flash_attn3(bf16, H200, layer="global"), bf16, "fa3").kernels[0].family == "fa3_fwd"
 

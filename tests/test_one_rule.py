@@ -44,7 +44,7 @@ def _vllm_figures(w) -> dict[str, object]:
     return {
         "grid programs": g["programs"], "grid block_q": g["block_q"], "grid g_2d": g["g_2d"],
         "compare vllm programs": cmp_vllm.plan.main.programs if cmp_vllm.plan else None,
-        "compare flashdecoding G_2D": cmp_fd.plan.details["G_2D"] if cmp_fd.plan else None,
+        "compare flashdecoding G_2D": cmp_fd.plan.details.G_2D if cmp_fd.plan else None,
         "compare flashdecoding figures g_2d": cmp_fd.figures.g_2d if cmp_fd.figures else None,
         "sweep vllm programs": sw["vllm"], "sweep flashdecoding programs": sw["flashdecoding"],
         "recommend default time": rec.default.predicted_time_s,

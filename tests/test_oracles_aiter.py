@@ -126,9 +126,9 @@ def test_release_launch_matches_upstream(release):
         ours = [(k.name, tuple(k.grid)) for k in p.kernels]
         theirs = [(name, grid) for name, grid, _ in log]
         ok = ours == theirs
-        if ok and p.details["path"] == "3D":
+        if ok and p.details.path == "3D":
             kw = log[0][2]
-            ok = kw["TILE_SIZE"] == p.details["TILE_SIZE"] and kw["NUM_SEGMENTS_PER_SEQ"] == p.details["NUM_SEGMENTS"]
+            ok = kw["TILE_SIZE"] == p.details.TILE_SIZE and kw["NUM_SEGMENTS_PER_SEQ"] == p.details.NUM_SEGMENTS
         elif ok:
             kw = log[0][2]
             ok = kw["TILE_SIZE"] == p.kernels[0].constexprs["TILE_SIZE"] and kw["BLOCK_M"] == p.kernels[0].constexprs[
@@ -178,12 +178,12 @@ def test_commit_decode_selection_matches_upstream():
         use_2d = ns["use_2d_kernel"](c["d"], sliding, True, 1, c["L"], target, num_2d)
         p = aiter.plan_aiter(w, gpu, layer="sliding" if c["window"] else "global")
         if use_2d:
-            ok = p.details["path"] == "2D"
+            ok = p.details.path == "2D"
         else:
             attn, _ = ns["select_3d_config"](c["d"], c["block"], c["L"], target, num_2d, torch.bfloat16,
                                              torch.bfloat16)
-            ok = (p.details["path"] == "3D" and p.details["NUM_SEGMENTS"] == attn["NUM_SEGMENTS_PER_SEQ"]
-                  and p.details["TILE_SIZE"] == attn["TILE_SIZE"] and p.grid == (c["B"], c["hk"], p.details["NUM_SEGMENTS"]))
+            ok = (p.details.path == "3D" and p.details.NUM_SEGMENTS == attn["NUM_SEGMENTS_PER_SEQ"]
+                  and p.details.TILE_SIZE == attn["TILE_SIZE"] and p.grid == (c["B"], c["hk"], p.details.NUM_SEGMENTS))
         if not ok:
             bad.append((c, use_2d, p.details))
     assert not bad, f"{len(bad)} disagree; first: {bad[:3]}"

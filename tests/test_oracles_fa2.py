@@ -96,9 +96,9 @@ def test_kvcache_decode_matches_upstream():
         assert not o.startswith("error"), (c, o)
         sw, seqlen_k, d_round, S, split, hdim, block_n, gx, gy, gz, comb = map(int, o.split())
         want = {
-            "swapped": bool(sw) == p.details["seqlenq_ngroups_swapped"],
+            "swapped": bool(sw) == p.details.seqlenq_ngroups_swapped,
             "num_splits": S == p.splits[0],
-            "kBlockN": not split or block_n == p.details["kBlockN"],
+            "kBlockN": not split or block_n == p.details.kBlockN,
             "kernel": (p.kernels[0].name == "flash_fwd_splitkv_kernel") == bool(split),
             "grid": (gy, gz) == tuple(p.kernels[0].grid[1:]) and (not split or gx == p.kernels[0].grid[0]),
             "combine": S <= 1 or (len(p.kernels) > 1 and comb == p.kernels[1].grid[0]),

@@ -85,11 +85,11 @@ def test_split_decision_matches_upstream():
             continue
         d_r, dv_r, causal, local, tma, kM, kN, S, pack, one_wg, dyn = map(int, o.split())
         dt = p.details
-        checks = {"pagedkv_tma": bool(tma) == dt["pagedkv_tma"], "kBlockM": kM == dt["kBlockM"],
-                  "kBlockN": kN == dt["kBlockN"], "num_splits": S == dt["num_splits_static"],
-                  "pack_gqa": bool(pack) == dt["pack_gqa"], "use_one_mma_wg": bool(one_wg) == dt["use_one_mma_wg"],
-                  "dynamic_split": bool(dyn) == (dt["num_splits_static"] > 1),
-                  "element_size": dt["element_size"] == (1 if c["fp8"] else 2)}
+        checks = {"pagedkv_tma": bool(tma) == dt.pagedkv_tma, "kBlockM": kM == dt.kBlockM,
+                  "kBlockN": kN == dt.kBlockN, "num_splits": S == dt.num_splits_static,
+                  "pack_gqa": bool(pack) == dt.pack_gqa, "use_one_mma_wg": bool(one_wg) == dt.use_one_mma_wg,
+                  "dynamic_split": bool(dyn) == (dt.num_splits_static > 1),
+                  "element_size": dt.element_size == (1 if c["fp8"] else 2)}
         checked += 1
         seen["fp8"] += c["fp8"]
         seen["one_wg" if one_wg else "two_wg"] += c["d"] in (64, 128)
@@ -125,15 +125,15 @@ def test_captured_tiles_and_dynamic_splits_match():
             main = next(x["name"] for x in r["launches"] if "FlashAttnFwdSm90" in x["name"])
             tile = TILE.search(main)
             assert tile, main[:200]
-            assert (int(tile[1]), int(tile[2])) == (p.details["kBlockM"], p.details["kBlockN"]), (name, r["shape"])
+            assert (int(tile[1]), int(tile[2])) == (p.details.kBlockM, p.details.kBlockN), (name, r["shape"])
             n["tile"] += 1
-            n["fp8"] += p.details["element_size"] == 1
+            n["fp8"] += p.details.element_size == 1
             meta = r["readback"]["scheduler_metadata"]
             b4 = -(-w.batch // 4) * 4
-            split = p.details["num_splits_static"] > 1
+            split = p.details.num_splits_static > 1
             swizzle = any(e.name == "is_causal" and e.value for e in p.explain)
             assert len(meta) - b4 * (1 + split + swizzle) in (0, 1), (name, r["shape"], len(meta))  # (+ semaphore)
-            g = w.group_size if p.details["pack_gqa"] else 1
+            g = w.group_size if p.details.pack_gqa else 1
             assert meta[:w.batch] == [q * g for q in w.query_lens], (name, r["shape"])
             if split:
                 assert tuple(meta[b4:b4 + w.batch]) == p.splits, (name, r["shape"])

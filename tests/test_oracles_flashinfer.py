@@ -70,11 +70,11 @@ def test_decode_plan_matches_upstream():
         d = p.details
         want_threads, want_smem = fi.decode_kernel_resources(w, gpu.compute_capability)
         checks = {
-            "split_kv": bool(split) == d["split_kv"],
-            "max_grid_size": max_grid == d["max_grid_size"],
-            "kv_chunk_size_in_pages": chunk == d["kv_chunk_size_in_pages"],
-            "padded_batch_size": padded == d["padded_batch_size"],
-            "new_batch_size": new_bs == d["new_batch_size"],
+            "split_kv": bool(split) == d.split_kv,
+            "max_grid_size": max_grid == d.max_grid_size,
+            "kv_chunk_size_in_pages": chunk == d.kv_chunk_size_in_pages,
+            "padded_batch_size": padded == d.padded_batch_size,
+            "new_batch_size": new_bs == d.new_batch_size,
             "grid": (padded, gdy) == tuple(p.kernels[0].grid),
             "chunks": (chunks if split else (1,) * len(chunks)) == p.splits,
             "threads": threads == want_threads,
@@ -139,11 +139,11 @@ def test_tensor_core_plan_matches_upstream():
         chunks = tuple(vals[5:])
         d = p.details
         checks = {
-            "split_kv": bool(split) == d["split_kv"],
-            "padded_batch_size": padded == d["padded_batch_size"],
-            "cta_tile_q": cta == d["cta_tile_q"],
-            "new_batch_size": new_bs == d["new_batch_size"],
-            "chunk": c["disable"] or chunk_tokens == d["kv_chunk_size_in_pages"] * c["page"],
+            "split_kv": bool(split) == d.split_kv,
+            "padded_batch_size": padded == d.padded_batch_size,
+            "cta_tile_q": cta == d.cta_tile_q,
+            "new_batch_size": new_bs == d.new_batch_size,
+            "chunk": c["disable"] or chunk_tokens == d.kv_chunk_size_in_pages * c["page"],
             "chunks": (chunks if split else (1,) * len(chunks)) == p.splits,
             "grid": tuple(p.kernels[0].grid) == (padded, 1, c["hk"]),
         }

@@ -88,13 +88,13 @@ def test_v1_v2_choice_and_buffers_match_upstream(paged_attn):
         w = make_workload(model(h, h_kv, d=d), batch=B, seq_len=L, block_size=block)
         p = vpa.plan_vllm_paged_attention(w, H200)
         kind, bufs = _upstream_decode(mod, ops, B, h, h_kv, d, block, L, torch.bfloat16)
-        ok = p.details["version"] == kind
+        ok = p.details.version == kind
         if kind == "v2":
             P = bufs["tmp_output"][2]
             ok = ok and p.splits == (P,) * B and bufs["tmp_output"] == (B, h, P, d)
             ok = ok and p.partial_state_bytes == B * h * P * (d * 2 + 4 + 4)  # bf16 tmp_output + 2 fp32 arrays
         if not ok:
-            bad.append(((B, h, h_kv, d, block, L), kind, bufs, p.details["version"], p.splits[:1]))
+            bad.append(((B, h, h_kv, d, block, L), kind, bufs, p.details.version, p.splits[:1]))
     assert len(cases) > 400
     assert not bad, f"{len(bad)} of {len(cases)} disagree; first: {bad[:3]}"
 

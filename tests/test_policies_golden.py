@@ -59,7 +59,7 @@ def per_token_head(plan, w, used: bool = False) -> int:
 def test_vllm_legacy_v2(w, grid, reduce_grid):
     # section 2.1/2.2 row "vLLM legacy PagedAttention (V2 chosen: P = 5, B*h <= 512)"
     p = plan_vllm_paged_attention(w, H200)
-    assert p.details["version"] == "v2"
+    assert p.details.version == "v2"
     assert p.grid == grid and p.main.programs == grid[0] * grid[2]
     assert p.merge is not None and p.merge.grid == reduce_grid
     assert p.splits == (5,) and p.tokens_per_split == (512,)
@@ -78,7 +78,7 @@ def test_vllm_legacy_v1_rule(max_len, seqs, heads, v1):
 
 def test_vllm_legacy_v1_grid_and_bad_block():
     p = plan_vllm_paged_attention(work(batch=32), H200)  # 32 * 32 = 1024 > 512 -> v1
-    assert p.details["version"] == "v1" and p.grid == (32, 32, 1) and p.merge is None
+    assert p.details.version == "v1" and p.grid == (32, 32, 1) and p.merge is None
     with pytest.raises(UnsupportedError, match="block size 64"):
         plan_vllm_paged_attention(work(block_size=64), H200)
     with pytest.raises(UnsupportedError, match="MLA"):
@@ -96,7 +96,7 @@ def test_vllm_rocm(w, grid, kernel, reduce_grid):
     # section 2.1/2.2 row "vLLM ROCm custom"; the SM count does not enter this launcher
     p = plan_vllm_rocm(w, MI300X)
     assert p.grid == grid and kernel in p.main.name
-    assert p.merge is not None and p.merge.grid == reduce_grid and p.details["npar_loops"] == 1
+    assert p.merge is not None and p.merge.grid == reduce_grid and p.details.npar_loops == 1
     assert p.splits == (10,) and p.tokens_per_split == (256,)
     assert per_token_head(p, w) == 2640  # 10 * (256 + 8)
 
@@ -125,7 +125,7 @@ def test_vllm_rocm_rules():
 def test_fa2(w, grid, combine):
     # section 2.1/2.2 row "FA2 (flash_attn_with_kvcache, GQA swap)"
     p = plan_flash_attn2(w, H200)
-    assert p.details["seqlenq_ngroups_swapped"] is True
+    assert p.details.seqlenq_ngroups_swapped is True
     assert p.grid == grid and p.merge is not None and p.merge.grid == (combine,)
     assert p.splits == (20,) and p.tokens_per_split == (128,)
     assert per_token_head(p, w) == 10320  # 20 * (512 + 4)
@@ -151,11 +151,11 @@ def test_fa2_varlen_mha_does_not_split():
 def test_fa3_8b_paged():
     # section 2.1 row "FA3 (varlen, paged, page 16 -> paged-non-TMA, blockN = 128)"
     p = plan_flash_attn3(W8B, H200)
-    assert p.details["kBlockN"] == 128 and p.details["num_splits_static"] == 14
+    assert p.details.kBlockN == 128 and p.details.num_splits_static == 14
     # vLLM's fork (vllm-project/flash-attention@617264c1 hopper/heuristics.h L10-14, tile_size.h L41-42): hdim 128
     # with seqlen_q * g = 4 <= 64 runs one MMA warp group, tile 64 x 128 (the reference's 128 x 128 is upstream's)
-    assert p.details["use_one_mma_wg"] is True and p.details["kBlockM"] == 64
-    assert p.grid == (132,) and p.details["tiles"] == 80  # 1 m-block x 8 heads x 10 splits
+    assert p.details.use_one_mma_wg is True and p.details.kBlockM == 64
+    assert p.grid == (132,) and p.details.tiles == 80  # 1 m-block x 8 heads x 10 splits
     assert p.splits == (10,) and p.tokens_per_split == (256,)
     assert per_token_head(p, W8B) == 7224 and per_token_head(p, W8B, used=True) == 5160
 
@@ -164,7 +164,7 @@ def test_fa3_8b_non_paged_float32_edge():
     # section 2.1 row "FA3 (non-paged KV: blockN = 176, 15 n-blocks)": 15*1.1f*8/132 == 1.0 exactly
     assert blocks_per_sm(15, 8, 132) == 1
     p = plan_flash_attn3(W8B, H200, paged=False)
-    assert p.details["kBlockN"] == 176 and p.details["num_splits_static"] == 13
+    assert p.details.kBlockN == 176 and p.details.num_splits_static == 13
     assert p.splits == (13,) and p.nonempty_splits == (8,) and p.tokens_per_split == (352,)
     assert per_token_head(p, W8B) == 6708
     # the reference's non-varlen grid (1, 13 * 8, 1) is upstream's: vLLM's fork is built varlen only
@@ -178,7 +178,7 @@ def test_fa3_70b_float_tie():
     assert f32(17 / 132) < 0.85 * f32(20 / 132)
     assert fa3_heuristic(1, 132, 20, 1, 0, False, 128) == 18
     p = plan_flash_attn3(W70B, H200)
-    assert p.details["num_splits_static"] == 18
+    assert p.details.num_splits_static == 18
     assert p.splits == (18,) and p.nonempty_splits == (10,)  # ceil(20/18) = 2 blocks/split: 10-17 empty
     assert per_token_head(p, W70B) == 9288
 
@@ -211,9 +211,9 @@ def test_flashinfer_default_occupancy_is_documented_bound():
     # 128-thread CTA, 9216 B shared memory (Llama-3-8B, bf16): registers bound it at >= 2 CTAs/SM
     assert occupancy_lower_bound(128, 9216, (9, 0)) == 2
     p = plan_flashinfer(W8B, resolve_gpu("a100-80gb"))  # nothing measured for sm_80: the documented bound
-    assert p.details["occupancy"] == occupancy_lower_bound(128, 9216, (8, 0)) and p.grid == (20, 8)
+    assert p.details.occupancy == occupancy_lower_bound(128, 9216, (8, 0)) and p.grid == (20, 8)
     p = plan_flashinfer(W8B, H200)  # the H200's measured 9 CTAs/SM (decodecalc/data/occupancy.yaml): same grid
-    assert p.details["occupancy"] == 9 and p.grid == (20, 8)
+    assert p.details.occupancy == 9 and p.grid == (20, 8)
     assert per_token_head(p, W8B) == 20 * (512 + 4)  # buffer sized as fp32
 
 
@@ -241,7 +241,7 @@ def test_flashinfer_tc_fixed_split_is_batch_invariant():
 def test_flashdecoding_s_star(w, s_star, grid):
     # decode-attention-chapter.txt 'The grid': G_2D = 8 -> S* = 17; G_2D = 1 -> S* = 132
     p = plan_flashdecoding(w, H200)
-    assert p.details["S_star"] == s_star and p.grid == grid
+    assert p.details.S_star == s_star and p.grid == grid
 
 
 # ---------------------------------------------------------------------------------------- aiter
@@ -255,7 +255,7 @@ def test_aiter_segments(batch, seq_len, path, segments):
     # aiter e4048607 unified_attention.py: MI300X 304 CUs -> target 1216 programs, occ 4;
     # B=64: num_2d = 512, ceil(1216*4/512) = 10 -> np2 = 16; L <= 512 or num_2d > target -> 2D
     p = plan_aiter(work(batch=batch, seq_len=seq_len), MI300X)
-    assert p.details["path"] == path and p.splits[0] == segments
+    assert p.details.path == path and p.splits[0] == segments
     if path == "3D":
         assert p.grid == (batch, 8, segments)
 
@@ -266,7 +266,7 @@ def test_flashmla_schedule_and_rules():
     # section 9: num_sm_parts = max(132 / 1 / cdiv(16, 64), 1) = 132 for DeepSeek-V3 on TP 8 (h = 16)
     w = work("deepseek-v3", tp=8)
     p = plan_flashmla(w, H200)
-    assert p.details["num_sm_parts"] == 132 and p.grid == (1, 1, 132)
+    assert p.details.num_sm_parts == 132 and p.grid == (1, 1, 132)
     # 40 blocks + 5 overhead -> payload cdiv(45, 132) + 5 = 6: one block per part, 40 splits
     assert p.splits == (40,) and p.tokens_per_split == (64,)
     splits, pieces, busy = schedule((8192,) * 2, 4)
@@ -296,10 +296,10 @@ def test_sliding_layer_changes_fa2_fa3_rocm():
     # 7.1: the GQA swap needs "no window"; 7.2: local attention loads min(L, W + kBlockM) keys and uses
     # the local tile (head 256: kBlockN 64); section 6: CDNA custom paged attention rejects sliding windows
     w = work("gemma-2-9b", seq_len=32768)
-    assert plan_flash_attn2(w, H200, layer="sliding").details["seqlenq_ngroups_swapped"] is False
-    assert plan_flash_attn2(w, H200, layer="global").details["seqlenq_ngroups_swapped"] is True
+    assert plan_flash_attn2(w, H200, layer="sliding").details.seqlenq_ngroups_swapped is False
+    assert plan_flash_attn2(w, H200, layer="global").details.seqlenq_ngroups_swapped is True
     p = plan_flash_attn3(w, H200, layer="sliding")
-    assert p.details["kBlockN"] == 64 and p.tokens_per_split[0] * p.nonempty_splits[0] >= 4096
+    assert p.details.kBlockN == 64 and p.tokens_per_split[0] * p.nonempty_splits[0] >= 4096
     with pytest.raises(UnsupportedError, match="sliding"):
         plan_vllm_rocm(w, MI300X, layer="sliding")
     with pytest.raises(UnsupportedError, match="head size 256"):  # Gemma-2's d = 256 is not compiled either
@@ -310,6 +310,6 @@ def test_fa2_page_size_rule():
     # flash_api.cpp L613 / L1305: "Paged KV cache block size must be divisible by 256"
     with pytest.raises(UnsupportedError, match="divisible by 256|% 256"):
         plan_flash_attn2(W8B, H200, paged=True)
-    assert plan_flash_attn2(W8B, H200).details["paged_kv"] is False  # block 16: contiguous cache, same split rule
+    assert plan_flash_attn2(W8B, H200).details.paged_kv is False  # block 16: contiguous cache, same split rule
     p = plan_flash_attn2(work(block_size=256), H200)
-    assert p.details["paged_kv"] is True and p.grid == (1, 20, 8)
+    assert p.details.paged_kv is True and p.grid == (1, 20, 8)

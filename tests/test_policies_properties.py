@@ -138,7 +138,7 @@ def test_fa2_uses_batch_max_blocks(L, B):
     # batch has fewer non-empty splits than allocated
     w = make_workload(resolve_model("llama3-8b"), seq_lens=(L,) + (100_000,) * (B - 1))
     p = plan_flash_attn2(w, GPUS["h200"])
-    per_split = p.details["n_blocks_per_split"]
+    per_split = p.details.n_blocks_per_split
     assert p.nonempty_splits[0] == cdiv(cdiv(L, 128), per_split)
 
 
@@ -147,4 +147,4 @@ def test_fa2_uses_batch_max_blocks(L, B):
 def test_fa3_dynamic_never_exceeds_static(L):
     w = make_workload(resolve_model("llama3-8b"), batch=1, seq_len=L)
     p = plan_flash_attn3(w, GPUS["h200"])
-    assert 1 <= p.splits[0] <= p.details["num_splits_static"]
+    assert 1 <= p.splits[0] <= p.details.num_splits_static

@@ -91,7 +91,7 @@ def test_fp8_kv_launches_match_the_model(backend: str) -> None:
                                         cuda_graph=r["cuda_graph"])["match"]]
     assert not bad, bad[:5]
     if backend == "flashinfer":
-        occ = {FI.decode_variant(workload_of(r)): FI.plan_flashinfer(workload_of(r), H200).details["occupancy"]
+        occ = {FI.decode_variant(workload_of(r)): FI.plan_flashinfer(workload_of(r), H200).details.occupancy
                for r in recs}
         assert occ["128/8"] == 9 and occ["128/8/e4m3"] == 7 and occ["128/16/e4m3"] == 5
 
@@ -100,14 +100,14 @@ def test_h200_default_uses_the_measured_occupancy() -> None:
     # upstream-launchers.md corrections: (1024, 1) for 8:1 heads at batch 1 and 131,072 tokens
     w = make_workload(resolve_model("llama3-70b"), tp=8, seq_lens=(131072,) * 4)
     plan = FI.plan_flashinfer(w, H200)
-    assert plan.details["occupancy"] == 9
+    assert plan.details.occupancy == 9
     lower = FI.plan_flashinfer(w, H200, occupancy=2)
     assert plan.grid != lower.grid
     # issue 18 item 4: occupancy is the sm_90 build's, so the H100 (and H20) share the H200's measurement; an
     # architecture nothing was measured on keeps the labelled lower bound
-    assert FI.plan_flashinfer(w, resolve_gpu("h100")).details["occupancy"] == 9
-    assert FI.plan_flashinfer(w, resolve_gpu("h20")).details["occupancy"] == 9
-    assert FI.plan_flashinfer(w, resolve_gpu("a100-80gb")).details["occupancy"] < 9
+    assert FI.plan_flashinfer(w, resolve_gpu("h100")).details.occupancy == 9
+    assert FI.plan_flashinfer(w, resolve_gpu("h20")).details.occupancy == 9
+    assert FI.plan_flashinfer(w, resolve_gpu("a100-80gb")).details.occupancy < 9
 
 
 def test_cuda_core_group_sizes() -> None:

@@ -127,7 +127,7 @@ def test_vllm_window_segments_keep_early_exit_meaning():
     assert p.tiles_per_segment == (32,) and p.active_segments == (16,)
     # tile_start = (8192 - 1 - 4096 + 1) // 16 = 256: segments 8..15 read window keys
     assert p.window_segments == (8,)
-    assert p.plan.details["kv_tiles_read"] == (512 - 256,)
+    assert p.plan.details.kv_tiles_read == (512 - 256,)
     # partial state written by every active segment: 16 * 16 heads * (256 + 2) * 4
     assert p.plan.partial_state_bytes_used == 16 * 16 * 258 * 4
     assert p.plan.main.working_programs == 8 * 16  # h_kv * active segments
@@ -139,7 +139,7 @@ def test_vllm_window_unaligned_start():
     # tps = cdiv(5000, 256) = 20; act = cdiv(5000, 320) = 16; tile_start = (5000 - 4096) // 16 = 56
     # segments s with (s + 1) * 20 > 56: s >= 2 -> 14; tiles read cdiv(5000, 16) - 56 = 257
     assert p.active_segments == (16,) and p.window_segments == (14,)
-    assert p.plan.details["kv_tiles_read"] == (257,)
+    assert p.plan.details.kv_tiles_read == (257,)
 
 
 def test_vllm_global_layer_window_segments_equal_active():

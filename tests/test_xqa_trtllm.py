@@ -117,15 +117,15 @@ def test_xqa_or_mmha():
 def test_trtllm_xqa_grid():
     p = trtllm.plan_trtllm_xqa(_w(batch=4, seq_len=32768), H200)  # one KV head: 45 = round(sqrt(8 * 256)), 1.4 waves
     assert p.grid == (45, 1, 4)
-    assert p.details["xqa_sm_count"] == 45 * 4  # what FlashInfer's launcher is given to run that count
+    assert p.details.xqa_sm_count == 45 * 4  # what FlashInfer's launcher is given to run that count
 
 
 def test_trtllm_gen_split_and_the_post1_clamp():
     w = _w(tp=8, batch=1, seq_len=8192)  # G 8, one KV head
-    assert trtllm_gen.plan_trtllm_gen(w, B200, max_seq_len=8192).details["numCtasPerSeqKv"] == 16  # 32 -> 16
+    assert trtllm_gen.plan_trtllm_gen(w, B200, max_seq_len=8192).details.numCtasPerSeqKv == 16  # 32 -> 16
     assert trtllm_gen.plan_trtllm_gen(w, B200, max_seq_len=8192,
-                                      flashinfer_version="0.7.2").details["numCtasPerSeqKv"] == 32
-    assert trtllm_gen.plan_trtllm_gen(w, B200, max_seq_len=131072).details["numCtasPerSeqKv"] == 148  # past 65,536
+                                      flashinfer_version="0.7.2").details.numCtasPerSeqKv == 32
+    assert trtllm_gen.plan_trtllm_gen(w, B200, max_seq_len=131072).details.numCtasPerSeqKv == 148  # past 65,536
     with pytest.raises(UnsupportedError, match="SM 10"):
         trtllm_gen.plan_trtllm_gen(w, H200, max_seq_len=8192)
 

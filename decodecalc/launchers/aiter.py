@@ -35,6 +35,7 @@ import math
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.details import AiterDetails
 from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -103,7 +104,7 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         return LaunchPlan(
             system="aiter", kernels=kernels, splits=(1,) * B, nonempty_splits=(1,) * B, tokens_per_split=w.seq_lens,
             partial_state_bytes=0, partial_state_bytes_used=0, scratch_bytes=0, explain=ex.items(),
-            details={"path": "2D", "arch": arch, "source": SRC},
+            details=AiterDetails(path="2D", arch=arch, source=SRC),
         )
     if gfx12:
         tile = w.block_size
@@ -128,10 +129,11 @@ def plan_aiter(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_platform
         if fp8:
             tile = max(32, tile)
     ex.add("TILE_SIZE", tile, "min(64, np2(block_size))", f"{SRC} L219", block_size=w.block_size)
-    return _plan_3d(w, ex, q_blocks, S, tile, details={"arch": arch, "source": SRC})
+    return _plan_3d(w, ex, q_blocks, S, tile, arch=arch, source=SRC)
 
 
-def _plan_3d(w: Workload, ex: Explain, q_blocks: int, S: int, tile: int, *, details: dict[str, object]) -> LaunchPlan:
+def _plan_3d(w: Workload, ex: Explain, q_blocks: int, S: int, tile: int, *, source: str, arch: str | None = None,
+             release: str | None = None) -> LaunchPlan:
     """The 3D launch both releases share: grid (total_num_q_blocks, num_kv_heads, NUM_SEGMENTS), the
     kernel's segment early exit, reduce_segments over (num_tokens, num_query_heads) when S > 1."""
     B, T, h, h_kv, d = w.batch, w.num_tokens, w.num_heads, w.num_kv_heads, w.head_size
@@ -154,7 +156,8 @@ def _plan_3d(w: Workload, ex: Explain, q_blocks: int, S: int, tile: int, *, deta
         system="aiter", kernels=tuple(kernels_l), splits=(S,) * B, nonempty_splits=active,
         tokens_per_split=tuple(min(t * tile, L) for t, L in zip(tps, w.seq_lens)),
         partial_state_bytes=T * h * per, partial_state_bytes_used=used, scratch_bytes=T * h * per,
-        explain=ex.items(), details={"path": "3D", "NUM_SEGMENTS": S, "TILE_SIZE": tile, **details},
+        explain=ex.items(),
+        details=AiterDetails(path="3D", NUM_SEGMENTS=S, TILE_SIZE=tile, arch=arch, release=release, source=source),
     )
 
 
@@ -195,14 +198,14 @@ def plan_aiter_release(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_
         return LaunchPlan(
             system="aiter", kernels=kernels, splits=(1,) * B, nonempty_splits=(1,) * B, tokens_per_split=w.seq_lens,
             partial_state_bytes=0, partial_state_bytes_used=0, scratch_bytes=0, explain=ex.items(),
-            details={"path": "2D", "release": RELEASE, "source": SRC_RELEASE},
+            details=AiterDetails(path="2D", release=RELEASE, source=SRC_RELEASE),
         )
     tile = w.block_size
     min_seg = 16 if tile <= 16 else 8
     S = ex.add("NUM_SEGMENTS", max(min(next_power_of_2(math.ceil(target / num_2d)), 128), min_seg),
                "max(min(np2(ceil(target_num_prgms / num_2d_prgms)), 128), 16 if TILE_SIZE <= 16 else 8)",
                f"{SRC_RELEASE} L56-69", target_num_prgms=target, num_2d_prgms=num_2d, TILE_SIZE=tile)
-    return _plan_3d(w, ex, q_blocks, S, tile, details={"release": RELEASE, "source": SRC_RELEASE})
+    return _plan_3d(w, ex, q_blocks, S, tile, release=RELEASE, source=SRC_RELEASE)
 
 
 def length_key(w: Workload) -> LengthKey:
@@ -211,8 +214,9 @@ def length_key(w: Workload) -> LengthKey:
     tile = tile_size(w.block_size)
 
     def tokens_per_split(p: LaunchPlan, L: int) -> int:
-        if p.details.get("path") != "3D":
+        d = p.details
+        if not isinstance(d, AiterDetails) or d.NUM_SEGMENTS is None or d.TILE_SIZE is None:  # the 2D path
             return L
-        S, t = p.details["NUM_SEGMENTS"], p.details["TILE_SIZE"]
+        S, t = d.NUM_SEGMENTS, d.TILE_SIZE
         return min(cdiv(L, S * t) * t, L)
     return LengthKey(lambda L: (cdiv(L, tile), L <= MAX_SEQLEN_K_2D), tokens_per_split)

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from decodecalc.derived import Derived, prod
+from decodecalc.errors import ConfigError
+from decodecalc.launchers.details import PlanDetails
+
+DetailsT = TypeVar("DetailsT")
 
 
 class KernelKind(StrEnum):
@@ -71,10 +75,19 @@ class LaunchPlan:
     partial_state_bytes_used: int
     scratch_bytes: int
     explain: tuple[Derived, ...] = ()
-    details: dict[str, Any] = field(default_factory=dict)
+    #: what this launcher records beyond the common fields (its record in launchers.details); None: nothing
+    details: PlanDetails | None = None
     #: small kernels launched besides ``kernels`` that do no attention work, counted for their launch
     #: cost only (SGLang's split-count kernel ``get_num_kv_splits_triton`` in adaptive mode)
     aux_launches: int = 0
+
+    def details_as(self, kind: type[DetailsT]) -> DetailsT:
+        """``details`` as the record ``kind`` of the launcher that made this plan; a ConfigError for a plan another
+        launcher made (a caller that reads one launcher's details from another's plan)."""
+        if not isinstance(self.details, kind):
+            raise ConfigError(f"the {self.system} plan has no {kind.__name__} (its details: "
+                              f"{type(self.details).__name__})")
+        return self.details
 
     @property
     def main(self) -> KernelLaunch:

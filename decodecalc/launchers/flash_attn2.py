@@ -24,6 +24,7 @@ import struct
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.details import Fa2Details
 from decodecalc.launchers.guards import layer_window, require_no_sinks, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -198,8 +199,8 @@ def plan_flash_attn2(
         system="fa2", kernels=tuple(kernels), splits=(S,) * B, nonempty_splits=nonempty if S > 1 else (1,) * B,
         tokens_per_split=tps if S > 1 else w.seq_lens, partial_state_bytes=rows * per,
         partial_state_bytes_used=used, scratch_bytes=rows * per, explain=ex.items(),
-        details={"paged_kv": paged, "seqlenq_ngroups_swapped": swapped, "kBlockN": bN, "num_n_blocks": n_blocks,
-                 "n_blocks_per_split": n_blocks_per_split, "entry": entry, "source": SRC_API},
+        details=Fa2Details(paged_kv=paged, seqlenq_ngroups_swapped=swapped, kBlockN=bN, num_n_blocks=n_blocks,
+                           n_blocks_per_split=n_blocks_per_split, entry=entry, source=SRC_API),
     )
 
 
@@ -208,4 +209,4 @@ def length_key(w: Workload) -> LengthKey:
     bN = block_n(w.head_size)
     page = w.block_size if w.block_size % 256 == 0 else 1  # a paged cache counts whole pages (seqlen_k)
     return LengthKey(lambda L: cdiv(cdiv(L, page) * page, bN),
-                     lambda p, L: min(p.details["n_blocks_per_split"] * bN, L) if p.splits[0] > 1 else L)
+                     lambda p, L: min(p.details_as(Fa2Details).n_blocks_per_split * bN, L) if p.splits[0] > 1 else L)

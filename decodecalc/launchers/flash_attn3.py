@@ -44,6 +44,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.details import Fa3Details
 from decodecalc.launchers.flash_attn2 import f32
 from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
@@ -365,7 +366,7 @@ def plan_flash_attn3(
         system="fa3", kernels=tuple(kernels), splits=splits, nonempty_splits=nonempty, tokens_per_split=tps,
         partial_state_bytes=rows * per, partial_state_bytes_used=used, scratch_bytes=rows * per,
         explain=ex.items(),
-        details={"num_splits_static": S_static, "kBlockM": kM_k, "kBlockN": kN_k, "pagedkv_tma": tma,
-                 "pack_gqa": pack_gqa, "use_one_mma_wg": one_wg_k, "element_size": elem, "tiles": tiles,
-                 "varlen": varlen, "dynamic_splits": S_static > 1, "num_splits_arg": num_splits, "source": SRC_API},
+        details=Fa3Details(num_splits_static=S_static, kBlockM=kM_k, kBlockN=kN_k, pagedkv_tma=tma,
+                           pack_gqa=pack_gqa, use_one_mma_wg=one_wg_k, element_size=elem, tiles=tiles,
+                           varlen=varlen, dynamic_splits=S_static > 1, num_splits_arg=num_splits, source=SRC_API),
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, SweepRow
+from decodecalc.launchers.details import FlashDecodingDetails
 from decodecalc.launchers import vllm_unified
 from decodecalc.launchers.guards import require_decode, require_not_mla
 from decodecalc.specs.gpus import GPUSpec
@@ -80,7 +81,7 @@ def plan_flashdecoding(w: Workload, gpu: GPUSpec, *, num_splits: int | None = No
         system="flashdecoding", kernels=tuple(kernels), splits=(S,) * B, nonempty_splits=nonempty,
         tokens_per_split=split_len, partial_state_bytes=rows * per, partial_state_bytes_used=used,
         scratch_bytes=rows * per, explain=ex.items(),
-        details={"S_star": S, "G_2D": G_2D, "source": SOURCE},
+        details=FlashDecodingDetails(S_star=S, G_2D=G_2D, source=SOURCE),
     )
 
 

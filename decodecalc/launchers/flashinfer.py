@@ -28,6 +28,7 @@ from typing import Any
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.details import FlashInferDecodeDetails, FlashInferDetails, FlashInferTcDetails
 from decodecalc.launchers.guards import layer_window, require_no_sinks, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -249,9 +250,10 @@ def plan_flashinfer(
         system="flashinfer", kernels=tuple(kernels), splits=chunks, nonempty_splits=chunks,
         tokens_per_split=tps, partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
-        details={"occupancy": occ, "max_grid_size": max_grid, "kv_chunk_size_in_pages": chunk, "split_kv": split,
-                 "padded_batch_size": padded_bs, "new_batch_size": (sum(chunks) if split else B),
-                 "cuda_graph": cuda_graph, "source": SRC_SCHED},
+        details=FlashInferDecodeDetails(occupancy=occ, max_grid_size=max_grid, kv_chunk_size_in_pages=chunk,
+                                        split_kv=split, padded_batch_size=padded_bs,
+                                        new_batch_size=(sum(chunks) if split else B), cuda_graph=cuda_graph,
+                                        source=SRC_SCHED),
     )
 
 
@@ -373,9 +375,10 @@ def plan_flashinfer_tc(
         system="flashinfer-tc", kernels=tuple(kernels), splits=splits, nonempty_splits=splits,
         tokens_per_split=tps, partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
-        details={"kv_chunk_size_in_pages": chunk, "split_kv": split, "padded_batch_size": padded_bs,
-                 "new_batch_size": new_bs, "cta_tile_q": cta_tile_q, "cuda_graph": cuda_graph,
-                 "fixed_split_size": fixed_split_size, "disable_split_kv": disable_split_kv, "source": SRC_SCHED},
+        details=FlashInferTcDetails(kv_chunk_size_in_pages=chunk, split_kv=split, padded_batch_size=padded_bs,
+                                    new_batch_size=new_bs, cta_tile_q=cta_tile_q, cuda_graph=cuda_graph,
+                                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
+                                    source=SRC_SCHED),
     )
 
 
@@ -385,6 +388,7 @@ def length_key(w: Workload) -> LengthKey:
     page = w.block_size
 
     def tokens_per_split(p: LaunchPlan, L: int) -> int:
-        chunk = p.details.get("kv_chunk_size_in_pages")
-        return min(chunk * page, L) if (p.details.get("split_kv") and chunk) else L
+        d = p.details_as(FlashInferDetails)
+        chunk = d.kv_chunk_size_in_pages
+        return min(chunk * page, L) if (d.split_kv and chunk) else L
     return LengthKey(lambda L: cdiv(L, page), tokens_per_split)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.details import FlashMlaDetails
 from decodecalc.launchers.guards import require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -122,13 +123,13 @@ def plan_flashmla(w: Workload, gpu: GPUSpec, *, check_platform: bool = True) -> 
         system="flashmla", kernels=tuple(kernels), splits=tuple(splits), nonempty_splits=tuple(splits),
         tokens_per_split=tps, partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
-        details={"num_sm_parts": parts, "blocks_per_split": [tuple(p) for p in pieces], "busy_parts": busy,
-                 "part_loads": tuple(loads),
-                 "note": "kernel page size is 64 (FlashMLA requires it; engines set it)", "source": SRC_SCHED},
+        details=FlashMlaDetails(num_sm_parts=parts, blocks_per_split=tuple(tuple(p) for p in pieces), busy_parts=busy,
+                                part_loads=tuple(loads),
+                                note="kernel page size is 64 (FlashMLA requires it; engines set it)", source=SRC_SCHED),
     )
 
 
 def length_key(w: Workload) -> LengthKey:
     """For the sweep: the schedule depends on the length only through its block_size_n block count."""
     return LengthKey(lambda L: cdiv(L, block_size_n),
-                     lambda p, L: min(max(p.details["blocks_per_split"][0]) * block_size_n, L))
+                     lambda p, L: min(max(p.details_as(FlashMlaDetails).blocks_per_split[0]) * block_size_n, L))

@@ -38,6 +38,21 @@ from decodecalc.launchers import (
     xqa,
 )
 from decodecalc.launchers.base import LaunchPlan, LengthKey, SweepRow
+from decodecalc.launchers.details import (
+    AiterDetails,
+    Fa2Details,
+    Fa3Details,
+    FlashInferDecodeDetails,
+    FlashInferDetails,
+    FlashMlaDetails,
+    MmhaDetails,
+    PagedAttentionDetails,
+    RocmDetails,
+    TritonMlaDetails,
+    TrtllmGenDetails,
+    TrtllmXqaDetails,
+    XqaDetails,
+)
 from decodecalc.launchers.names import Backend, Engine
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -202,8 +217,24 @@ def _fa3_sglang(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> LaunchPlan:
 
 
 def _xqa_note(p: LaunchPlan) -> str:
-    d = p.details
-    return f"{d['kernel']}, {d['nbSubSeqPerSeq']} sub-sequences per sequence, maxSeqLen {d['maxSeqLen']:,} (block table)"
+    d = p.details_as(XqaDetails)
+    return f"{d.kernel}, {d.nbSubSeqPerSeq} sub-sequences per sequence, maxSeqLen {d.maxSeqLen:,} (block table)"
+
+
+def _trtllm_gen_note(d: TrtllmGenDetails) -> str:
+    return f"{d.numCtasPerSeqKv} KV CTAs per sequence, {d.multiCtasKvMode}"
+
+
+def _trtllm_xqa_note(d: TrtllmXqaDetails) -> str:
+    return f"multi_block {d.multi_block} ({d.kernel})"
+
+
+def _mmha_note(d: MmhaDetails) -> str:
+    return f"seq_len_tile {d.seq_len_tile}, {d.block_size} threads (assumed)"
+
+
+def _triton_mla_note(d: TritonMlaDetails) -> str:
+    return f"num_kv_splits {d.num_kv_splits} from max_seq_len {d.max_seq_len:,}"
 
 
 def _capture_sizes(w: Workload, gpu: GPUSpec, opts: PolicyOptions) -> tuple[int, ...]:
@@ -222,14 +253,14 @@ def _capture_sizes_cached(s: vllm_unified.VllmSettings, cc_major: int) -> tuple[
 
 
 def _fa3_notes(w: Workload, p: LaunchPlan, opts: PolicyOptions) -> list[str]:
-    d = p.details
-    return [f"static bound {d['num_splits_static']} (scratch), dynamic {fmt_range(p.splits)}, kBlockN {d['kBlockN']}"]
+    d = p.details_as(Fa3Details)
+    return [f"static bound {d.num_splits_static} (scratch), dynamic {fmt_range(p.splits)}, kBlockN {d.kBlockN}"]
 
 
 def _fi_notes(w: Workload, p: LaunchPlan, opts: PolicyOptions) -> list[str]:
-    d = p.details
-    occ = f", occupancy {d['occupancy']} CTA/SM" if "occupancy" in d else ""
-    return [f"{'CUDA graph' if d['cuda_graph'] else 'eager'}{occ}, padded batch {d['padded_batch_size']}"]
+    d = p.details_as(FlashInferDetails)
+    occ = f", occupancy {d.occupancy} CTA/SM" if isinstance(d, FlashInferDecodeDetails) else ""
+    return [f"{'CUDA graph' if d.cuda_graph else 'eager'}{occ}, padded batch {d.padded_batch_size}"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -279,22 +310,22 @@ _register(BackendSpec(
     Backend.VLLM_PAGED, "vLLM legacy PagedAttention v1/v2", "vllm 0.11.0 paged_attn.py + csrc/attention", "cuda",
     "no (v1/v2 choice depends on B*h and max length; v2 partitions are per sequence)",
     build=lambda w, g, o: vllm_paged_attention.plan_vllm_paged_attention(w, g), live_rows=_one,
-    tile_keys=_const("BLOCK_SIZE", 16), notes=lambda w, p, o: [f"{p.details['version']}"],
+    tile_keys=_const("BLOCK_SIZE", 16), notes=lambda w, p, o: [p.details_as(PagedAttentionDetails).version],
     length_key=vllm_paged_attention.length_key))
 _register(BackendSpec(
     Backend.VLLM_ROCM, "vLLM ROCm custom paged attention", "vllm csrc/rocm/attention.cu @4388f06c", "rocm",
     "yes (256-token partitions per sequence)",
     build=lambda w, g, o: vllm_rocm.plan_vllm_rocm(w, g, layer=o.layer), live_rows=_group,
-    tile_keys=lambda w, p: vllm_rocm.PARTITION_SIZE, notes=lambda w, p, o: [p.details["kernel"]],
+    tile_keys=lambda w, p: vllm_rocm.PARTITION_SIZE, notes=lambda w, p, o: [p.details_as(RocmDetails).kernel],
     length_key=vllm_rocm.length_key,
     engines=(EngineUse(engine=_V, name="ROCM_ATTN", select="VLLM_ATTENTION_BACKEND=ROCM_ATTN"),)))
 _register(BackendSpec(
     Backend.FA2, "FlashAttention-2 (flash_attn_with_kvcache)", "flash-attention@0251105a csrc/flash_attn", "cuda",
     "no (num_splits from B, heads and the batch-max length)",
     build=lambda w, g, o: flash_attn2.plan_flash_attn2(w, g, layer=o.layer),
-    live_rows=lambda w, p: w.group_size if p.details["seqlenq_ngroups_swapped"] else 1,
+    live_rows=lambda w, p: w.group_size if p.details_as(Fa2Details).seqlenq_ngroups_swapped else 1,
     tile_keys=_const("kBlockN", 128),
-    notes=lambda w, p, o: [] if p.details["paged_kv"] else [
+    notes=lambda w, p, o: [] if p.details_as(Fa2Details).paged_kv else [
         f"contiguous KV cache: upstream FA2 pages must be multiples of 256 (block size {w.block_size})"],
     length_key=flash_attn2.length_key,
     families=("fa2_fwd", "fa2_fwd_plain", "fa2_combine"), blockless=True,
@@ -362,7 +393,7 @@ _register(BackendSpec(
     "no (KV CTAs from the batch's CTA count and max_seq_len)",
     build=lambda w, g, o: trtllm_gen.plan_trtllm_gen(w, g, max_seq_len=xqa.default_max_seq_len(w, o.max_model_len)),
     live_rows=_group, tile_keys=lambda w, p: trtllm_gen.STEP_KV,
-    notes=lambda w, p, o: [f"{p.details['numCtasPerSeqKv']} KV CTAs per sequence, {p.details['multiCtasKvMode']}"],
+    notes=lambda w, p, o: [_trtllm_gen_note(p.details_as(TrtllmGenDetails))],
     engines=(EngineUse(engine=_V, name="FLASHINFER", select="VLLM_ATTENTION_BACKEND=FLASHINFER (SM100: decodes with "
                        "trtllm-gen when the cubins are available)"),
              EngineUse(engine=_S, name="trtllm_mha", select="--attention-backend trtllm_mha"))))
@@ -370,8 +401,7 @@ _register(BackendSpec(
     Backend.TRTLLM_XQA, "TensorRT-LLM XQA (multi-block)", f"{trtllm.SRC_COMMON} L357-482", "cuda",
     "no (the multi-block count follows the batch's longest sequence and size)",
     build=lambda w, g, o: trtllm.plan_trtllm_xqa(w, g, settings=o.trtllm), live_rows=_group,
-    tile_keys=_const("tile_tokens", 256), notes=lambda w, p, o: [f"multi_block {p.details['multi_block']} "
-                                                                 f"({p.details['kernel']})"],
+    tile_keys=_const("tile_tokens", 256), notes=lambda w, p, o: [_trtllm_xqa_note(p.details_as(TrtllmXqaDetails))],
     families=("xqa", "xqa_wide", "xqa_sm90", "xqa_merge", "xqa_sm90_merge"), profiler_roles=(("main", ("kernel_mha",)),), install=_FI_INSTALL,
     engines=(EngineUse(engine=Engine.TRTLLM, name="xqa", select="enable_xqa (default) with multi_block_mode; "
                        "TRTLLM_XQA_BLOCKS_PER_SEQUENCE=N sets the count"),)))
@@ -380,14 +410,14 @@ _register(BackendSpec(
     "no (blocks per sequence from B * Hq and the batch's longest sequence)",
     build=lambda w, g, o: trtllm.plan_trtllm_mmha(w, g, settings=o.trtllm, layer=o.layer), live_rows=_one,
     tile_keys=_const("timesteps_per_block", 128),
-    notes=lambda w, p, o: [f"seq_len_tile {p.details['seq_len_tile']}, {p.details['block_size']} threads (assumed)"],
+    notes=lambda w, p, o: [_mmha_note(p.details_as(MmhaDetails))],
     engines=(EngineUse(engine=Engine.TRTLLM, name="mmha", select="where XQA does not serve or gain (enable_xqa off, "
                        "plain MHA); TRTLLM_MMHA_BLOCKS_PER_SEQUENCE=N with TRTLLM_ENABLE_MMHA_MULTI_BLOCK_DEBUG=1"),)))
 _register(BackendSpec(
     Backend.AITER, "AMD aiter unified attention", "aiter@e4048607 unified_attention.py", "rocm",
     "no (segment count from the batch's 2D program count)",
     build=lambda w, g, o: aiter.plan_aiter(w, g, layer=o.layer), live_rows=_group,
-    tile_keys=_const("TILE_SIZE", 64), notes=lambda w, p, o: [f"{p.details['path']} ({p.details['arch']})"],
+    tile_keys=_const("TILE_SIZE", 64), notes=lambda w, p, o: [f"{p.details_as(AiterDetails).path} ({p.details_as(AiterDetails).arch})"],
     length_key=aiter.length_key,
     engines=(EngineUse(engine=_S, name="aiter", select="--attention-backend aiter"),)))
 _register(BackendSpec(
@@ -395,7 +425,7 @@ _register(BackendSpec(
     "no (greedy packing of the whole batch into SM parts)",
     build=lambda w, g, o: flashmla.plan_flashmla(w, g),
     live_rows=lambda w, p: min(64, w.group_size * w.max_seqlen_q), tile_keys=lambda w, p: flashmla.block_size_n,
-    notes=lambda w, p, o: [f"{p.details['num_sm_parts']} SM parts"],
+    notes=lambda w, p, o: [f"{p.details_as(FlashMlaDetails).num_sm_parts} SM parts"],
     length_key=flashmla.length_key,
     families=("flashmla_fwd", "flashmla_combine"), blockless=True,
     profiler_roles=(("main", ("flash_fwd_splitkv_mla", "splitkv_mla")), ("merge", ("mla_combine",))),
@@ -408,7 +438,7 @@ _register(BackendSpec(
     build=lambda w, g, o: triton_mla.plan_triton_mla(w, g, version=o.vllm.version if o.vllm.version == "0.33.0"
                                                      else "0.34.0", batch_invariant=o.batch_invariant, layer=o.layer),
     live_rows=lambda w, p: min(triton_mla.BLOCK_H, w.group_size), tile_keys=lambda w, p: int(p.tokens_per_split[0]),
-    notes=lambda w, p, o: [f"num_kv_splits {p.details['num_kv_splits']} from max_seq_len {p.details['max_seq_len']:,}"],
+    notes=lambda w, p, o: [_triton_mla_note(p.details_as(TritonMlaDetails))],
     engines=(EngineUse(engine=_V, name="TRITON_MLA", select="VLLM_ATTENTION_BACKEND=TRITON_MLA"),), attention="mla"))
 _register(BackendSpec(
     Backend.FLASHDECODING, "FlashDecoding at S* (chapter baseline)", "decode-attention chapter 'The grid'", "any",

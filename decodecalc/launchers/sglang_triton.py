@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decodecalc.derived import Explain, cdiv, maximum, minimum, next_power_of_2, select
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, SweepRow
+from decodecalc.launchers.details import SglangDetails
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
 
@@ -363,8 +364,8 @@ def plan_sglang(work: Workload, gpu: GPUSpec, settings: SglangSettings | None = 
     plan = LaunchPlan(
         system="sglang", kernels=kernels, splits=splits[:real], nonempty_splits=nonempty[:real],
         tokens_per_split=kvps[:real], partial_state_bytes=ps, partial_state_bytes_used=used, scratch_bytes=scratch,
-        explain=ex.items(), details={"mode": mode, "padded_rows": padded_rows,
-                                     "window_kv_lens": window_lens[:real] if window_lens else None},
+        explain=ex.items(), details=SglangDetails(mode=mode, padded_rows=padded_rows,
+                                                 window_kv_lens=window_lens[:real] if window_lens else None),
         aux_launches=1 if mode == "adaptive" else 0,  # get_num_kv_splits_triton (triton_backend.py L431-480)
     )
     return SglangPlan(plan=plan, max_kv_splits=maxs, num_kv_splits=splits[:real], nonempty_splits=nonempty[:real],

@@ -14,6 +14,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan
+from decodecalc.launchers.details import TritonMlaDetails
 from decodecalc.launchers.guards import layer_window
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -59,7 +60,7 @@ def plan_triton_mla(w: Workload, gpu: GPUSpec, *, version: str = "0.34.0", batch
     return LaunchPlan(system="triton-mla", kernels=(stage1, stage2), splits=(s,) * B, nonempty_splits=nonempty,
                       tokens_per_split=tuple(per), partial_state_bytes=partial,
                       partial_state_bytes_used=sum(nonempty) * H * (w.head_size_v + 1) * 4, scratch_bytes=partial,
-                      explain=ex.items(), details={"num_kv_splits": s, "max_seq_len": L, "source": SRC_BACKEND})
+                      explain=ex.items(), details=TritonMlaDetails(num_kv_splits=s, max_seq_len=L, source=SRC_BACKEND))
 
 
 __all__ = ["compute_num_kv_splits", "plan_triton_mla"]

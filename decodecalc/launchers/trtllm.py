@@ -36,6 +36,7 @@ from decodecalc.derived import Explain, cdiv, next_power_of_2
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import xqa
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.details import MmhaDetails, TrtllmXqaDetails
 from decodecalc.launchers.guards import layer_window, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -236,9 +237,9 @@ def plan_trtllm_xqa(w: Workload, gpu: GPUSpec, *, settings: TrtllmSettings | Non
         splits=splits, nonempty_splits=tuple(min(t, s) for t, s in zip(tiles, splits)),
         tokens_per_split=tuple(cdiv(t, s) * tile for t, s in zip(tiles, splits)), partial_state_bytes=used,
         partial_state_bytes_used=used, scratch_bytes=scratch, explain=ex.items(),
-        details={"multi_block": m, "kernel": "mha_sm90.cu" if gmma else "mha.cu", "history_length": hist,
-                 "xqa_sm_count": m * B * h_kv, "in_kernel_merge": True, "strided_tile_tokens": tile,
-                 "source": SRC_COMMON},
+        details=TrtllmXqaDetails(multi_block=m, kernel="mha_sm90.cu" if gmma else "mha.cu", history_length=hist,
+                                 xqa_sm_count=m * B * h_kv, in_kernel_merge=True, strided_tile_tokens=tile,
+                                 source=SRC_COMMON),
     )
 
 
@@ -309,8 +310,8 @@ def plan_trtllm_mmha(w: Workload, gpu: GPUSpec, *, settings: TrtllmSettings | No
         splits=(tiles,) * B, nonempty_splits=nonempty, tokens_per_split=(min(per_block, max(w.seq_lens)),) * B,
         partial_state_bytes=scratch, partial_state_bytes_used=sum(nonempty) * H * (d * w.q_bytes + 8) if tiles > 1 else 0,
         scratch_bytes=scratch, explain=ex.items(),
-        details={"seq_len_tile": tiles, "multi_block": enabled, "block_size": block_size,
-                 "timesteps_per_block": per_block, "source": SRC_MMHA},
+        details=MmhaDetails(seq_len_tile=tiles, multi_block=enabled, block_size=block_size,
+                            timesteps_per_block=per_block, source=SRC_MMHA),
     )
 
 

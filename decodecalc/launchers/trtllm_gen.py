@@ -23,6 +23,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.details import TrtllmGenDetails
 from decodecalc.launchers.guards import require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -98,8 +99,8 @@ def plan_trtllm_gen(w: Workload, gpu: GPUSpec, *, max_seq_len: int, flashinfer_v
         system="trtllm-gen", kernels=(main,), splits=(n,) * w.batch, nonempty_splits=nonempty,
         tokens_per_split=tuple(cdiv(t, n) * STEP_KV for t in kv_tiles), partial_state_bytes=partial,
         partial_state_bytes_used=partial, scratch_bytes=partial, explain=ex.items(),
-        details={"numCtasPerSeqKv": n, "multiCtasKvMode": mode, "max_seq_len": max_seq_len,
-                 "flashinfer_version": flashinfer_version, "source": SRC},
+        details=TrtllmGenDetails(numCtasPerSeqKv=n, multiCtasKvMode=mode, max_seq_len=max_seq_len,
+                                 flashinfer_version=flashinfer_version, source=SRC),
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.details import PagedAttentionDetails
 from decodecalc.launchers.guards import require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -79,7 +80,7 @@ def plan_vllm_paged_attention(
         return LaunchPlan(
             system="vllm-paged-v1", kernels=kernels, splits=(1,) * B, nonempty_splits=(1,) * B,
             tokens_per_split=w.seq_lens, partial_state_bytes=0, partial_state_bytes_used=0, scratch_bytes=0,
-            explain=ex.items(), details={"version": "v1", "source": SRC_CALLER},
+            explain=ex.items(), details=PagedAttentionDetails(version="v1", source=SRC_CALLER),
         )
     nonempty = tuple(cdiv(L, _PARTITION_SIZE) for L in w.seq_lens)
     ex.add("partitions_per_seq", nonempty, "cdiv(L_i, 512); CTAs with partition_idx * 512 >= L_i return",
@@ -100,11 +101,11 @@ def plan_vllm_paged_attention(
         system="vllm-paged-v2", kernels=kernels, splits=(P,) * B, nonempty_splits=nonempty,
         tokens_per_split=tuple(min(_PARTITION_SIZE, L) for L in w.seq_lens),
         partial_state_bytes=allocated, partial_state_bytes_used=used, scratch_bytes=allocated,
-        explain=ex.items(), details={"version": "v2", "max_num_partitions": P, "source": SRC_V2},
+        explain=ex.items(), details=PagedAttentionDetails(version="v2", max_num_partitions=P, source=SRC_V2),
     )
 
 
 def length_key(w: Workload) -> LengthKey:
     """For the sweep: the launch depends on the length through its partition count and the v1 length limit."""
     return LengthKey(lambda L: (cdiv(L, _PARTITION_SIZE), L <= V1_MAX_SEQ_LEN),
-                     lambda p, L: L if p.details.get("version") == "v1" else min(_PARTITION_SIZE, L))
+                     lambda p, L: L if p.details_as(PagedAttentionDetails).version == "v1" else min(_PARTITION_SIZE, L))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelLaunch, LaunchPlan, LengthKey
+from decodecalc.launchers.details import RocmDetails
 from decodecalc.launchers.guards import layer_window, require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -121,7 +122,7 @@ def plan_vllm_rocm(w: Workload, gpu: GPUSpec, *, layer: str = "auto", check_plat
         tokens_per_split=tuple(min(PARTITION_SIZE, L) for L in w.seq_lens),
         partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
-        details={"kernel": kernel, "max_num_partitions": P, "npar_loops": npar_loops, "source": SRC_LAUNCH},
+        details=RocmDetails(kernel=kernel, max_num_partitions=P, npar_loops=npar_loops, source=SRC_LAUNCH),
     )
 
 

@@ -21,6 +21,7 @@ from decodecalc.derived import Explain, cdiv, maximum, next_power_of_2, prod
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan, SweepRow
+from decodecalc.launchers.details import VllmUnifiedDetails
 from decodecalc.launchers.vllm_triton_backend import (  # the backend's half, re-exported for callers of this module
     _BACKEND,
     _OPS,
@@ -337,7 +338,7 @@ def plan_vllm(work: Workload, gpu: GPUSpec, settings: VllmSettings | None = None
     return VllmPlan(plan=plan, launch=launch, backend=backend, settings=settings, replay_mode=replay.mode,
                     replay=replay_out,
                     segments_per_seq=segs, active_segments=active, tiles_per_segment=tps,
-                    window_segments=plan.details["window_segments"])
+                    window_segments=plan.details_as(VllmUnifiedDetails).window_segments)
 
 
 def _padded_query_lens(real: tuple[int, ...], b_pad: int, t_pad: int, q_capture: int) -> tuple[int, ...]:
@@ -436,8 +437,8 @@ def _launch_plan(
         system=system, kernels=kernels, splits=segs, nonempty_splits=active, tokens_per_split=tokens_per_split,
         partial_state_bytes=ps_bytes, partial_state_bytes_used=used, scratch_bytes=scratch,
         explain=launch.explain + backend.explain + ex.items(),
-        details={"use_3d": launch.use_3d, "tiles_per_segment": tps, "window_segments": window_segs,
-                 "kv_tiles_read": tiles_read},
+        details=VllmUnifiedDetails(use_3d=launch.use_3d, tiles_per_segment=tps, window_segments=window_segs,
+                                   kv_tiles_read=tiles_read),
     )
     return plan, segs, active, tps
 

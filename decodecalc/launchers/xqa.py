@@ -27,6 +27,7 @@ import math
 from decodecalc.derived import Explain, cdiv
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.details import XqaDetails
 from decodecalc.launchers.guards import require_decode, require_not_mla, require_vendor
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload
@@ -176,10 +177,10 @@ def plan_xqa(w: Workload, gpu: GPUSpec, *, max_seq_len: int | None = None, max_m
         system="xqa-fp8" if sm90 else "xqa", kernels=(main,), splits=splits, nonempty_splits=nonempty,
         tokens_per_split=tps, partial_state_bytes=allocated, partial_state_bytes_used=used,
         scratch_bytes=allocated, explain=ex.items(),
-        details={"kernel": "mha_sm90.cu" if sm90 else "mha.cu", "nbSubSeqPerSeq": n, "maxSeqLen": width,
-                 "sm_count": sms, "tile_tokens": GEMM0_CTA_TILE_TOKENS if sm90 else CTA_TILE_TOKENS,
-                 "in_kernel_merge": True, "strided_tile_tokens": GEMM0_CTA_TILE_TOKENS if sm90 else CTA_TILE_TOKENS,
-                 "source": SRC_SM90 if sm90 else SRC_MHA},
+        details=XqaDetails(kernel="mha_sm90.cu" if sm90 else "mha.cu", nbSubSeqPerSeq=n, maxSeqLen=width,
+                           sm_count=sms, tile_tokens=GEMM0_CTA_TILE_TOKENS if sm90 else CTA_TILE_TOKENS,
+                           in_kernel_merge=True, strided_tile_tokens=GEMM0_CTA_TILE_TOKENS if sm90 else CTA_TILE_TOKENS,
+                           source=SRC_SM90 if sm90 else SRC_MHA),
     )
 
 

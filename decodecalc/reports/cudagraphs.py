@@ -25,6 +25,7 @@ from typing import Any
 from decodecalc.errors import ConfigError, DecodecalcError
 from decodecalc.launchers import vllm_cudagraphs as cg
 from decodecalc.launchers import flashinfer, sglang_triton, vllm_unified
+from decodecalc.launchers.details import FlashInferDecodeDetails
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.workload import Workload, make_workload
 
@@ -117,6 +118,6 @@ def cudagraph_report(base: Workload, gpu: GPUSpec, vllm: vllm_unified.VllmSettin
             break
         frows.append({"batch": b, "grid_eager": list(e.grid), "grid_cuda_graph": list(g.grid),
                       "working": g.main.working_programs, "splits_eager": e.splits[0], "splits_cuda_graph": g.splits[0],
-                      "occupancy": g.details["occupancy"]})
+                      "occupancy": g.details_as(FlashInferDecodeDetails).occupancy})
     out["flashinfer"] = {"rows": frows, "error": ferr}
     return out

@@ -26,6 +26,14 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.base import LaunchPlan
+from decodecalc.launchers.details import (
+    FlashMlaDetails,
+    PagedAttentionDetails,
+    SglangDetails,
+    TrtllmXqaDetails,
+    VllmUnifiedDetails,
+    XqaDetails,
+)
 from decodecalc.launchers.registry import POLICIES, POLICY_NAMES, PolicyOptions
 from decodecalc.reports.compare import evaluate
 from decodecalc.specs.gpus import GPUSpec
@@ -92,29 +100,31 @@ class PolicyDeterminism:
 
 def _path(name: str, plan: LaunchPlan) -> str:
     d = plan.details
-    if "use_3d" in d:
-        return "3D" if d["use_3d"] else "2D"
+    if isinstance(d, VllmUnifiedDetails):
+        return "3D" if d.use_3d else "2D"
     if name == "sglang":
-        return f"{d.get('mode', 'adaptive')}"
+        return d.mode if isinstance(d, SglangDetails) else "adaptive"
     if name == "vllm-paged":
-        return d.get("version", "v2")
-    if d.get("strided_tile_tokens") and plan.splits[0] > 1:  # XQA: the tiles' order follows the sub-sequence count
+        return d.version if isinstance(d, PagedAttentionDetails) else "v2"
+    if isinstance(d, XqaDetails | TrtllmXqaDetails) and plan.splits[0] > 1:
+        # XQA: the tiles' order follows the sub-sequence count
         return f"{plan.splits[0]} strided sub-sequences"
     return "split" if plan.nonempty_splits[0] > 1 else "no split"
 
 
 def request_ranges(plan: LaunchPlan, L: int) -> tuple[tuple[int, int], ...]:
     """Key ranges of the tracked request's non-empty splits (FlashMLA: its scheduled pieces)."""
-    pieces = plan.details.get("blocks_per_split")
-    if pieces:
+    d = plan.details
+    if isinstance(d, FlashMlaDetails) and d.blocks_per_split:
         out, start = [], 0
-        for blocks in pieces[0]:
+        for blocks in d.blocks_per_split[0]:
             end = min(L, start + blocks * 64)
             out.append((start, end))
             start = end
         return tuple(out)
-    tile = plan.details.get("strided_tile_tokens")
-    if tile:  # XQA: sub-sequence i reads tiles i, i + n, ...: the tiles in key order (the path names n)
+    if isinstance(d, XqaDetails | TrtllmXqaDetails):
+        # XQA: sub-sequence i reads tiles i, i + n, ...: the tiles in key order (the path names n)
+        tile = d.strided_tile_tokens
         return tuple((t * tile, min((t + 1) * tile, L)) for t in range(-(-L // tile)))
     tps = plan.tokens_per_split[0]
     n = plan.nonempty_splits[0]

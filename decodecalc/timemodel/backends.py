@@ -27,13 +27,13 @@ from __future__ import annotations
 import math
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import ConfigError
 from decodecalc.launchers import flashmla
 from decodecalc.launchers.base import KernelKind, KernelLaunch, LaunchPlan
+from decodecalc.launchers.details import Fa2Details, Fa3Details, FlashInferDetails, FlashMlaDetails
 from decodecalc.launchers.names import Backend
 from decodecalc.launchers.registry import TIMED_BACKENDS
 from decodecalc.timemodel.work import KernelWork, LaunchWork, Order, Row, WorkShape, add_block, row_runs
@@ -75,14 +75,14 @@ def flashinfer_family(tensor_cores: bool, kv_bytes_per_element: int) -> str:
     return base + "_fp8" if kv_bytes_per_element == 1 else base
 
 
-def fa3_family(details: Mapping[str, Any], kv_bytes_per_element: int) -> str:
+def fa3_family(details: Fa3Details, kv_bytes_per_element: int) -> str:
     """The time-model family of FA3's FlashAttnFwdSm90 for a plan's ``details``: bf16 ``fa3_fwd``; on an fp8 KV cache
     (the fork's in-kernel dequantization, query quantized to e4m3) ``fa3_fwd_fp8`` for the one-MMA-warpgroup decode
     tiles (``use_one_mma_wg``: d 64 or 128, g <= 64; 64 x 128 / 64 x 96) and ``fa3_fwd_fp8_wide`` for the
     two-warpgroup tiles (d 256: 128 x 128), two kernels with different pipelines (launchers.flash_attn3)."""
     if kv_bytes_per_element != 1:
         return "fa3_fwd"
-    return "fa3_fwd_fp8" if details.get("use_one_mma_wg") else "fa3_fwd_fp8_wide"
+    return "fa3_fwd_fp8" if details.use_one_mma_wg else "fa3_fwd_fp8_wide"
 
 
 def _hist(pairs: list[tuple[int, int]], scale: int = 1) -> tuple[tuple[int, int], ...]:
@@ -161,8 +161,9 @@ def flashinfer_work(plan: LaunchPlan, shape: WorkShape, *, tensor_cores: bool) -
     main = _kernel(plan, kind)
     if main is None:
         raise ConfigError(f"no FlashInfer {'prefill' if tensor_cores else 'decode'} kernel in the {plan.system} plan")
-    chunk = plan.details.get("kv_chunk_size_in_pages") or 0
-    split = bool(plan.details.get("split_kv"))
+    det = plan.details_as(FlashInferDetails)
+    chunk = det.kv_chunk_size_in_pages or 0
+    split = det.split_kv
     q_tiles = [1] * len(shape.seq_lens)
     if tensor_cores:
         tile_q = int(main.constexprs.get("CTA_TILE_Q") or 16)
@@ -215,8 +216,8 @@ def fa3_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     main = _kernel(plan, KernelKind.FA3_FWD)
     if main is None:
         raise ConfigError(f"no FlashAttnFwdSm90 kernel in the {plan.system} plan")
-    det = plan.details
-    kbn, kbm, pack = int(det["kBlockN"]), int(det["kBlockM"]), bool(det["pack_gqa"])
+    det = plan.details_as(Fa3Details)
+    kbn, kbm, pack = det.kBlockN, det.kBlockM, det.pack_gqa
     d, dv, kvb = shape.head_size, shape.head_size_v, shape.kv_bytes_per_element
     g = shape.num_heads // shape.num_kv_heads
     heads = shape.num_kv_heads if pack else shape.num_heads
@@ -228,7 +229,7 @@ def fa3_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
         nb = cdiv(L, kbn)
         pairs += [(u, n * mb) for u, n in _pieces(nb, ne, cdiv(tps, kbn))]
         empty += (s - ne) * mb
-    persistent = bool(det.get("varlen"))  # VarlenDynamicPersistentTileScheduler: one CTA per SM
+    persistent = det.varlen  # VarlenDynamicPersistentTileScheduler: one CTA per SM
     kernels = [KernelWork(family=fa3_family(det, kvb), iters=_hist(pairs), bytes_per_iter=kbn * (d + dv) * kvb,
                           idle_programs=empty, head_dim=next_power_of_2(d), occupancy=1 if persistent else None,
                           persistent=persistent)]
@@ -237,15 +238,15 @@ def fa3_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
         kbm_c = int(comb.constexprs.get("kBlockM") or 8)
         kernels.append(_rows_merge(shape, plan, "fa3_combine", comb, row_bytes=4 * dv + 4, rows_per_program=kbm_c))
     return LaunchWork(kernel="fa3", splits=max(plan.splits or (1,)), kernels=tuple(kernels),
-                      label=f"num_splits {det.get('num_splits_static')}")
+                      label=f"num_splits {det.num_splits_static}")
 
 
 def flashmla_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     main = _kernel(plan, KernelKind.FLASHMLA_DECODE)
     if main is None:
         raise ConfigError(f"no flash_fwd_splitkv_mla_kernel in the {plan.system} plan")
-    det = plan.details
-    parts, busy = int(det["num_sm_parts"]), max(1, int(det["busy_parts"]))
+    det = plan.details_as(FlashMlaDetails)
+    parts, busy = det.num_sm_parts, max(1, det.busy_parts)
     per_part = main.programs // max(parts, 1)
     # grid (n_mblocks, h_k, num_sm_parts): a CTA takes the query rows of one m-block through its SM part's pieces
     # (the scheduler's part loads, launchers.flashmla.schedule_parts). Its loop iterations are the part's 64-token
@@ -256,7 +257,7 @@ def flashmla_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     mblocks = max(1, main.grid[0])
     rows = cdiv(shape.num_heads // shape.num_kv_heads * max(shape.query_lens or (1,)), mblocks)
     piece_iters = MLA_PIECE_ITERS[0] + MLA_PIECE_ITERS[1] * rows / 64
-    loads = [(b, n) for b, n in det["part_loads"] if n]
+    loads = [(b, n) for b, n in det.part_loads if n]
     iters = max(1, max(math.ceil(b + piece_iters * n) for b, n in loads))
     block_bytes = _MLA_BLOCK * shape.head_size * shape.kv_bytes_per_element
     kernels = [KernelWork(family="flashmla_fwd", iters=((iters, busy * per_part),), bytes_per_iter=block_bytes,
@@ -291,8 +292,8 @@ def fa2_work(plan: LaunchPlan, shape: WorkShape) -> LaunchWork:
     main = _kernel(plan, KernelKind.FA2_FWD)
     if main is None:
         raise ConfigError(f"no flash_fwd kernel in the {plan.system} plan")
-    det = plan.details
-    bn, per_split = int(det["kBlockN"]), int(det["n_blocks_per_split"])
+    det = plan.details_as(Fa2Details)
+    bn, per_split = det.kBlockN, det.n_blocks_per_split
     d, dv, kvb = shape.head_size, shape.head_size_v, shape.kv_bytes_per_element
     s = max(plan.splits or (1,))
     mb_heads = main.grid[0] * shape.num_kv_heads  # the m-blocks of every KV head of one sequence

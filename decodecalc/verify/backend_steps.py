@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decodecalc.errors import UnsupportedError
+from decodecalc.launchers.details import XqaDetails
 from decodecalc.verify.profiler import (compare_launches, default_result, fa3_splits_check, knob_plan, load_fa2,
                                        load_ops, missing_backend, predict_and_compare, profile_launches,
                                        trtllm_xqa_knobs)
@@ -306,7 +307,7 @@ def run_case(backend: str, w: Workload, gpu: Any, *, cuda_graph: bool = False, t
         knobs = trtllm_xqa_knobs(w, gpu)
     elif backend in ("xqa", "xqa-fp8") and not knobs:  # the block table the plan assumes (max_model_len's width)
         plan = default_result(backend, w, gpu, cuda_graph=cuda_graph).plan
-        knobs = {"max_seq_len": plan.details["maxSeqLen"]} if plan is not None else {}
+        knobs = {"max_seq_len": plan.details_as(XqaDetails).maxSeqLen} if plan is not None else {}
     step = build_step(backend, w, cuda_graph=cuda_graph, knobs=knobs)
     step.run(0)  # first call: JIT / module load / metadata outside the profile
     launches = profile_launches(lambda: step.run(0), backend)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from decodecalc.errors import UnsupportedError
+from decodecalc.launchers.base import LaunchPlan
+from decodecalc.launchers.details import Fa3Details, TrtllmXqaDetails
 from decodecalc.launchers.names import Backend
 from decodecalc.launchers.registry import BACKEND_SPECS, PROFILED_BACKENDS
 from decodecalc.workload import Workload
@@ -235,13 +237,13 @@ def compare_launches(plan: Any, launches: list[ProfiledLaunch]) -> dict[str, Any
     return {"match": ok, "kernels": rows}
 
 
-def fa3_measured_splits(readback: dict[str, Any] | None, plan: Any) -> tuple[int, ...] | None:
+def fa3_measured_splits(readback: dict[str, Any] | None, plan: LaunchPlan) -> tuple[int, ...] | None:
     """The per-request split counts FA3's prepare kernel wrote into the scheduler metadata the run read back, when the
     plan splits dynamically (``dynamic_splits``), else None (launchers.flash_attn3.metadata_num_splits reads them)."""
     from decodecalc.launchers.flash_attn3 import metadata_num_splits
 
     md = (readback or {}).get("scheduler_metadata")
-    if not (getattr(plan, "details", {}) or {}).get("dynamic_splits") or not isinstance(md, list):
+    if not (isinstance(plan.details, Fa3Details) and plan.details.dynamic_splits) or not isinstance(md, list):
         return None
     return metadata_num_splits(md, len(plan.splits))
 
@@ -284,7 +286,7 @@ def trtllm_xqa_knobs(w: Workload, gpu: Any) -> dict[str, Any]:
     from decodecalc.launchers import trtllm
 
     plan = trtllm.plan_trtllm_xqa(w, gpu)
-    m = int(plan.details["multi_block"])
+    m = plan.details_as(TrtllmXqaDetails).multi_block
     return {"sm_count": m * w.batch * w.num_kv_heads, "max_seq_len": max(m * 256, w.max_seqlen_k)}
 
 
