@@ -233,9 +233,13 @@ def recommend_for(inputs: Inputs, kernel: str | None = None,
     kernels = KERNELS if kernel is None else (str(kernel).lower(),)
     if kernels[0] not in KERNELS:
         raise ChoiceError(f"--kernel {kernel!r}; valid: {', '.join(KERNELS)}")
-    if candidates is not None and not isinstance(candidates, str) and all(isinstance(c, int) for c in candidates):
-        candidates = ",".join(map(str, candidates))  # recommend(candidates=[1, 4, 16])
-    cands = [candidates] if isinstance(candidates, str) else candidates
+    cands: list[str] | None = None
+    if isinstance(candidates, str):
+        cands = [candidates]
+    elif candidates is not None and all(isinstance(c, int) for c in candidates):
+        cands = [",".join(map(str, candidates))]  # recommend(candidates=[1, 4, 16])
+    elif candidates is not None:
+        cands = [str(c) for c in candidates]
     prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None).in_regime(regime)
     rec = _recommend(inputs.work, inputs.gpu, kernels=kernels, candidates=parse_candidates(cands), profile=prof,
                      vllm_settings=inputs.vllm, sglang_settings=inputs.sglang)

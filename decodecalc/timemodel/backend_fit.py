@@ -64,7 +64,7 @@ XQA_WIDE_TABLE = 131_072
 
 #: the neutral start of a family no fit has seen (``calibrate --from-scratch``): one loop iteration 1 us, 20 GB/s per
 #: CTA, 60 GB/s per SM, 1 us prologue
-NEUTRAL_BACKEND_FAMILY = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
+NEUTRAL_BACKEND_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_per_s=20e9, sm_bandwidth_bytes_per_s=60e9,
                               program_overhead_s=1e-6)
 #: CTAs/SM of the combine kernels (captured registers and shared memory: 46-48 registers x 256 threads -> 5) and of
 #: FA2's kernels (capture-fa2-h200.jsonl: 247-255 registers x 128 threads and 64-80 KiB shared memory -> 2; the
@@ -211,7 +211,7 @@ def hbm_ceilings(ms: Sequence[Measurement]) -> dict[str, float]:
 
 def _neutral(family: str, ceiling: float | None, base: FamilyParams | None) -> FamilyParams:
     occ = BACKEND_OCCUPANCY.get(family, 4)
-    keep = {} if base is None else {"occupancy_by_head_dim": base.occupancy_by_head_dim}
+    keep: dict[str, Any] = {} if base is None else {"occupancy_by_head_dim": base.occupancy_by_head_dim}
     return FamilyParams(**NEUTRAL_BACKEND_FAMILY, max_programs_per_sm=occ, **keep,
                         hbm_bandwidth_bytes_per_s=ceiling or (base.hbm_bandwidth_bytes_per_s if base else 0.0))
 

@@ -303,7 +303,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
              **(_backend_record(backend_fit, start, len(backend_records), device_name or gpu.name,
                                 backend_failures(backend_records)) if backend_fit else {}),
              **_expected_error_block(backend_fit, folds, timed, where),
-             **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if steps else {}),
+             **({"workload": _workload_fit(workload, steps, before_cells, fitted)} if workload and steps else {}),
              **({"map_steps": _map_fit(map_steps, map_ms, physics, fitted)} if map_ms else {}),
              **({"spill_family": {"family": REDUCE_SPILL_FAMILY, "launches": spill_launches,
                                   "source": "fitted on the spilling reduce's launches of the map steps "
@@ -399,15 +399,16 @@ def add_layout_cells(profile: TimeProfile, physics: TimeProfile, ms: Sequence[An
     (:data:`~decodecalc.timemodel.residuals.WORKLOAD_LOCAL_BANDWIDTH_OCTAVES`)."""
     from decodecalc.timemodel.residuals import WORKLOAD_LOCAL_BANDWIDTH_OCTAVES, WORKLOAD_LOCAL_PRIOR_LAUNCHES
 
-    own = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True)
+    own = with_residuals(physics, ms, source=where, group_cells=False, layout_cells=True).residuals
+    assert own is not None  # with_residuals always builds a map
     rmap = profile.residuals
     if rmap is None:
-        base, new = own, own.residuals
+        base, new = physics, own
     else:
         base = profile
-        new = dataclasses.replace(rmap, cells={**rmap.cells, **own.residuals.cells},  # type: ignore[union-attr]
+        new = dataclasses.replace(rmap, cells={**rmap.cells, **own.cells},
                                   source=f"{rmap.source}; layout cells: {where}" if where else rmap.source, _memo={})
     if local:
-        new = dataclasses.replace(new, layout_local_bandwidth_octaves=WORKLOAD_LOCAL_BANDWIDTH_OCTAVES,  # type: ignore[arg-type]
+        new = dataclasses.replace(new, layout_local_bandwidth_octaves=WORKLOAD_LOCAL_BANDWIDTH_OCTAVES,
                                   layout_local_prior_launches=WORKLOAD_LOCAL_PRIOR_LAUNCHES, _memo={})
     return dataclasses.replace(base, residuals=new)

@@ -17,7 +17,7 @@ compiled backends' figures come from their own folds, :mod:`decodecalc.timemodel
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from decodecalc.timemodel.accuracy import layout_key
@@ -71,7 +71,7 @@ def fold_errors(ms: Sequence[Measurement], map_ms: Sequence[Measurement], fit: F
     return out
 
 
-def expected_error_records(errors: dict[str, Any], fitted_layouts: Sequence[str], where: str) -> dict[str, Any]:
+def expected_error_records(errors: Mapping[str, Any], fitted_layouts: Sequence[str], where: str) -> dict[str, Any]:
     """The ``kernels`` entries of ``fit.expected_error`` for :data:`FOLD_KERNELS` from :func:`fold_errors`'s output:
     each kernel's timed layouts and its *new layout* / *fitted layout* figures (absent where no fold left its rows
     out)."""
