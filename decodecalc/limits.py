@@ -19,6 +19,11 @@ MAX_YAML_BYTES = 1 << 18
 #: and 400,000 values), read by calibrate --from-measurements
 MAX_MEASUREMENTS_BYTES = 16 << 20
 MAX_MEASUREMENTS_VALUES = 2_000_000
+#: timings one calibrate --from-measurements fit takes (cases, backend runs, workload and map-step rows): the fit costs
+#: about 20 ms of CPU a timing (1,200 Triton timings 30 s, 4,800 83 s; the H100 one-command calibration's 4,241 45 s),
+#: so 80,000 ran 40 minutes; this limit fits in about 4 minutes, with a progress line, and the largest calibration
+#: (--grid --map-steps with the backends) saves about 4,300
+MAX_MEASUREMENT_TIMINGS = 10_000
 #: nesting of mappings and lists in one file (HF configs nest 3 deep)
 MAX_FILE_DEPTH = 32
 #: values in one file, counting every use of a YAML alias (no "billion laughs")

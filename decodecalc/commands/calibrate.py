@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -184,20 +186,25 @@ def register(app: typer.Typer) -> None:
 
             from decodecalc.limits import MAX_MEASUREMENTS_BYTES, MAX_MEASUREMENTS_VALUES
 
-            data, source = merge_measurements([(load_json_file(p, "calibration measurements",
-                                                               max_bytes=MAX_MEASUREMENTS_BYTES,
-                                                               max_values=MAX_MEASUREMENTS_VALUES), str(p))
-                                               for p in from_measurements])
-            if data.get("pending"):  # saved before the backends ran, and the run ended there
-                typer.echo(f"note: {source} was saved before the compiled backends ran (the run stopped there): "
-                           "fitting its Triton timings alone", err=True)
-            from decodecalc.verify.backend_calibration import record_measurements
+            from decodecalc.timemodel.calibration_saved import saved_timings
 
-            prof = calibration_from_measurements(data, gpu=spec, base=base, source=source, start_note=note,
-                                                 keep_physics=keep_physics, cold=from_scratch,
-                                                 progress=_fit_lines(),
-                                                 measure_backends=lambda recs: record_measurements(recs, spec),
-                                                 left_out_folds=left_out_folds)
+            with _refit_progress() as report:  # the fit of 4,000 timings is silent for 20 s: a line from the start
+                report("reading the measurements", fit=False)
+                data, source = merge_measurements([(load_json_file(p, "calibration measurements",
+                                                                   max_bytes=MAX_MEASUREMENTS_BYTES,
+                                                                   max_values=MAX_MEASUREMENTS_VALUES), str(p))
+                                                   for p in from_measurements])
+                if data.get("pending"):  # saved before the backends ran, and the run ended there
+                    typer.echo(f"note: {source} was saved before the compiled backends ran (the run stopped there): "
+                               "fitting its Triton timings alone", err=True)
+                from decodecalc.verify.backend_calibration import record_measurements
+
+                report(f"fitting {saved_timings(data):,} timings", fit=False)
+                prof = calibration_from_measurements(data, gpu=spec, base=base, source=source, start_note=note,
+                                                     keep_physics=keep_physics, cold=from_scratch,
+                                                     progress=report,
+                                                     measure_backends=lambda recs: record_measurements(recs, spec),
+                                                     left_out_folds=left_out_folds)
             _written(dest, prof, folds=bool(left_out_folds))
             return
         sample = None
@@ -314,6 +321,33 @@ def _workload_sample(model_id: str, tp: int, gpu: str, k: int, *, workload: str 
     return workload_sample(result, k, model=model_id, tp=tp, source=source)
 
 
+@contextlib.contextmanager
+def _refit_progress() -> Iterator[Callable[..., None]]:
+    """What --from-measurements is doing, on stderr: on a terminal, a transient line (the phase and the elapsed time)
+    from the start, with the fit's own lines printed above it; elsewhere (a pipe, a log) the fit's lines alone.
+    ``report(what, fit=True)``: ``fit=False`` names a phase without printing a line of its own."""
+    import sys
+
+    lines = _fit_lines()
+    if not sys.stderr.isatty():
+        yield lambda what, fit=True: lines(what) if fit else None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    with Progress(TextColumn("[dim]calibrate[/]"), BarColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=None)
+
+        def report(what: str, fit: bool = True) -> None:
+            if fit:
+                bar.console.print(Text(f"fitting: {what}"))  # kept, above the line
+            bar.update(task, description=f"fitting: {what}" if fit else what)
+
+        yield report
+
+
 def _fit_lines() -> Any:
     """A fit's progress lines on stderr (the backends' families take a minute or two to fit)."""
     import sys
@@ -321,12 +355,33 @@ def _fit_lines() -> Any:
     return lambda line: print(f"fitting: {line}", file=sys.stderr, flush=True)
 
 
+def _check_loadable(text: str, dest: Path, gpu: str) -> None:
+    """Refuse to write a profile that its own loader rejects (timings of 1e-300 us fit numbers past its ranges): that
+    file would then break recommend and tune, and cost grid its times, until removed. The loader reads it from a
+    scratch copy, exactly as it would read ``dest``."""
+    import tempfile
+
+    from decodecalc.timemodel.profile_sources import load_profile_file
+
+    with tempfile.TemporaryDirectory(prefix="decodecalc-") as folder:
+        probe = Path(folder) / "profile.yaml"
+        probe.write_text(text)
+        try:
+            load_profile_file(probe, expect_gpu=gpu)
+        except ConfigError as exc:
+            why = str(exc).replace(f"time profile {probe}: ", "").replace(str(probe), str(dest))
+            raise ConfigError(f"{dest} not written: the profile fitted to these timings is one decodecalc would refuse "
+                              f"to load ({why}); are the timings microseconds of real launches?") from None
+
+
 def _written(dest: Path, prof: Any, *, folds: bool = False) -> None:
     from decodecalc.commands.output import write_atomic
     from decodecalc.timemodel import dump_profile
 
+    text = dump_profile(prof)
+    _check_loadable(text, dest, prof.gpu)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(dest, dump_profile(prof))
+    write_atomic(dest, text)
     fit = prof.fit
     typer.echo(f"wrote {dest}: {fit.get('rows')} timings, fit median error {fit.get('median_abs_err', 0):.1%}, "
                f"90th percentile {fit.get('p90_abs_err', 0):.1%} (the physics alone: "

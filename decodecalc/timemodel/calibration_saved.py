@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from decodecalc.errors import ConfigError
+from decodecalc.limits import MAX_MEASUREMENT_TIMINGS
 from decodecalc.timemodel.calibration_fit import (CALIBRATION_VARIANTS, THOROUGH_VARIANTS, calibration_grid,
                                                   fit_calibration_rows)
 from decodecalc.timemodel.profile import TimeProfile
@@ -47,6 +48,7 @@ def merge_measurements(files: Sequence[tuple[Any, str]]) -> tuple[dict[str, Any]
     their cases, backend runs and layouts together; the first file's launch overhead, device and versions; at most one
     may hold a workload sample. Returns (merged data, the sources joined)."""
     if len(files) == 1:
+        _check_saved(*files[0])  # a list, null or a string at the top level: one Error line, not an AttributeError
         return files[0][0], files[0][1]
     merged: dict[str, Any] = {"cases": [], "backend_cases": [], "layouts": [], "map_steps": []}
     for data, source in files:
@@ -72,8 +74,36 @@ def merge_measurements(files: Sequence[tuple[Any, str]]) -> tuple[dict[str, Any]
 def _check_saved(data: Any, source: str) -> None:
     if not isinstance(data, Mapping) or not isinstance(data.get("cases"), list) or not (
             data["cases"] or data.get("workload") or data.get("backend_cases")):
+        got = f"; got {_json_kind(data)}" if not isinstance(data, Mapping) else ""
         raise ConfigError(f"{source}: expected a calibration's measurements (a JSON object with a non-empty 'cases' "
-                          "list, 'backend_cases' or a 'workload' record, as calibrate --save-measurements writes)")
+                          f"list, 'backend_cases' or a 'workload' record, as calibrate --save-measurements writes){got}")
+    n = saved_timings(data)
+    if n > MAX_MEASUREMENT_TIMINGS:  # about 20 ms of fit a timing: 80,000 ran 40 minutes with no output
+        raise ConfigError(f"{source}: {n:,} timings, over the supported {MAX_MEASUREMENT_TIMINGS:,} for one fit (the "
+                          "largest calibration, --grid --map-steps with the backends, saves about 4,300); fit a part "
+                          "of them, or the files of one calibration")
+
+
+def _json_kind(data: Any) -> str:
+    """What a JSON value is, in the words of JSON (a list is an array, None is null)."""
+    if data is None:
+        return "null"
+    return {list: "an array", str: "a string", bool: "true or false", int: "a number", float: "a number"}.get(
+        type(data), type(data).__name__)
+
+
+def saved_timings(data: Mapping[str, Any]) -> int:
+    """How many timings a saved calibration holds (what the fit goes through): its cases, backend runs, and the rows
+    of its workload sample and map steps."""
+    def rows(r: Any) -> int:
+        return len(r.get("rows") or []) if isinstance(r, Mapping) and isinstance(r.get("rows"), list) else 0
+
+    def count(v: Any) -> int:
+        return len(v) if isinstance(v, list) else 0
+
+    map_steps = data.get("map_steps")
+    return (count(data.get("cases")) + count(data.get("backend_cases")) + rows(data.get("workload"))
+            + (sum(rows(m) for m in map_steps) if isinstance(map_steps, list) else 0))
 
 
 def calibration_from_measurements(data: Any, *, gpu: Any, base: TimeProfile, source: str,
