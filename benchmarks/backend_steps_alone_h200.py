@@ -1,7 +1,7 @@
 """The backends' workload steps timed alone (issue 18: where a backend's workload error is).
 
-    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 benchmarks/backend_steps_alone_h200.py --run --out $OUT
-    python benchmarks/backend_steps_alone_h200.py [--write]
+    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 -m benchmarks.backend_steps_alone_h200 --run --out $OUT
+    python -m benchmarks.backend_steps_alone_h200 [--write]
 
 ``validate_backends_workload_h200.py`` times a workload's steps in order in one CUDA graph and finds totals far off
 where single launches of the same head layout are close (Gemma-3-27B's 32:16: -4% as single launches, +33% as a chat
@@ -24,15 +24,14 @@ import gzip
 import io
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = RESULTS / "backend-steps-alone-h200.jsonl.gz"

@@ -6,7 +6,7 @@ built on the same three libraries pays for the same job. Both run as fresh proce
 alternating so that load on the machine hits both alike; the figures are medians. Also lists the
 heavy modules (torch, triton, numpy, matplotlib, pydantic) that `--help` and `grid` import.
 
-    python benchmarks/bench_cli_startup.py [--repeats 21]
+    python -m benchmarks.bench_cli_startup [--repeats 21]
 """
 
 from __future__ import annotations

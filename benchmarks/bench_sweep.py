@@ -3,7 +3,7 @@
 Prints the sweep time (median of --repeat runs), the CSV serialisation time, and the ratio
 against a baseline measured in the same run: one full launch plan per point
 (``plan_vllm`` / ``plan_sglang``, what `decodecalc grid` does) on an evenly spread sample of
-points, scaled to the full grid. Usage: ``python benchmarks/bench_sweep.py [--repeat 5] [--sample 256]``.
+points, scaled to the full grid. Usage: ``python -m benchmarks.bench_sweep [--repeat 5] [--sample 256]``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the picks must agree. ``--check-exact`` also times every candidate of ``requests
 step and compares its totals (a minute or two).
 Run on one core:
 
-    taskset -c 0 python benchmarks/bench_tune.py [--out benchmarks/results/bench_tune.json] [--quick]
+    taskset -c 0 python -m benchmarks.bench_tune [--out benchmarks/results/bench_tune.json] [--quick]
 """
 
 from __future__ import annotations

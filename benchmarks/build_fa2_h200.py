@@ -18,7 +18,7 @@ switches setup.py lists (commented out there) that decode does not use: dropout,
 launch: the grid, the split heuristic and the combine tile are the same code. The C++ standard is
 torch's own default for the installed release (c++17 with torch 2.11, as setup.py; c++20 with 2.13).
 
-Usage: ``python3 benchmarks/build_fa2_h200.py [--src .fa2-src] [--build-dir DIR] [--dry]``; prints the
+Usage: ``python3 -m benchmarks.build_fa2_h200 [--src .fa2-src] [--build-dir DIR] [--dry]``; prints the
 path of the built ``.so`` last. ``--dry`` prints the sources, flags and stubs and builds nothing.
 
 Two steps, to spend less time on the GPU machine: ``--objects-into DIR`` compiles the two CUDA files

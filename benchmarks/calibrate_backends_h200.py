@@ -2,9 +2,9 @@
 GPU, as good as the shipped profile").
 
     decodecalc calibrate --gpu h200 --from-scratch --save-measurements M.json.gz -o P.yaml    # on the H200
-    python benchmarks/calibrate_backends_h200.py --build-measurements /tmp/m.json             # or from committed runs
+    python -m benchmarks.calibrate_backends_h200 --build-measurements /tmp/m.json             # or from committed runs
     decodecalc calibrate --gpu h200 --from-scratch --from-measurements /tmp/m.json -o Q.yaml
-    python benchmarks/calibrate_backends_h200.py --score device=P.yaml earlier=Q.yaml [--write]
+    python -m benchmarks.calibrate_backends_h200 --score device=P.yaml earlier=Q.yaml [--write]
 
 Two profiles calibrated from scratch: the device run's (:data:`DEVICE_RUN`: one ``calibrate`` command on the H200,
 the Triton kernels and the three backends it found installed), and one fitted on earlier sessions' runs of the same
@@ -31,20 +31,19 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import load_profile_file, packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import main_family  # noqa: E402
-from decodecalc.timemodel.fit import percentile  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90  # noqa: E402
-from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import load_profile_file, packaged_profile
+from decodecalc.timemodel.backend_fit import main_family
+from decodecalc.timemodel.fit import percentile
+from decodecalc.timemodel.predict import launch_time_s
+from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90
+from decodecalc.verify.backend_calibration import record_measurements
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 TRITON_TIMINGS = RESULTS / "calibrate-h200-measurements.json"

@@ -1,6 +1,6 @@
 """Where a from-scratch calibrate loses to the shipped profile: its physics or its residual map (issue 18, item 5).
 
-    python benchmarks/calibrate_map_experiment.py [--cold [--missing]] [--write]
+    python -m benchmarks.calibrate_map_experiment [--cold [--missing]] [--write]
 
 The from-scratch profile of the ``calibrate --backends`` run (``results/calibrate-backends-h200.yaml``: 80 Triton
 timings, its own map) misses the 1.5x bar on workloads of head layouts no fit saw. Each variant below is re-predicted
@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.fit_timemodel import in_fraction, shipped_data, static
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = RESULTS / "calibrate-map-experiment-h200.json"
@@ -57,29 +56,10 @@ def cold_name(fraction: float) -> str:
     return "cold fit, all the shipped shapes" if fraction == 1 else f"cold fit, {fraction:.0%} of the shipped shapes"
 
 
-def shipped_data() -> tuple[list[Any], list[Any]]:
-    """The launches behind the shipped profile's map: fit_timemodel.py's shape timings and its workload steps."""
-    from benchmarks.fit_timemodel import SHARED, load, load_steps
-
-    ms, _ = load(([SHARED] if SHARED.exists() else []) + sorted(RESULTS.glob("timemodel-h200-*.json")))
-    steps, _ = load_steps(sorted(RESULTS.glob("validate_tune_h200_steps*.json")))
-    return ms, [m for m in steps if m.kernel in ("vllm", "sglang")]
-
-
-def in_fraction(key: str, fraction: float) -> bool:
-    return fraction >= 1 or int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
-
-
 GRID = "cold fit, calibrate --grid's plan"
 
 
 COLD_NAMES = (*map(cold_name, COLD_FRACTIONS), GRID)
-
-
-def static(variant: str) -> bool:
-    """A launch calibrate times (vLLM 2D, 3D at S segments, SGLang at S splits): not the engines' default or adaptive
-    launch, nor decodecalc's reference kernels."""
-    return variant == "vllm-2d" or variant.startswith(("vllm-3d-S", "sglang-static-S"))
 
 
 def cold_profile(fraction: float, grid: bool = False) -> Any:

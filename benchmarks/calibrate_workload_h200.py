@@ -5,14 +5,14 @@ Device half (``--run``): for each model and workload, the workload's first 150 s
 ``decodecalc calibrate -m MODEL --tp TP --steps FILE --keep-physics`` times 6 sampled steps of them under every
 launch of tune's search, over the packaged profile. The profiles and timings land in ``$OUT``.
 
-    PYTHONPATH=. python3 benchmarks/calibrate_workload_h200.py --run --out $OUT
+    python3 -m benchmarks.calibrate_workload_h200 --run --out $OUT
 
 CPU half (default): each profile (and the same without its layout cells' local term: ``offset_only``) re-predicts the totals of the same workload's steps 150-299, measured on the H200
 as whole workloads (``validate_tune_h200.py --skip-steps 150 --steps 150 --top 6``), and the other workload of the
 same model (its steps 0-149, from ``validate_tune_h200_layouts3.json``): traffic the sampled steps did not include,
 and traffic of another kind. Writes ``results/calibrate-workload-h200.json`` and prints the table.
 
-    python benchmarks/calibrate_workload_h200.py
+    python -m benchmarks.calibrate_workload_h200
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ def all_cases(order: str = "chat-first") -> list[tuple[str, int, str]]:
 def run(out: Path, sample: int, order: str, deadline_s: float, case_timeout_s: float, only: str = "") -> int:
     """The device half: one calibrate --workload per case (each a fresh process, as a user runs it), chat cases
     first (``order``: "chat-first") until ``deadline_s``; a case running past ``case_timeout_s`` is stopped."""
-    sys.path.insert(0, str(ROOT))
     from benchmarks.validate_tune_h200 import workload_trace
 
     out.mkdir(parents=True, exist_ok=True)
@@ -113,7 +112,6 @@ def compare(results: Path = RESULTS) -> dict:
 
     import yaml
 
-    sys.path.insert(0, str(ROOT))
     from benchmarks.validate_tune_h200 import repredict
 
     def cases_of(name: str) -> set:

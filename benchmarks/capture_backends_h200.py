@@ -21,11 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.specs.models import resolve_model  # noqa: E402
-from decodecalc.workload import make_workload  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.workload import make_workload
 
 #: (model, tp): head configurations (h, h_kv, d) = (32,8,128) (8,1,128) (64,8,128) (16,2,128) (32,8,64) (16,8,256)
 HEAD_CONFIGS = [("llama3-8b", 1), ("llama3-70b", 8), ("llama3-70b", 1), ("llama3-70b", 4), ("llama3.2-1b", 1),
@@ -158,13 +157,13 @@ GROUP_SHAPES = [{"model": "llama3-8b", "tp": 1, "heads": hk, "seq_lens": [L] * b
 
 def warm_flashinfer_jit() -> None:
     """Compile the FlashInfer decode modules (3 head sizes x 2 paths) in parallel processes first."""
-    code = ("import sys; sys.path.insert(0, %r); from benchmarks.capture_backends_h200 import _warm_one; "
-            "_warm_one(%r, %d, %r)")
+    # run from the repository root, where `python -c` finds the benchmarks package
+    code = "from benchmarks.capture_backends_h200 import _warm_one; _warm_one(%r, %d, %r)"
     root = str(Path(__file__).resolve().parents[1])
     procs = []
     for model, tp in (("llama3-8b", 1), ("llama3.2-1b", 1), ("gemma-2-9b", 1)):
         for tc in (False, True):
-            procs.append(subprocess.Popen([sys.executable, "-c", code % (root, model, tp, tc)],
+            procs.append(subprocess.Popen([sys.executable, "-c", code % (model, tp, tc)], cwd=root,
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for p in procs:
         out, _ = p.communicate()

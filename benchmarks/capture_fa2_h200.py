@@ -7,7 +7,7 @@ run once under torch.profiler (kernel names, grids, blocks, registers), a subset
 graphs (decodecalc.verify.timing), and every launch is compared with decodecalc's ``fa2`` model
 (decodecalc.reports.compare.evaluate; the split-KV kernel's grid and the combine kernel's grid).
 
-One device call: ``PYTHONUNBUFFERED=1 PYTHONPATH=. python3 benchmarks/capture_fa2_h200.py --out $OUT``
+One device call: ``PYTHONUNBUFFERED=1 python3 -m benchmarks.capture_fa2_h200 --out $OUT``
 (the sdist unpacked into .fa2-src, carried). ``--prebuilt DIR``: link the CUDA objects compiled
 beforehand (``build_fa2_h200.py --objects-into DIR``), compiling only flash_api.cpp there; if that
 library does not build or load, the whole build runs there. ``--dry`` prints the build and the shapes.
@@ -27,10 +27,9 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.build_fa2_h200 import build  # noqa: E402
-from benchmarks.capture_backends_h200 import worked_examples, workload  # noqa: E402
+from benchmarks.build_fa2_h200 import build
+from benchmarks.capture_backends_h200 import worked_examples, workload
 
 PAGE = 256  # FA2 takes a paged cache only with page_block_size % 256 == 0 (flash_api.cpp L1264)
 #: (model, tp) with head dim 128: (h, h_kv) = (32,8) (8,1) (64,8) (16,2) (28,4); plus MHA (32,32) below

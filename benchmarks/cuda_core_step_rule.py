@@ -1,7 +1,7 @@
 """FlashInfer's CUDA-core step cost before and after the rule of 2026-12-04 (issue 18), on what no fit saw.
 
-    python benchmarks/cuda_core_step_rule.py [--write]
-    python benchmarks/cuda_core_step_rule.py --before OUT.json   # in a checkout of the commit before the rule
+    python -m benchmarks.cuda_core_step_rule [--write]
+    python -m benchmarks.cuda_core_step_rule --before OUT.json   # in a checkout of the commit before the rule
 
 The rule (timemodel.backends.cuda_core_step_factor): a step of the CUDA-core decode loop costs like more bytes past
 CUDA_CORE_G0 heads per KV head, in proportion to its arithmetic per KV byte (the group size over the cache's bytes
@@ -27,19 +27,18 @@ import contextlib
 import gzip
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import layout_of  # noqa: E402
-from decodecalc.timemodel.fit import percentile  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.backend_fit import layout_of
+from decodecalc.timemodel.fit import percentile
+from decodecalc.timemodel.predict import launch_time_s
+from decodecalc.verify.backend_calibration import record_measurements
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = RESULTS / "cuda-core-step-rule-h200.json"

@@ -2,8 +2,8 @@
 fit saw, split by whether the fit measured the launch's head layout; written into the profile as
 ``fit.expected_error`` (decodecalc.timemodel.accuracy reads it; grid and compare print it as ``predicted_error``).
 
-    python benchmarks/expected_error.py                 # print the table
-    python benchmarks/expected_error.py --write          # also write the profile block, the JSON and the markdown
+    python -m benchmarks.expected_error                 # print the table
+    python -m benchmarks.expected_error --write          # also write the profile block, the JSON and the markdown
 
 Nothing is timed or fitted here: every figure comes from committed measurements and fits.
 
@@ -41,19 +41,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, layout_key  # noqa: E402
-from decodecalc.timemodel.fit import Measurement, error_summary, percentile  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, layout_key
+from decodecalc.timemodel.fit import Measurement, error_summary, percentile
+from decodecalc.timemodel.predict import launch_time_s
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
@@ -90,7 +88,7 @@ def _figure(errors: Sequence[float], layouts: Iterable[str], evidence: str) -> d
             "p90_abs_err": round(percentile(errors, 0.9), 4), "evidence": evidence, "layout_list": lays}
 
 
-def _totals_figure(rows: Sequence[tuple[float, str, str]], evidence: str) -> dict[str, Any] | None:
+def totals_figure(rows: Sequence[tuple[float, str, str]], evidence: str) -> dict[str, Any] | None:
     """A figure of whole workloads' totals from (|error|, layout, model) rows: the launch figure plus the share within
     5%, the worst and the models behind it."""
     errs = [e for e, _, _ in rows]
@@ -150,7 +148,7 @@ def _err(m: Measurement, prof: Any) -> float:
 
 def backend_records(prof: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """The bf16 backends' records and, per kernel and source file, the same figures (the JSON's detail)."""
-    import fit_backends_h200 as fb
+    from benchmarks import fit_backends_h200 as fb
 
     train_data = [m for m in fb.measurements() if m.shape.kv_bytes_per_element != 1]
     val = {name: [m for m in fb.measurements_from([RESULTS / name]) if m.shape.kv_bytes_per_element != 1]
@@ -186,7 +184,7 @@ def backend_records(prof: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any
 
 
 def fp8_records(prof: Any) -> dict[str, dict[str, Any]]:
-    import fit_backends_fp8_h200 as f8
+    from benchmarks import fit_backends_fp8_h200 as f8
     from decodecalc.timemodel.backend_fit import layout_of
 
     ms = [m for m in f8.measurements_from(f8.DATA) if m.shape.kv_bytes_per_element == 1]
@@ -204,7 +202,7 @@ def fp8_records(prof: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _model_layout(model: str, tp: int) -> str:
+def model_layout(model: str, tp: int) -> str:
     from decodecalc.specs.models import resolve_model
     from decodecalc.workload import make_workload
 
@@ -229,13 +227,13 @@ def workload_records(fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str
                 if r["engine"] != k or r["kind"] not in TUNE_KINDS or key in seen:
                     continue
                 seen.add(key)
-                lay = _model_layout(r["model"], int(r["tp"]))
+                lay = model_layout(r["model"], int(r["tp"]))
                 side = "fitted_layout" if lay in fitted_layouts[k] else "new_layout"
                 sides[side].append((abs(r["error"]), lay, f"{r['model']} TP{r['tp']}"))
                 srcs[side].add(name)
         rec: dict[str, Any] = {}
         for side, rows in sides.items():
-            fig = _totals_figure(rows, f"validate_tune_h200.py --repredict of {', '.join(sorted(srcs[side]))}: "
+            fig = totals_figure(rows, f"validate_tune_h200.py --repredict of {', '.join(sorted(srcs[side]))}: "
                                        "tune's totals of every measured setting against their H200 replays")
             if fig:
                 rec[side] = fig
@@ -246,7 +244,7 @@ def workload_records(fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str
 def in_graph_records(prof: Any, fitted_layouts: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     """Per system of in_graph_h200.py's runs: the in-graph prediction (back to back plus the regime's cost fitted on the
     other half of the layouts, in_graph_compare's held-out column) against the in-graph time, by fitted or new layout."""
-    import in_graph_compare as ig
+    from benchmarks import in_graph_compare as ig
 
     rs = ig.rows(IN_GRAPH, prof)
     ig.add_in_graph_predictions(rs)
@@ -255,9 +253,9 @@ def in_graph_records(prof: Any, fitted_layouts: dict[str, list[str]]) -> dict[st
         rec: dict[str, Any] = {}
         for side in ("fitted_layout", "new_layout"):
             sel = [r for r in rs if r["backend"] == k
-                   and (_model_layout(r["model"], int(r["tp"])) in fitted_layouts.get(k, ())) == (side == "fitted_layout")]
+                   and (model_layout(r["model"], int(r["tp"])) in fitted_layouts.get(k, ())) == (side == "fitted_layout")]
             fig = _figure([abs(r["in_graph_heldout_us"] / r["in_graph_us"] - 1) for r in sel],
-                          [_model_layout(r["model"], int(r["tp"])) for r in sel],
+                          [model_layout(r["model"], int(r["tp"])) for r in sel],
                           "benchmarks/in_graph_h200.py's runs between a decode layer's kernels (in-graph-h200.jsonl): "
                           "back-to-back prediction plus the in-graph cost fitted on the other half of the layouts")
             if fig:
@@ -273,7 +271,7 @@ def backend_workload_records(kernels: dict[str, dict[str, Any]]) -> dict[str, di
     import contextlib
     import io
 
-    import validate_backends_workload_h200 as vbw
+    from benchmarks import validate_backends_workload_h200 as vbw
 
     from decodecalc.timemodel.accuracy import kernel_key
 
@@ -283,7 +281,7 @@ def backend_workload_records(kernels: dict[str, dict[str, Any]]) -> dict[str, di
             got = vbw.compare(RESULTS / name, [])
         for row in got["rows"]:
             kvb = 1 if str(row["kv_cache_dtype"]).startswith("fp8") else 2
-            lay = _model_layout(row["model"], int(row["tp"]))
+            lay = model_layout(row["model"], int(row["tp"]))
             for path, t in row["totals"].items():
                 if "Triton" in path:
                     continue
@@ -298,7 +296,7 @@ def backend_workload_records(kernels: dict[str, dict[str, Any]]) -> dict[str, di
             rows = by_side.get(side, [])
             if len(rows) < MIN_BACKEND_TOTALS:  # a median and p90 of one or two totals say nothing
                 continue
-            rec[side] = _totals_figure(
+            rec[side] = totals_figure(
                 rows, f"benchmarks/validate_backends_workload_h200.py ({', '.join(BACKEND_WORKLOAD_FILES)}): each "
                       "path's total over 100 chat or long-prompt steps replayed in one CUDA graph on the H200 (FA3 as "
                       "vLLM runs it, num_splits 32)")

@@ -1,7 +1,7 @@
 """Fit the default backends' fp8-KV families (issue 18, item 2) on twelve head layouts and judge them on six that no
 fit saw.
 
-    python benchmarks/fit_backends_fp8_h200.py [--write-profile]
+    python -m benchmarks.fit_backends_fp8_h200 [--write-profile]
 
 Data: benchmarks/measure_backends_fp8_h200.py's H200 runs (fp8-backends-flashinfer-h200.jsonl.gz,
 fp8-backends-fa3-h200.jsonl.gz): FlashInfer's CUDA-core and tensor-core decode and vLLM's FA3, each shape on a bf16
@@ -33,21 +33,21 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.fit_backends_h200 import PROFILE, measurements_from  # noqa: E402
-from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS  # noqa: E402
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel import accuracy  # noqa: E402
-from decodecalc.timemodel.backend_fit import fp8_start, layout_of, main_family  # noqa: E402
-from decodecalc.timemodel.fit import Measurement, _fit_group, percentile, recommendation_quality  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90  # noqa: E402
+from benchmarks.fit_backends_h200 import PROFILE, measurements_from
+from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel import accuracy
+from decodecalc.timemodel.backend_fit import fp8_start, layout_of, main_family
+from decodecalc.timemodel import fit as timefit
+from decodecalc.timemodel.fit import Measurement, percentile, recommendation_quality
+from decodecalc.timemodel.predict import launch_time_s
+from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = (RESULTS / "fp8-backends-flashinfer-h200.jsonl.gz", RESULTS / "fp8-backends-fa3-h200.jsonl.gz")
@@ -110,7 +110,7 @@ def fit_families(fit_rows: list[Measurement], max_evals: int) -> tuple[Any, Any,
             rows = [m for m in fit_rows if m.kernel == kernel and main_family(m) == fam]
             if not rows:
                 continue
-            prof, loss = _fit_group(rows, prof, [fam], False, 2, max_evals)
+            prof, loss = timefit.fit_families(rows, prof, families=[fam], restarts=2, max_evals=max_evals)
             fitted[fam] = {"kernel": kernel, "fit_rows": len(rows), "loss": round(loss, 5)}
             print(f"{fam}: {len(rows)} rows, loss {loss:.4f}", flush=True)
     return before, prof, fitted

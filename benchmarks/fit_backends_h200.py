@@ -2,8 +2,8 @@
 merge kernel, FA3 and its combine kernel, FlashMLA and its combine kernel) to the H200 timings of
 benchmarks/capture_backends_h200.py, and report their errors on shapes the fit never saw.
 
-    python benchmarks/fit_backends_h200.py [--write-profile]
-    python benchmarks/fit_backends_h200.py --refit flashinfer [--write-profile]
+    python -m benchmarks.fit_backends_h200 [--write-profile]
+    python -m benchmarks.fit_backends_h200 --refit flashinfer [--write-profile]
 
 Data: benchmarks/results/capture-backends-h200.jsonl (default plans, eager and CUDA-graph),
 sweep-backends-h200.jsonl (FA3 num_splits 1-128, FlashInfer tensor cores' fixed_split_size / disable_split_kv),
@@ -30,21 +30,20 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import KERNEL_FAMILIES, packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import BACKEND_OCCUPANCY, NEUTRAL_BACKEND_FAMILY, hbm_ceilings  # noqa: E402
-from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
-from decodecalc.timemodel.backends import BACKEND_KERNELS  # noqa: E402
-from decodecalc.timemodel.fit import (Measurement, _fit_group, error_summary, fit_profile,  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import KERNEL_FAMILIES, packaged_profile
+from decodecalc.timemodel.backend_fit import BACKEND_OCCUPANCY, NEUTRAL_BACKEND_FAMILY, hbm_ceilings
+from decodecalc.verify.backend_calibration import record_measurements
+from decodecalc.timemodel.backends import BACKEND_KERNELS
+from decodecalc.timemodel.fit import (Measurement, error_summary, fit_families, fit_profile,
                                       recommendation_quality)
-from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FamilyParams  # noqa: E402
-from decodecalc.verify import profiler as P  # noqa: E402
+from decodecalc.timemodel.profile import CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FamilyParams
+from decodecalc.verify import profiler as P
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = (RESULTS / "capture-backends-h200.jsonl", RESULTS / "sweep-backends-h200.jsonl",
@@ -132,7 +131,7 @@ def main() -> int:
     for kernel, family in (("flashinfer-tc", "flashinfer_tc"), ("flashinfer", "flashinfer_decode")):
         rows = [m for m in train if m.kernel == kernel]
         if rows:
-            prof, v = _fit_group(rows, prof, [family], False, 2, args.max_evals)
+            prof, v = fit_families(rows, prof, families=[family], restarts=2, max_evals=args.max_evals)
             print(f"{family} alone: {len(rows)} rows, loss {v:.4f}", flush=True)
     heldout = family_stats(prof, test)
     training = family_stats(prof, train)
@@ -174,7 +173,7 @@ def refit(kernel: str, max_evals: int, write: bool) -> int:
     shipped = packaged_profile("h200")
     assert shipped is not None
     before = family_stats(shipped, test)[kernel]
-    prof, loss = _fit_group(train, shipped, [family], False, 2, max_evals)
+    prof, loss = fit_families(train, shipped, families=[family], restarts=2, max_evals=max_evals)
     heldout = family_stats(prof, test)[kernel]
     print(f"{family}: {len(train)} training rows, loss {loss:.4f}; held out ({len(test)}): "
           f"{before['median_abs_err']:.1%} / {before['p90_abs_err']:.1%} -> "

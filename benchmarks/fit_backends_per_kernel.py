@@ -1,7 +1,7 @@
 """The default backends' families fitted on each kernel's profiled duration instead of whole launch times: an
 experiment (issue 18; BENCHMARKS.md, "The backends' steps alone"), not adopted.
 
-    python benchmarks/fit_backends_per_kernel.py
+    python -m benchmarks.fit_backends_per_kernel
 
 The H200 captures fit_backends_h200.py trains on (capture-backends-h200.jsonl, sweep-backends-h200.jsonl; FlashInfer's
 two paths and FA3, 1,328 runs whose profiled kernels are the plan's) hold each kernel's CUPTI duration besides the
@@ -15,14 +15,12 @@ import dataclasses
 import gzip
 import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.predict import launch_time_s, kernel_time_s
-from decodecalc.timemodel.fit import _fit_group, percentile
+from decodecalc.timemodel.fit import fit_families, percentile
 from decodecalc.verify.backend_calibration import record_measurement
 from decodecalc.verify import profiler as P
 from benchmarks.fit_backends_h200 import DATA, held_out
@@ -78,7 +76,7 @@ prof = ship
 for fam in ('flashinfer_decode', 'flashinfer_tc', 'flashinfer_merge', 'fa3_fwd', 'fa3_combine'):
     rows = pseudo(train, fam)
     before = statistics.median(abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in rows)
-    prof, loss = _fit_group(rows, prof, [fam], False, 2, 1500)
+    prof, loss = fit_families(rows, prof, families=[fam], restarts=2, max_evals=1500)
     after = statistics.median(abs(launch_time_s(m.work, prof) / m.time_s - 1) for m in rows)
     te = pseudo(test, fam)
     print(f'{fam}: {len(rows)} kernel rows, median kernel error {before:.1%} -> {after:.1%}; held-out kernels '

@@ -8,7 +8,7 @@ last one's epilogue). This script picks that one number by the training loss (me
 captures fit_backends_h200.py trains on (the same stable-hash split; every other FA3 number as shipped), and reports
 the held-out captures, the recommended-split quality and, never used for the choice, the workload totals.
 
-    python benchmarks/fit_fa3_tiles.py [--write-profile]
+    python -m benchmarks.fit_fa3_tiles [--write-profile]
 
 ``--write-profile`` puts the chosen value and the held-out figures into decodecalc/profiles/h200.yaml.
 """
@@ -25,12 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.fit_backends_h200 import held_out, measurements_from  # noqa: E402
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.fit import error_summary, log_loss, recommendation_quality  # noqa: E402
+from benchmarks.fit_backends_h200 import held_out, measurements_from
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.fit import error_summary, log_loss, recommendation_quality
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"

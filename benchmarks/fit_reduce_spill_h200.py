@@ -10,7 +10,7 @@ decodecalc.timemodel.fit) to the reduce kernel's device time per call that ``pro
 (CUPTI, ``kernel_us``) at 512-4,096 segments, batch 4 (32K tokens) and 16 (2K tokens), Llama-3.1-8B's 32 heads.
 Held out: the 3D launches at 512-4,096 segments of validate_tune_h200_range1.json (workload totals).
 
-    python benchmarks/fit_reduce_spill_h200.py [--write]   # --write: into decodecalc/profiles/h200.yaml
+    python -m benchmarks.fit_reduce_spill_h200 [--write]   # --write: into decodecalc/profiles/h200.yaml
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.derived import next_power_of_2  # noqa: E402
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import resolve_profile  # noqa: E402
-from decodecalc.timemodel.fit import nelder_mead  # noqa: E402
-from decodecalc.timemodel.predict import kernel_time_s  # noqa: E402
-from decodecalc.timemodel.recipe import SPILL_HI, SPILL_KEYS, SPILL_LO, SPILL_START  # noqa: E402
-from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY, KernelWork, reduce_segments_kernel  # noqa: E402
+from decodecalc.derived import next_power_of_2
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import resolve_profile
+from decodecalc.timemodel.fit import nelder_mead
+from decodecalc.timemodel.predict import kernel_time_s
+from decodecalc.timemodel.recipe import SPILL_HI, SPILL_KEYS, SPILL_LO, SPILL_START
+from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY, KernelWork, reduce_segments_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the probe runs (probe_split_range_h200.py --only vllm at Llama-3.1-8B's 32:8 and Llama-3.1-70B TP8's 8:1 heads)

@@ -1,10 +1,11 @@
 """Fit decodecalc's time model to H200 measurements of the real vLLM / SGLang decode kernels.
 
-    python benchmarks/fit_timemodel.py [--data FILE ...] [--write-profile] [--out benchmarks/results/timemodel-fit-h200.json]
+    python -m benchmarks.fit_timemodel [--data FILE ...] [--write-profile] [--out benchmarks/results/timemodel-fit-h200.json]
 
-Data: ../shared/data/h200-upstream-dev-grid.json (40 shapes, when present) and every
-benchmarks/results/timemodel-h200-*.json (rows in the same format, written by
-benchmarks/measure_splits_h200.py). Shapes are split into a training set and a held-out set
+Data: benchmarks/results/h200-upstream-dev-grid.json.gz (the project's H200 development grid: 40 shapes, every
+split of vLLM 0.33.0 and SGLang 0.5.23) and every benchmarks/results/timemodel-h200-*.json (rows in the same
+format, written by benchmarks/measure_splits_h200.py), plus the per-step workload timings
+benchmarks/results/validate_tune_h200_steps*.json. Shapes are split into a training set and a held-out set
 (every shape whose stable hash falls in the last ``--holdout`` fraction); the model is fitted
 on the training shapes only and its errors are reported on the held-out shapes, then refitted
 on everything for the shipped profile (``--write-profile`` writes decodecalc/profiles/h200.yaml).
@@ -14,25 +15,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import hashlib
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel.calibration_fit import TRITON_PREFIXES  # noqa: E402
-from decodecalc.timemodel.fit import (  # noqa: E402
+from decodecalc.timemodel.calibration_fit import TRITON_PREFIXES
+from decodecalc.timemodel.fit import (
     Measurement,
     error_summary,
     measurements_from_rows,
     recommendation_quality,
 )
-from decodecalc.timemodel.recipe import RESIDUAL_KERNELS, SHIPPED, fit_physics, with_residuals  # noqa: E402,F401
-from decodecalc.timemodel import (  # noqa: E402
+from decodecalc.timemodel.recipe import RESIDUAL_KERNELS, SHIPPED, fit_physics, with_residuals  # noqa: F401
+from decodecalc.timemodel import (
     FAMILY_FALLBACKS,
     dump_profile,
     launch_time_s,
@@ -40,7 +39,11 @@ from decodecalc.timemodel import (  # noqa: E402
     packaged_profile,
 )
 
-SHARED = ROOT.parent / "shared" / "data" / "h200-upstream-dev-grid.json"
+ROOT = Path(__file__).resolve().parents[1]
+
+RESULTS = ROOT / "benchmarks" / "results"
+#: the project's H200 development grid, committed compressed (the shipped fit's first data file)
+DEV_GRID = RESULTS / "h200-upstream-dev-grid.json.gz"
 OCC_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 #: compiled kernel -> the model families it runs
 KERNEL_FAMILY = {
@@ -62,11 +65,52 @@ REF_FROM = {"ref_vllm_2d": "vllm_2d", "ref_vllm_3d": "vllm_3d", "ref_vllm_reduce
 #: the families this script fits (the backends' belong to fit_backends_h200.py)
 
 
+def read_json(path: Path) -> Any:
+    """A result file, gzip-compressed (``.gz``) or not."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    return json.loads(path.read_text())
+
+
+def data_name(path: Path) -> str:
+    """A data file's name in a fit result: compressed or not, the same name (the records predate the compression)."""
+    return path.name.removesuffix(".gz")
+
+
+def shape_files() -> list[Path]:
+    """The shape timings the shipped H200 profile is fitted on."""
+    return [DEV_GRID, *sorted(RESULTS.glob("timemodel-h200-*.json"))]
+
+
+def step_files() -> list[Path]:
+    """The per-step workload timings the shipped H200 profile is fitted on."""
+    return sorted(RESULTS.glob("validate_tune_h200_steps*.json"))
+
+
+def shipped_data() -> tuple[list[Measurement], list[Measurement]]:
+    """The launches behind the shipped profile's map: the shape timings and the Triton engines' workload steps."""
+    ms, _ = load(shape_files())
+    steps, _ = load_steps(step_files())
+    return ms, [m for m in steps if m.kernel in ("vllm", "sglang")]
+
+
+def in_fraction(key: str, fraction: float) -> bool:
+    """Whether a shape falls in the first ``fraction`` of a stable hash of its key (a draw that never changes)."""
+    return fraction >= 1 or int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < fraction
+
+
+def static(variant: str) -> bool:
+    """A launch calibrate times (vLLM 2D, 3D at S segments, SGLang at S splits): not the engines' default or adaptive
+    launch, nor decodecalc's reference kernels."""
+    return variant == "vllm-2d" or variant.startswith(("vllm-3d-S", "sglang-static-S"))
+
+
 def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     ms: list[Measurement] = []
     origin: dict[str, str] = {}
     for p in paths:
-        d = json.loads(p.read_text())
+        d = read_json(p)
         if isinstance(d, dict):
             RESOURCES.update({k: v for k, v in (d.get("kernel_resources") or {}).items() if v})
             for e in (d.get("env"), d.get("env_first_call")):
@@ -75,7 +119,7 @@ def load(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
         rows = d["cases"] if isinstance(d, dict) else d
         got = measurements_from_rows(rows, num_sms=int((d.get("env") or {}).get("sm_count", 132)) if isinstance(d, dict) else 132)
         for m in got:
-            origin.setdefault(m.shape.key, p.name)
+            origin.setdefault(m.shape.key, data_name(p))
         ms += got
     return ms, origin
 
@@ -169,7 +213,7 @@ def compiled_occupancy(paths: list[Path]) -> dict[str, dict[int, int]]:
     at positions 9-11)."""
     out: dict[str, dict[int, int]] = {}
     for p in paths:
-        d = json.loads(p.read_text())
+        d = read_json(p)
         if not isinstance(d, dict):
             continue
         for spec in (d.get("specializations") or {}).get("kernel_unified_attention", ()):
@@ -257,7 +301,8 @@ def default_vs_best(ms):  # type: ignore[no-untyped-def]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, nargs="*", help="measurement JSON files (default: shared + benchmarks/results/timemodel-h200-*.json)")
+    ap.add_argument("--data", type=Path, nargs="*", help="measurement JSON files (default: "
+                    "benchmarks/results/h200-upstream-dev-grid.json.gz and timemodel-h200-*.json)")
     ap.add_argument("--steps-data", type=Path, nargs="*", help="per-step workload timings (default: "
                     "benchmarks/results/validate_tune_h200_steps*.json)")
     ap.add_argument("--blend-power", type=float, default=None, help="the Triton families' blend of SM and HBM "
@@ -300,10 +345,9 @@ def main() -> int:
         print(f"wrote {write_profile(res, final, args.profile_dest)}")
         return 0
 
-    paths = args.data or ([SHARED] if SHARED.exists() else []) + sorted((ROOT / "benchmarks" / "results").glob("timemodel-h200-*.json"))
+    paths = args.data or shape_files()
     ms, origin = load(paths)
-    step_paths = [] if args.no_steps else (args.steps_data or sorted((ROOT / "benchmarks" / "results").glob(
-        "validate_tune_h200_steps*.json")))
+    step_paths = [] if args.no_steps else (args.steps_data or step_files())
     if step_paths:
         sms, sorigin = load_steps(step_paths)
         engines = set(args.steps_engines.split(","))
@@ -336,7 +380,7 @@ def main() -> int:
     hold = {k for k in keys if is_holdout(k, args.holdout)}
     train = [m for m in ms if m.shape.key not in hold]
     test = [m for m in ms if m.shape.key in hold]
-    print(f"{len(ms)} rows, {len(keys)} shapes from {', '.join(p.name for p in paths)}; "
+    print(f"{len(ms)} rows, {len(keys)} shapes from {', '.join(map(data_name, paths))}; "
           f"fit on {len(keys) - len(hold)} shapes, hold out {len(hold)}", flush=True)
 
     if args.residuals_only:
@@ -385,7 +429,7 @@ def main() -> int:
                          **fit_options,  # type: ignore[arg-type]
                          progress=lambda s: print("  " + s, flush=True))
     print(f"holdout fit: {time.time() - t0:.0f} s", flush=True)
-    res: dict = {"data": [p.name for p in paths], "rows": len(ms), "shapes": len(keys), "refit_kernels": list(refit),
+    res: dict = {"data": [data_name(p) for p in paths], "rows": len(ms), "shapes": len(keys), "refit_kernels": list(refit),
                  "holdout_shapes": sorted(hold),
                  "holdout_fit": {"train": summary(fitted, train, origin), "holdout": summary(fitted, test, origin),
                                  "profile": fitted.to_mapping()}}

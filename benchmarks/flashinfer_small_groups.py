@@ -1,6 +1,6 @@
 """FlashInfer on the small GQA groups SGLang runs on its CUDA cores, scored on head layouts no fit saw (issue 18).
 
-    python benchmarks/flashinfer_small_groups.py [--write]
+    python -m benchmarks.flashinfer_small_groups [--write]
 
 Data: ``results/flashinfer-small-groups-h200.jsonl.gz`` (``measure_flashinfer_ctas_h200.py --set small-groups``,
 H200, 2026-12-04, 144 s): FlashInfer 0.7.2.post1's CUDA-core and tensor-core decode on six per-rank layouts of group 1
@@ -19,19 +19,18 @@ import argparse
 import gzip
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import layout_label, layout_of, main_family  # noqa: E402
-from decodecalc.timemodel.fit import percentile  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.backend_fit import layout_label, layout_of, main_family
+from decodecalc.timemodel.fit import percentile
+from decodecalc.timemodel.predict import launch_time_s
+from decodecalc.verify.backend_calibration import record_measurements
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = RESULTS / "flashinfer-small-groups-h200.jsonl.gz"

@@ -2,7 +2,7 @@
 (issue 18: "find the physics that varies with layout"). The last, ``group size alone``, is the model's rule since
 2026-12-04 (timemodel.backends.cuda_core_step_factor; the shipped families were refitted under it).
 
-    python benchmarks/flashinfer_wide_ctas.py [--write]
+    python -m benchmarks.flashinfer_wide_ctas [--write]
 
 The kernel's CTA is (head_dim / 8, group size, the rest of 128 threads) (launchers.flashinfer.decode_kernel_tiling).
 Above CUDA_CORE_G0 heads per KV head the model makes a loop step cost more than its bytes. Until 2026-12-04 that was
@@ -33,20 +33,19 @@ import gzip
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import backends as B  # noqa: E402
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.backend_fit import calibrate_backends, layout_label, layout_of  # noqa: E402
-from decodecalc.timemodel.fit import percentile  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.verify.backend_calibration import record_measurements  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import backends as B
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.backend_fit import calibrate_backends, layout_label, layout_of
+from decodecalc.timemodel.fit import percentile
+from decodecalc.timemodel.predict import launch_time_s
+from decodecalc.verify.backend_calibration import record_measurements
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 DATA = RESULTS / "calibrate-backends-h200-measurements.json.gz"

@@ -37,12 +37,10 @@ def launch_work(rec: dict[str, Any]) -> Any:
                "engine_split_kernel": rec.get("engine_split_kernel", False), "t_us": 1.0}
         return step_measurement(row, num_heads=w.num_heads, num_kv_heads=w.num_kv_heads, head_size=w.head_size,
                                 head_size_v=w.head_size_v).work
-    from decodecalc.launchers.registry import PolicyOptions
-    from decodecalc.reports.compare import evaluate
     from decodecalc.timemodel.backends import backend_work
-    from decodecalc.verify import profiler as P
+    from decodecalc.verify.profiler import default_result
 
-    res = evaluate(P.BACKENDS[rec["backend"]][0], w, gpu, PolicyOptions(vllm=P._vllm_settings(True)))
+    res = default_result(rec["backend"], w, gpu, cuda_graph=True)
     return backend_work(res.plan, w, rec["backend"])
 
 

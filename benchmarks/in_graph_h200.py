@@ -21,11 +21,11 @@ by default (FlashInfer on sm_90; SGLang passes ``use_pdl``).
 
 Device half (writes JSON lines)::
 
-    PYTHONPATH=. python3 benchmarks/in_graph_h200.py --run --out $OUT/in-graph.jsonl [--deadline-s 500]
+    python3 -m benchmarks.in_graph_h200 --run --out $OUT/in-graph.jsonl [--deadline-s 500]
 
 CPU half (the shipped profile's predictions against both regimes; writes results/in-graph-h200-summary.json)::
 
-    python benchmarks/in_graph_h200.py --compare benchmarks/results/in-graph-h200.jsonl [--write-profile]
+    python -m benchmarks.in_graph_h200 --compare benchmarks/results/in-graph-h200.jsonl [--write-profile]
 
 ``--write-profile`` writes the per-system in-graph costs (fitted on every layout) into the packaged profile's
 ``in_graph`` block; the left-out figures use the costs of the other half of the layouts (in_graph_compare.HALVES).
@@ -37,16 +37,15 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.specs.models import resolve_model  # noqa: E402
-from decodecalc.workload import make_workload  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.workload import make_workload
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: (model, tp): head layouts per rank 32:8 d128, 8:1 d128, 16:8 d256, 32:8 d64, 16:1 d128, 16:4 d128
 LAYOUTS = [("llama3-8b", 1), ("llama3-70b", 8), ("gemma-2-9b", 1), ("llama3.2-1b", 1), ("llama3-405b", 8),

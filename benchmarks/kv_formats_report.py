@@ -1,6 +1,6 @@
 """The fp8-KV and 32-token-block timings (benchmarks/measure_kv_formats_h200.py) against the packaged H200 profile.
 
-    python benchmarks/kv_formats_report.py [--data benchmarks/results/kv-formats-h200.json]
+    python -m benchmarks.kv_formats_report [--data benchmarks/results/kv-formats-h200.json]
         [--out benchmarks/results/kv-formats-h200.md]
 
 Every figure here is out of sample: the predictions come from the packaged profile with its fp8 families replaced by
@@ -20,19 +20,18 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel.domain import profile_domain  # noqa: E402
-from decodecalc.timemodel.fit import measurements_from_rows  # noqa: E402
-from decodecalc.timemodel.profile import FAMILY_FALLBACKS  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s  # noqa: E402
-from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
+from decodecalc.timemodel.domain import profile_domain
+from decodecalc.timemodel.fit import measurements_from_rows
+from decodecalc.timemodel.profile import FAMILY_FALLBACKS
+from decodecalc.timemodel.predict import launch_time_s
+from decodecalc.timemodel.profile_sources import packaged_profile
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT / "benchmarks" / "results" / "kv-formats-h200.json"
 OUT = ROOT / "benchmarks" / "results" / "kv-formats-h200.md"

@@ -1,6 +1,6 @@
 """Can the time model learn an fp8 KV cache? Own families for the fp8 launches, fitted with each head layout left out.
 
-    python benchmarks/leaveout_fp8.py [--out benchmarks/results/leaveout-fp8-h200.json]
+    python -m benchmarks.leaveout_fp8 [--out benchmarks/results/leaveout-fp8-h200.json]
 
 The data: benchmarks/measure_kv_formats_h200.py's block-16 timings (kv-formats-h200.json and, where it exists,
 kv-formats-h200-extra.json). The KV-streaming kernels of every fp8 launch (vLLM's 2D and 3D kernels, SGLang's grouped
@@ -19,16 +19,15 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel.fit import fit_profile, measurements_from_rows  # noqa: E402
-from decodecalc.timemodel.predict import model_launch_time_s  # noqa: E402
-from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
+from decodecalc.timemodel.fit import fit_profile, measurements_from_rows
+from decodecalc.timemodel.predict import model_launch_time_s
+from decodecalc.timemodel.profile_sources import packaged_profile
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 #: the thorough batches on twelve layouts, and (SGLang only) four short-context batches on the same twelve

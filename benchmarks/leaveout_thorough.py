@@ -2,7 +2,7 @@
 (decodecalc.timemodel.work.kv_runs_per_iter, FamilyParams.run_s / stream_exponent) predict a layout no fit saw better
 than the physics without them?
 
-    python benchmarks/leaveout_thorough.py [--kernels sglang,vllm] [--out benchmarks/results/leaveout-thorough-h200.json]
+    python -m benchmarks.leaveout_thorough [--kernels sglang,vllm] [--out benchmarks/results/leaveout-thorough-h200.json]
 
 For each engine's kernel and each of the ten layouts, the engine's families are fitted from the same start (the
 shipped occupancy, every continuous parameter at the fit's default: nothing fitted to a timing) on the other nine
@@ -16,14 +16,13 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.timemodel.fit import DEFAULT_FAMILY, fit_profile, log_errors, measurements_from_rows  # noqa: E402
+from decodecalc.timemodel import packaged_profile
+from decodecalc.timemodel.fit import DEFAULT_FAMILY, fit_profile, log_errors, measurements_from_rows
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA = ROOT / "benchmarks" / "results" / "calibrate-h200-thorough-measurements.json"
 

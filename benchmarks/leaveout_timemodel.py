@@ -36,12 +36,12 @@ fold). The committed results: ``--time-budget 4200`` (the six PRIORITY layouts a
 Run (one core; results are written after every fold, so an interrupted run keeps the
 folds it finished and a rerun skips them unless ``--redo``)::
 
-    taskset -c 1 python benchmarks/leaveout_timemodel.py                 # every fold, in priority order
-    taskset -c 1 python benchmarks/leaveout_timemodel.py --folds "layout:8:1 d128" preset:chat
-    taskset -c 1 python benchmarks/leaveout_timemodel.py --time-budget 4500   # stop starting folds after 75 min
-    python benchmarks/leaveout_timemodel.py --report                     # only rewrite the .md from the JSON
-    python benchmarks/leaveout_timemodel.py --report --reading-file R.md # ... storing R.md as its closing paragraph
-    python benchmarks/leaveout_timemodel.py --list                       # the folds and their row counts
+    taskset -c 1 python -m benchmarks.leaveout_timemodel                 # every fold, in priority order
+    taskset -c 1 python -m benchmarks.leaveout_timemodel --folds "layout:8:1 d128" preset:chat
+    taskset -c 1 python -m benchmarks.leaveout_timemodel --time-budget 4500   # stop starting folds after 75 min
+    python -m benchmarks.leaveout_timemodel --report                     # only rewrite the .md from the JSON
+    python -m benchmarks.leaveout_timemodel --report --reading-file R.md # ... storing R.md as its closing paragraph
+    python -m benchmarks.leaveout_timemodel --list                       # the folds and their row counts
 
 Outputs: benchmarks/results/leaveout-timemodel-h200.json (the row table once, then per fold its definition, the
 left-out row indices, every row's physics-only and with-map prediction, the fitted physics and the statistics) and
@@ -58,25 +58,23 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import fit_timemodel as ft  # noqa: E402
-from decodecalc.timemodel import (  # noqa: E402
+from benchmarks import fit_timemodel as ft
+from decodecalc.timemodel import (
     FAMILY_FALLBACKS,
     TimeProfile,
     packaged_profile,
 )
-from decodecalc.timemodel import calibration_fit  # noqa: E402
-from decodecalc.timemodel.fit import Measurement, _families_in, percentile  # noqa: E402
-from decodecalc.timemodel.recipe import SHIPPED, fit_physics  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s  # noqa: E402
+from decodecalc.timemodel import calibration_fit
+from decodecalc.timemodel.fit import Measurement, families_in, percentile
+from decodecalc.timemodel.recipe import SHIPPED, fit_physics
+from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 OUT_JSON = RESULTS / "leaveout-timemodel-h200.json"
@@ -128,11 +126,11 @@ def kernel_class(kernel: str) -> str:
 def load_rows(step_paths: list[Path]) -> tuple[list[Row], list[Path]]:
     """The data fit_timemodel.py fits (its own loaders): the shared grid, every timemodel-h200-*.json and the
     per-step workload timings."""
-    paths = ([ft.SHARED] if ft.SHARED.exists() else []) + sorted(RESULTS.glob("timemodel-h200-*.json"))
+    paths = ft.shape_files()
     rows: list[Row] = []
     for p in paths:  # one file at a time, so every row knows its file (ft's origin is keyed by shape)
         ms, _ = ft.load([p])
-        rows += [Row(m, p.name, False) for m in ms]
+        rows += [Row(m, ft.data_name(p), False) for m in ms]
     for p in step_paths:
         ms, _ = ft.load_steps([p])
         rows += [Row(m, p.name, True) for m in ms]
@@ -202,7 +200,7 @@ def run_fold(fold: str, rows: list[Row], start: TimeProfile, occ: dict[str, int]
     fit_s = time.time() - t0
     # a family no training row ran (SGLang's MHA stage 1 runs 32:32 only) keeps the neutral start; the package's own
     # rule for a profile without a family (FAMILY_FALLBACKS) borrows its parent's numbers, and so does this fold
-    seen, needed = set(_families_in(train)), set(_families_in([r.m for r in rows]))
+    seen, needed = set(families_in(train)), set(families_in([r.m for r in rows]))
     borrowed = {f: parent for f, parent in FAMILY_FALLBACKS.items() if f in needed - seen and parent in seen}
     if borrowed:
         physics = dataclasses.replace(physics, families={**physics.families, **{
@@ -517,7 +515,7 @@ def main() -> int:
                 ap.error(f"{args.out} was written with other rows or settings ({res.get('settings')}); "
                          "--fresh starts it afresh, --out writes elsewhere")
             res = {}
-    res.update({"schema": SCHEMA, "data": [p.name for p in paths], "settings": settings, "machine": machine(),
+    res.update({"schema": SCHEMA, "data": [ft.data_name(p) for p in paths], "settings": settings, "machine": machine(),
                 "rows": table, "planned_folds": list(dict.fromkeys([*res.get("planned_folds", []), *chosen]))})
     res.setdefault("folds", {})
     res.setdefault("reading", "")

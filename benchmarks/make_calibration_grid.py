@@ -3,23 +3,19 @@ H200 profile (benchmarks/fit_timemodel.py's shape timings, drawn by a stable has
 launches that shape was timed under (vLLM 2D and 3D at 2-128 segments, SGLang at 1-64 splits; the engines' default
 and adaptive launches and decodecalc's reference kernels left out: calibrate times static launches).
 
-    python tools/make_calibration_grid.py
+    python -m benchmarks.make_calibration_grid
 
-BENCHMARKS.md ("Physics or map?") measured calibrate's cold recipe on this plan's shipped timings. The shipped fit also
-read ../shared/data/h200-upstream-dev-grid.json (outside the repository); without it a clean clone draws 63 of the
-75 shapes, so the committed plan is what this tool wrote with it.
+BENCHMARKS.md ("Physics or map?") measured calibrate's cold recipe on this plan's shipped timings.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.fit_timemodel import in_fraction, shipped_data, static
 
-from benchmarks.calibrate_map_experiment import in_fraction, shipped_data, static  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "decodecalc" / "data" / "calibration_grid.json"
 FRACTION = 0.25
@@ -41,7 +37,7 @@ def grid() -> list[dict]:
 
 def main() -> int:
     g = grid()
-    doc = {"source": f"tools/make_calibration_grid.py: {FRACTION:.0%} of the shipped H200 profile's shapes (stable hash), "
+    doc = {"source": f"benchmarks/make_calibration_grid.py: {FRACTION:.0%} of the shipped H200 profile's shapes (stable hash), "
                      "their static launches", "shapes": g}
     OUT.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     print(f"{len(g)} shapes, {sum(len(e['variants']) for e in g)} timings -> {OUT}")

@@ -1,7 +1,7 @@
 """Time the compiled backends on an fp8 KV cache and on bf16, shape for shape, over head layouts chosen as an
 experiment (issue 18, item 2): FlashInfer's two decode paths and vLLM's FA3, on an H200.
 
-    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 benchmarks/measure_backends_fp8_h200.py \\
+    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 -m benchmarks.measure_backends_fp8_h200 \\
         --out $OUT [--layouts fit|unseen|all] [--budget-s 500]
 
 Layouts: the twelve per-rank head layouts SGLang's fp8 family was fitted on (FIT_LAYOUTS, those of
@@ -21,17 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.capture_backends_h200 import summarize_occupancy, workload  # noqa: E402
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel.backend_fit import BACKEND_LAYOUTS, backend_plan  # noqa: E402
-from decodecalc.verify.backend_calibration import MAX_ERROR_STREAK, warm_flashinfer  # noqa: E402
+from benchmarks.capture_backends_h200 import summarize_occupancy, workload
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel.backend_fit import BACKEND_LAYOUTS, backend_plan
+from decodecalc.verify.backend_calibration import MAX_ERROR_STREAK, warm_flashinfer
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: the plan is calibrate's (decodecalc.timemodel.backend_fit): its layouts (FIT_LAYOUTS), batches and chat-like steps
 FIT_LAYOUTS = list(BACKEND_LAYOUTS)

@@ -2,7 +2,7 @@
 18; the question of benchmarks/flashinfer_wide_ctas.py: why 16:1 d128 runs as fast per byte as the 128-thread CTAs
 and 16:2 d256 does not).
 
-    PYTHONPATH=.:<flashinfer> python3 benchmarks/measure_flashinfer_ctas_h200.py --out $OUT
+    PYTHONPATH=.:<flashinfer> python3 -m benchmarks.measure_flashinfer_ctas_h200 --out $OUT
 
 The CTA is (head_dim / 8, group size, the rest of 128 threads) (launchers.flashinfer.decode_kernel_tiling): LAYOUTS
 holds group 16 at 128 threads (16:1 d64), at 256 (16:1, 32:2, 64:4 d128) and at 512 (16:1 d256); group 8 at 256
@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel.backend_fit import backend_plan  # noqa: E402
-from decodecalc.verify.backend_calibration import run_backend_calibration  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel.backend_fit import backend_plan
+from decodecalc.verify.backend_calibration import run_backend_calibration
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LAYOUTS = [(16, 1, 64), (16, 1, 128), (32, 2, 128), (64, 4, 128), (16, 1, 256), (8, 1, 256), (16, 2, 256),
            (32, 4, 256), (32, 1, 64), (32, 1, 128), (8, 1, 128)]

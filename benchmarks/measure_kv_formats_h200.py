@@ -1,7 +1,7 @@
 """Time vLLM's and SGLang's decode kernels with an fp8 KV cache and with 32-token KV blocks, beside the bf16,
 16-token launches of the same shapes (issue 18: no fit of decodecalc's H200 profile has seen either format).
 
-    python benchmarks/measure_kv_formats_h200.py [--out benchmarks/results/kv-formats-h200.json] [--dry]
+    python -m benchmarks.measure_kv_formats_h200 [--out benchmarks/results/kv-formats-h200.json] [--dry]
         [--layouts 0,1,2] [--extra] [--unseen] [--short]
 
 Each layout (per rank) is timed at calibrate --thorough's five batches
@@ -28,7 +28,7 @@ sequences of a few hundred to a few thousand tokens, as in a chat workload's ste
 the thorough batches lack, where whole workloads found the first fp8 family wrong by 15-19% at 8-32 static splits
 (benchmarks/results/validate-tune-fp8-h200.json). Training data for benchmarks/leaveout_fp8.py. The file is rewritten after every shape (a run cut off
 by the device's time limit keeps what it measured). Run on the device with the upstream sources:
-PYTHONPATH=. python3 benchmarks/measure_kv_formats_h200.py (carry upstream/).
+python3 -m benchmarks.measure_kv_formats_h200 (carry upstream/).
 """
 
 from __future__ import annotations
@@ -36,15 +36,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.launchers.sglang_triton import DEFAULT_MAX_KV_SPLITS  # noqa: E402
-from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS  # noqa: E402
+from decodecalc.launchers.sglang_triton import DEFAULT_MAX_KV_SPLITS
+from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: (h, h_kv, d) per rank: two layouts every fit saw (8:1 and 32:8 at d128), four none saw (16:2 d128 and 64:8 d128,
 #: GQA groups of 8 at 2 and 8 KV heads; 16:8 d256, Gemma-2-9B TP1; 32:4 d64)

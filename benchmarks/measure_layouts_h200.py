@@ -1,7 +1,7 @@
 """Time vLLM's and SGLang's decode kernels on head layouts no time-model fit has seen, and SGLang with its KV slots
 scattered one token at a time (the test of the run cost, decodecalc.timemodel.work.kv_runs_per_iter).
 
-    python benchmarks/measure_layouts_h200.py [--out benchmarks/results/layouts-h200-unseen.json] [--dry]
+    python -m benchmarks.measure_layouts_h200 [--out benchmarks/results/layouts-h200-unseen.json] [--dry]
 
 Each layout (per rank) is timed at calibrate --thorough's five batches and eleven split counts
 (decodecalc.timemodel.calibration_fit.THOROUGH_BATCHES / THOROUGH_VARIANTS) with calibrate's own bench
@@ -9,7 +9,7 @@ Each layout (per rank) is timed at calibrate --thorough's five batches and eleve
 order). The rows have calibrate's --save-measurements form, so `decodecalc calibrate --from-measurements` and
 decodecalc.timemodel.fit.measurements_from_rows read them. The scattered rows (``"slots": "scattered"``) permute
 every copy's token slots at random: no two tokens of a tile adjacent, as in a long-running SGLang token pool.
-Run on the device with the upstream sources: PYTHONPATH=. python3 benchmarks/measure_layouts_h200.py
+Run on the device with the upstream sources: python3 -m benchmarks.measure_layouts_h200
 (carry upstream/; the sources are found as `decodecalc verify` finds them).
 """
 
@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS  # noqa: E402
+from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: (h, h_kv, d) per rank that no fit of decodecalc's H200 profile has seen (the fitted ones: 8:1, 32:8, 12:2, 28:4, 40:8,
 #: 96:8, 32:32 at d128; 32:8 d96; 20:4 and 8:1 at d64; 16:2 and 8:4 at d256): Llama-3.1-70B TP1, Llama-3-405B TP8,

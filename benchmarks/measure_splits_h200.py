@@ -2,7 +2,7 @@
 at every candidate split count over many shapes, for fitting and checking decodecalc's time model.
 
     tools/fetch_upstream.sh                     # ./upstream/{vllm-0.33.0,sglang-0.5.23}
-    python benchmarks/measure_splits_h200.py --out benchmarks/results/timemodel-h200-extra.json
+    python -m benchmarks.measure_splits_h200 --out benchmarks/results/timemodel-h200-extra.json
 
 Needs a CUDA GPU, torch and triton. Kernels are imported from ./upstream by
 decodecalc.verify.upstream (never through ``import vllm`` / ``import sglang``). Every variant is
@@ -31,7 +31,6 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 VLLM_SPLITS = (2, 4, 8, 16, 32, 64, 128)
 SGLANG_SPLITS = (1, 2, 4, 8, 16, 32, 64)
@@ -149,7 +148,7 @@ def kernel_objects(modules_and_names: list[tuple[object, tuple[str, ...]]]) -> d
     return out
 
 
-def _resources(fn) -> dict:  # type: ignore[no-untyped-def]
+def compiled_resources(fn) -> dict:  # type: ignore[no-untyped-def]
     """n_regs / shared / num_warps of every compiled specialization of a JIT function."""
     out: dict = {}
     caches = getattr(fn, "device_caches", None)
@@ -428,7 +427,7 @@ def main() -> int:
                 for la in rec.launches:
                     if la.name in kernels:
                         try:
-                            resources.setdefault(la.name, {}).update(_resources(kernels[la.name]))
+                            resources.setdefault(la.name, {}).update(compiled_resources(kernels[la.name]))
                         except Exception as exc:  # noqa: BLE001
                             resources.setdefault(la.name, {})["error"] = repr(exc)
                 if fw == "sglang" and "adaptive" in vname:

@@ -17,11 +17,11 @@ at large split counts, and records for every case:
   call's wall time (includes compilation) and the scratch bytes the case allocated.
 
     # on one H200 (run from the repository root; ./upstream/{vllm-0.33.0,sglang-0.5.23} present)
-    python benchmarks/probe_split_range_h200.py --out benchmarks/results/probe-split-range-h200.json
-    python benchmarks/probe_split_range_h200.py --extended --out ...   # also the predicted failure points
-    python benchmarks/probe_split_range_h200.py --only vllm --vllm-segments 4096,8192 --out ...
+    python -m benchmarks.probe_split_range_h200 --out benchmarks/results/probe-split-range-h200.json
+    python -m benchmarks.probe_split_range_h200 --extended --out ...   # also the predicted failure points
+    python -m benchmarks.probe_split_range_h200 --only vllm --vllm-segments 4096,8192 --out ...
     # CPU smoke test (Triton interpreter, tiny shapes, no timing): checks only that the code paths run
-    python benchmarks/probe_split_range_h200.py --tiny
+    python -m benchmarks.probe_split_range_h200 --tiny
 
 Default batch: Llama-3.1-8B per rank (h=32, h_kv=8, d=128), bf16, batch 4, seq_len 32768, block size 16.
 vLLM cases force the 3D (split-K) path (``seq_threshold_3D`` = 2**20) with ``num_par_softmax_segments`` = S
@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 VLLM_SEGMENTS = (64, 128, 256, 512, 1024, 2048)
 SGLANG_SPLITS = (64, 128, 256, 512, 1024)

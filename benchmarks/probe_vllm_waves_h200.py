@@ -3,7 +3,7 @@ program count grows one batch at a time, and the registers / shared memory of ev
 of ``kernel_unified_attention`` and ``reduce_segments`` (what sets their resident programs per SM).
 
     tools/fetch_upstream.sh
-    PYTHONPATH=. python benchmarks/probe_vllm_waves_h200.py --out benchmarks/results/timemodel-h200-probe-waves.json
+    python -m benchmarks.probe_vllm_waves_h200 --out benchmarks/results/timemodel-h200-probe-waves.json
 
 Each row: one (h, h_kv, d, batch, segments, length) launch of ``unified_attention`` (3D: segments > 1), timed
 as the other H200 scripts time (decodecalc.verify.timing: a CUDA graph over rotating KV copies, median of
@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.measure_splits_h200 import _resources  # noqa: E402
+from benchmarks.measure_splits_h200 import compiled_resources
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: (h, h_kv, d, segments, length, batches): every program reads length / (segments * 16) tiles of 16 tokens
 SERIES = (
@@ -103,7 +102,7 @@ def main() -> int:
     res = {}
     for name in ("kernel_unified_attention", "reduce_segments"):  # the JIT functions of the loaded module
         fn = getattr(vk.module, name, None)
-        specs = _resources(fn) if fn is not None else {}
+        specs = compiled_resources(fn) if fn is not None else {}
         res[name] = [{"constexprs": constexprs(k), **v} for k, v in specs.items()]
     out = {"env": {"sm_count": sms, "device": torch.cuda.get_device_name(0), "torch": torch.__version__},
            "method": "CUDA graph over rotating KV copies (>= 256 MiB), median of replays; uniform lengths",

@@ -1,7 +1,7 @@
 """How well decodecalc predicts a GPU before and after `calibrate` on it: a calibration's saved timings scored by
 the profile decodecalc uses there without one, and by the profiles named (issue 18: "on any GPU a user calibrates").
 
-    python benchmarks/score_gpu_transfer.py M.json.gz [--profile NAME=P.yaml ...] [--json OUT]
+    python -m benchmarks.score_gpu_transfer M.json.gz [--profile NAME=P.yaml ...] [--json OUT]
 
 ``M.json.gz``: what ``calibrate --save-measurements`` wrote on that GPU (its ``gpu`` field names it): the plan's
 shape timings (``cases``), the reference workloads' steps (``map_steps``) and the compiled backends' runs
@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import load_profile_file, packaged_profile  # noqa: E402
-from decodecalc.timemodel.calibration_fit import workload_measurements  # noqa: E402
-from decodecalc.timemodel.fit import abs_pct_errors, measurements_from_rows, percentile  # noqa: E402
-from decodecalc.timemodel.profile_sources import DATASHEET_SOURCE_GPU, datasheet_profile  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import load_profile_file, packaged_profile
+from decodecalc.timemodel.calibration_fit import workload_measurements
+from decodecalc.timemodel.fit import abs_pct_errors, measurements_from_rows, percentile
+from decodecalc.timemodel.profile_sources import DATASHEET_SOURCE_GPU, datasheet_profile
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(path: Path) -> dict[str, Any]:

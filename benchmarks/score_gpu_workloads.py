@@ -1,7 +1,7 @@
 """Workload totals on a GPU other than the H200, before and after `calibrate` on it (issue 18, item 5: "on any GPU
 a user calibrates"), beside the shipped H200 profile on the H200's run of the same models and workloads.
 
-    python benchmarks/score_gpu_workloads.py [--runs R.json ...] [--calibrated P.yaml] [--reference H200.json]
+    python -m benchmarks.score_gpu_workloads [--runs R.json ...] [--calibrated P.yaml] [--reference H200.json]
                                              [--json OUT]
 
 The inputs are `validate_tune_h200.py --gpu h100-sxm` replays on an H100 (2026-12-06): every candidate setting of
@@ -32,13 +32,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import load_profile_file  # noqa: E402
-from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
-from decodecalc.timemodel.fit import percentile  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import load_profile_file
+from decodecalc.timemodel.profile_sources import datasheet_profile
+from decodecalc.timemodel.fit import percentile
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUNS = tuple(RESULTS / f"validate_tune_h100_layouts{x}.json" for x in ("", "_b", "_c"))
@@ -143,7 +143,7 @@ def totals_records(profile: Any, runs: Sequence[Path]) -> dict[str, dict[str, An
     every measured setting (tune's own kinds, as expected_error.py counts the H200's) re-predicted by ``profile``,
     split by whether the model's per-rank layout is one the profile's fit timed (its ``fitted_layouts``, written by
     ``calibrate --left-out-folds``)."""
-    from benchmarks.expected_error import TUNE_KINDS, _model_layout, _totals_figure
+    from benchmarks.expected_error import TUNE_KINDS, model_layout, totals_figure
 
     kernels = ((getattr(profile, "fit", None) or {}).get("expected_error") or {}).get("kernels") or {}
     rows, _ = repredicted(profile, runs)
@@ -155,10 +155,10 @@ def totals_records(profile: Any, runs: Sequence[Path]) -> dict[str, dict[str, An
         sides: dict[str, list[tuple[float, str, str]]] = {"fitted_layout": [], "new_layout": []}
         for r in rows:
             if r["engine"] == engine and r["kind"] in TUNE_KINDS:
-                lay = _model_layout(r["model"], int(r["tp"]))
+                lay = model_layout(r["model"], int(r["tp"]))
                 sides["fitted_layout" if lay in fitted else "new_layout"].append(
                     (abs(r["error"]), lay, f"{r['model']} TP{r['tp']}"))
-        figs = {side: _totals_figure(rs, evidence) for side, rs in sides.items()}
+        figs = {side: totals_figure(rs, evidence) for side, rs in sides.items()}
         out[engine] = {side: {k: v for k, v in f.items() if k not in ("layout_list", "models")}
                        for side, f in figs.items() if f}
     return out

@@ -1,6 +1,6 @@
 """The spilling reduce in a from-scratch calibration, left out whole by workload (issue 18, item 5).
 
-    python benchmarks/spill_fit_h100.py [--write]
+    python -m benchmarks.spill_fit_h100 [--write]
 
 ``calibrate --grid``'s plan stops at 128 segments, so vLLM's ``reduce_segments`` past its register tile (512-4,096
 segments: the ``vllm_reduce_spill`` family) is timed only by the map steps, the reference workloads' long contexts
@@ -20,20 +20,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.timemodel import load_profile_file  # noqa: E402
-from decodecalc.timemodel.calibration_fit import _map_name, workload_measurements  # noqa: E402
-from decodecalc.timemodel.fit import abs_pct_errors  # noqa: E402
-from decodecalc.timemodel.profile_sources import datasheet_profile  # noqa: E402
-from decodecalc.timemodel.recipe import fit_spill_family  # noqa: E402
-from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY as SPILL_FAMILY  # noqa: E402
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.timemodel import load_profile_file
+from decodecalc.timemodel.calibration_fit import map_name, workload_measurements
+from decodecalc.timemodel.fit import abs_pct_errors
+from decodecalc.timemodel.profile_sources import datasheet_profile
+from decodecalc.timemodel.recipe import fit_spill_family
+from decodecalc.timemodel.work import REDUCE_SPILL_FAMILY as SPILL_FAMILY
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 RUN = RESULTS / "calibrate-grid-map-h100-sxm"
@@ -60,7 +59,7 @@ def compute() -> dict[str, Any]:
     physics = dataclasses.replace(run, residuals=None)
     shipped = datasheet_profile(resolve_gpu(str(data["gpu"]))).families[SPILL_FAMILY]
     transferred = dataclasses.replace(physics, families={**physics.families, SPILL_FAMILY: shipped})
-    by = {_map_name(doc): spilling(list(workload_measurements(doc))) for doc in data["map_steps"]}
+    by = {map_name(doc): spilling(list(workload_measurements(doc))) for doc in data["map_steps"]}
     folds: dict[str, Any] = {}
     pooled: dict[str, list[float]] = {"as run": [], "fitted on the other workloads": [], "H200 family, transferred": []}
     for name, test in by.items():

@@ -10,11 +10,11 @@ setting:
 * predicted / isolated: the time model's error on the steps themselves;
 * predicted / in-sequence: the error the validation reports.
 
-    python benchmarks/steps_in_sequence.py            # prints the table, writes results/steps-in-sequence-h200.json
-    python benchmarks/steps_in_sequence.py --transfer # also: layout cells from one workload's steps, the other
+    python -m benchmarks.steps_in_sequence            # prints the table, writes results/steps-in-sequence-h200.json
+    python -m benchmarks.steps_in_sequence --transfer # also: layout cells from one workload's steps, the other
                                                       # workload re-predicted (two minutes on one core)
-    python benchmarks/steps_in_sequence.py --next     # also: the same workload's next 150 steps re-predicted
-    python benchmarks/steps_in_sequence.py --sampled  # also: as --next, the cells from what calibrate could time
+    python -m benchmarks.steps_in_sequence --next     # also: the same workload's next 150 steps re-predicted
+    python -m benchmarks.steps_in_sequence --sampled  # also: as --next, the cells from what calibrate could time
 
 ``--next``: the layout cells from a workload's steps 0-149 and that workload's steps 150-299, measured as totals
 (``validate_tune_h200_layouts3_next150.json``: the layouts3 command for the two models with ``--skip-steps 150``,
@@ -92,7 +92,6 @@ def transfer() -> list[dict]:
     re-predicted with and without them."""
     import tempfile
 
-    sys.path.insert(0, str(ROOT))
     from benchmarks.validate_tune_h200 import repredict
 
     base = repredict(RESULTS / SEQUENCE)["rows"]
@@ -135,7 +134,6 @@ def _sample(case: dict, k: int, static_only: bool = True) -> dict:
 def _cells_profiles(tmp: Path, sample: int = 0, static_only: bool = True) -> dict[tuple[str, str], Path]:
     """(model, workload) -> a profile file: the packaged one with the layout cells of that workload's per-step
     timings (decodecalc.timemodel.calibration_fit.add_layout_cells); ``sample``: of :func:`_sample`'s rows."""
-    sys.path.insert(0, str(ROOT))
     from benchmarks.fit_timemodel import load_steps
     from decodecalc.timemodel import dump_profile, packaged_profile
     from decodecalc.timemodel.calibration_fit import add_layout_cells
@@ -162,7 +160,6 @@ def next_steps(sample: int = 0, static_only: bool = True) -> list[dict]:
     (``sample``: of that many of them, :func:`_sample`)."""
     import tempfile
 
-    sys.path.insert(0, str(ROOT))
     from benchmarks.validate_tune_h200 import repredict
 
     base = repredict(RESULTS / NEXT)["rows"]

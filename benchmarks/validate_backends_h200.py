@@ -2,7 +2,7 @@
 benchmarks/capture_backends_h200.py (--validate: batches, lengths and one head configuration of no earlier run),
 predicted with decodecalc/profiles/h200.yaml as it ships (no refit).
 
-    python benchmarks/validate_backends_h200.py [JSONL]   # default: results/validate-backends-h200.jsonl
+    python -m benchmarks.validate_backends_h200 [JSONL]   # default: results/validate-backends-h200.jsonl
 
 Prints, per kernel, the runs, the median and 90th percentile of |predicted / measured - 1| and the worst run,
 and writes results/validate-backends-h200-summary.json.
@@ -14,12 +14,12 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.fit_backends_h200 import measurements_from  # noqa: E402
-from decodecalc.timemodel import launch_time_s, packaged_profile  # noqa: E402
-from decodecalc.timemodel.fit import percentile  # noqa: E402
+from benchmarks.fit_backends_h200 import measurements_from
+from decodecalc.timemodel import launch_time_s, packaged_profile
+from decodecalc.timemodel.fit import percentile
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 

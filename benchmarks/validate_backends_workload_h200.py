@@ -9,13 +9,13 @@ same steps come from a validate_tune_h200.py run of the same cases (``--top 0``)
 
 Device half (JSON)::
 
-    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 benchmarks/validate_backends_workload_h200.py --run \\
+    PYTHONPATH=.:<flashinfer> DECODECALC_FA3_LIB=<so> python3 -m benchmarks.validate_backends_workload_h200 --run \\
         --out $OUT/backends-workload.json
 
 CPU half: ``--compare JSON --triton JSON [JSON ...]`` prints per case each backend's predicted and measured total
 and whether the fastest is picked, and writes results/validate-backends-workload-h200-summary.json::
 
-    python benchmarks/validate_backends_workload_h200.py --compare benchmarks/results/validate-backends-workload-h200.json \
+    python -m benchmarks.validate_backends_workload_h200 --compare benchmarks/results/validate-backends-workload-h200.json \
         --triton benchmarks/results/validate_tune_h200_in_graph.json benchmarks/results/validate_tune_h200_top0_chat.json \
         benchmarks/results/validate_tune_h200_top0_405b.json
 """
@@ -25,19 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.launchers.flashinfer import engine_uses_tensor_cores  # noqa: E402
-from decodecalc.specs.gpus import resolve_gpu  # noqa: E402
-from decodecalc.specs.models import resolve_model  # noqa: E402
-from decodecalc.timemodel import packaged_profile  # noqa: E402
-from decodecalc.workload import make_workload  # noqa: E402
+from decodecalc.launchers.flashinfer import engine_uses_tensor_cores
+from decodecalc.specs.gpus import resolve_gpu
+from decodecalc.specs.models import resolve_model
+from decodecalc.timemodel import packaged_profile
+from decodecalc.workload import make_workload
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 #: models no fit saw (Llama-3.1-8B excepted: the fitted reference) x the chat preset, and two long-prompt mixes

@@ -3,7 +3,7 @@
 workloads of five models (benchmarks/validate_tune_h200.py --kv-cache-dtype fp8: 200 chat steps each, every setting
 tune compares and every heuristic, measured as one CUDA graph per setting; re-predicted here with today's model).
 
-    python benchmarks/validate_fp8.py [--data benchmarks/results/kv-formats-h200-unseen.json]
+    python -m benchmarks.validate_fp8 [--data benchmarks/results/kv-formats-h200-unseen.json]
         [--workloads benchmarks/results/validate-tune-fp8-h200.json] [--out benchmarks/results/validate-fp8-h200.md]
 
 Each timing is predicted twice: by the packaged profile (SGLang's grouped stage 1 with an fp8 KV cache runs on its own
@@ -20,21 +20,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+
+from benchmarks.kv_formats_report import unfitted_profile, write_report
+
+from decodecalc.timemodel.domain import profile_domain
+from decodecalc.timemodel.fit import measurements_from_rows
+from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s
+from decodecalc.timemodel.profile_sources import packaged_profile
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from kv_formats_report import unfitted_profile, write_report  # noqa: E402
-
-from decodecalc.timemodel.domain import profile_domain  # noqa: E402
-from decodecalc.timemodel.fit import measurements_from_rows  # noqa: E402
-from decodecalc.timemodel.predict import launch_time_s, model_launch_time_s  # noqa: E402
-from decodecalc.timemodel.profile_sources import packaged_profile  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "results" / "kv-formats-h200-unseen.json"
 WORKLOADS = ROOT / "benchmarks" / "results" / "validate-tune-fp8-h200.json"
@@ -59,7 +57,7 @@ def scored_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def training_errors() -> list[float]:
     """The packaged profile's errors on the SGLang fp8 rows its fp8 family was fitted on (leaveout_fp8.DATA)."""
-    from leaveout_fp8 import DATA as FIT_DATA
+    from benchmarks.leaveout_fp8 import DATA as FIT_DATA
 
     rows = [r for p in FIT_DATA if p.exists() for r in json.loads(p.read_text())["cases"] if r.get("status") == "ok"
             and r["kv_cache_dtype"] == "fp8" and r["block_size"] == 16 and r["variant"].startswith("sglang")]
@@ -82,7 +80,7 @@ def _cell(s: dict[str, float]) -> str:
 def workload_rows(path: Path) -> dict[str, list[dict[str, Any]]]:
     """validate_tune_h200.repredict of the fp8 workloads, with the packaged profile and with the unfitted one
     (:func:`kv_formats_report.unfitted_profile`)."""
-    from validate_tune_h200 import repredict
+    from benchmarks.validate_tune_h200 import repredict
 
     now, before = repredict(path, profile=packaged_profile("h200")), repredict(path, profile=unfitted_profile())
     return {"packaged": now["rows"], "unfitted": before["rows"], "picks": now["picks"], "picks_unfitted": before["picks"]}

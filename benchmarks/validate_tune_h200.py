@@ -13,11 +13,11 @@ adaptive rule); the upstream wrappers make the launch from those inputs themselv
 
 Run on the device from the repository root (the upstream kernel sources under ./upstream):
 
-    PYTHONPATH=. python3 benchmarks/validate_tune_h200.py --out $OUT/validate_tune_h200.json
+    python3 -m benchmarks.validate_tune_h200 --out $OUT/validate_tune_h200.json
 
 CPU check of the plumbing (interpreter, fp16, tiny sizes; times are meaningless):
 
-    TRITON_INTERPRET=1 PYTHONPATH=. python3 benchmarks/validate_tune_h200.py --smoke --out /tmp/v.json
+    TRITON_INTERPRET=1 python3 -m benchmarks.validate_tune_h200 --smoke --out /tmp/v.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the cases vary what the launch models must get right: GQA groups that are not po
 and 16 per KV head (BLOCK_Q 1), batches either side of vLLM's threshold, speculative decode,
 batch invariance, fp16, a block size of 32, CUDA graphs off, and ragged batches.
 
-    PYTHONPATH=. python3 benchmarks/verify_configs_h200.py --out results.json
+    python3 -m benchmarks.verify_configs_h200 --out results.json
 
 Writes one JSON with every case's verify output and a summary line per case.
 """

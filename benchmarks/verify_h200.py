@@ -6,9 +6,9 @@ grids, programs that did work, splits per sequence, error against float32, and t
 (CUDA-graph replay over rotating KV-cache copies, median of replays).
 
     # on the GPU machine, from the repository root (upstream/ carried along):
-    PYTHONPATH=. python3 benchmarks/verify_h200.py --out $OUT/verify-h200.json --budget 420
+    python3 -m benchmarks.verify_h200 --out $OUT/verify-h200.json --budget 420
     # here: table for BENCHMARKS.md from the committed JSON (predictions recomputed now)
-    python benchmarks/verify_h200.py --report benchmarks/results/verify-h200.json
+    python -m benchmarks.verify_h200 --report benchmarks/results/verify-h200.json
 
 Shapes: the 40 of ../shared/data/h200-upstream-dev-grid.json (Llama-3-8B h=32:8 and
 Llama-3-70B on TP=8 h=8:1, head size 128, bf16, block size 16; batch 1/4/16/64; lengths
@@ -22,7 +22,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -276,5 +275,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     raise SystemExit(main())

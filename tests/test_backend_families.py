@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -84,7 +83,6 @@ def test_flashinfer_work_follows_the_grid_and_the_persistent_merge():
 
 
 def _heldout() -> list:
-    sys.path.insert(0, str(ROOT))
     from benchmarks.fit_backends_h200 import held_out, measurements
 
     return [m for m in measurements() if held_out(m.shape.key)]
@@ -185,12 +183,6 @@ def test_schedule_parts_agrees_with_the_schedule():
         assert sum(b for b, _ in loads) == sum(map(sum, pieces)) and sum(n for _, n in loads) == sum(splits)
 
 
-def test_captured_default_times_file_is_consistent():
-    recs = [json.loads(x) for x in (ROOT / "benchmarks/results/capture-backends-h200.jsonl").open()]
-    timed = [r for r in recs if (r.get("timing") or {}).get("timer") == "graph"]
-    assert len(timed) >= 600
-
-
 def test_hbm_bytes_per_iter_moves_only_the_hbm_term():
     """KernelWork.hbm_bytes_per_iter (default None: every byte from HBM): the HBM term and a program's own stream
     count those bytes, the SM's load path all of them."""
@@ -278,7 +270,6 @@ def test_shipped_profile_on_a_later_validation_run():
     """benchmarks/results/validate-backends-h200.jsonl: 130 runs of shapes no fit saw (batches and lengths off the
     earlier grids, ragged batches, Qwen2.5-7B's 28:4 heads for tensor cores), measured after the fit: the shipped
     numbers stay within the goals there too (benchmarks/validate_backends_h200.py prints the same figures)."""
-    sys.path.insert(0, str(ROOT))
     from benchmarks.fit_backends_h200 import measurements_from
 
     prof = packaged_profile("h200")

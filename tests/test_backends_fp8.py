@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from decodecalc.timemodel.domain import domain_warnings
 from decodecalc.workload import make_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 H200 = resolve_gpu("h200")
 RECORD = ROOT / "benchmarks" / "results" / "fit-backends-fp8-h200.json"
 

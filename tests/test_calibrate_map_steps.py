@@ -169,7 +169,7 @@ def test_the_spill_family_fitted_on_other_workloads_predicts_a_left_out_ones_spi
     48 as the record says (to its rounding), and several times closer than the run's neutral family."""
     from benchmarks.spill_fit_h100 import OUT, RUN, spilling
     from decodecalc.timemodel import load_profile_file
-    from decodecalc.timemodel.calibration_fit import _map_name, workload_measurements
+    from decodecalc.timemodel.calibration_fit import map_name, workload_measurements
     from decodecalc.timemodel.fit import abs_pct_errors, percentile
     from decodecalc.timemodel.recipe import fit_spill_family
 
@@ -177,7 +177,7 @@ def test_the_spill_family_fitted_on_other_workloads_predicts_a_left_out_ones_spi
 
     rec = json.loads(OUT.read_text())
     physics = dataclasses.replace(load_profile_file(Path(f"{RUN}.yaml")), residuals=None)
-    by = {_map_name(d): spilling(list(workload_measurements(d))) for d in _h100_run()["map_steps"]}
+    by = {map_name(d): spilling(list(workload_measurements(d))) for d in _h100_run()["map_steps"]}
     out = "llama3.1-8b TP1 agentic"
     fitted, n = fit_spill_family(physics, [m for k, ms in by.items() if k != out for m in ms])
     fold = rec["folds"][out]

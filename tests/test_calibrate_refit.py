@@ -156,24 +156,16 @@ def test_the_calibrate_recipes_are_the_ones_the_validations_chose():
 
 
 def test_the_grid_plan_is_a_quarter_of_the_shipped_shapes_at_their_static_launches():
-    # decodecalc/data/calibration_grid.json is what tools/make_calibration_grid.py draws from the committed shape
-    # timings behind the shipped profile: 75 shapes, 509 static launches, every head layout family of that fit
-    import sys
-
+    # decodecalc/data/calibration_grid.json is what benchmarks/make_calibration_grid.py draws from the committed shape
+    # timings behind the shipped profile (the development grid included): 75 shapes, 509 static launches, every head
+    # layout family of that fit
+    from benchmarks.make_calibration_grid import grid
     from decodecalc.timemodel.calibration_fit import calibration_plan
     from decodecalc.timemodel.fit import measurements_from_rows
 
-    sys.path.insert(0, str(RESULTS.parents[1]))
-    from benchmarks.fit_timemodel import SHARED
-    from tools.make_calibration_grid import grid
-
     plan = calibration_plan(grid=True)
     drawn = [((*e["heads"], tuple(e["seq_lens"])), tuple(e["variants"])) for e in grid()]
-    if SHARED.exists():  # the shared dev-grid timings (outside the repository) were part of the shipped fit
-        assert drawn == plan
-    else:  # a clean clone draws from the committed timings alone: 63 of the 75 shapes, as the tool wrote them
-        planned = dict(plan)
-        assert len(drawn) >= 60 and all(set(vs) <= set(planned[shape]) for shape, vs in drawn)
+    assert drawn == plan
     assert len(plan) == 75 and sum(len(v) for _, v in plan) == 509
     layouts = {(h, kv, d) for (h, kv, d, _), _ in plan}
     assert {h // kv for h, kv, _ in layouts} >= {1, 4, 8, 12} and {d for *_, d in layouts} == {64, 96, 128, 256}

@@ -18,9 +18,9 @@ PROFILES = Path(prof_mod.__file__).resolve().parents[1] / "profiles"
 def test_every_packaged_profile_has_a_current_parsed_copy(yaml_path):
     text = yaml_path.read_text()
     copy = yaml_path.with_suffix(".json")
-    assert copy.is_file(), f"{copy.name} is missing: run python tools/update_profile_cache.py"
+    assert copy.is_file(), f"{copy.name} is missing: run python -m tools.update_profile_cache"
     assert copy.read_text() == prof_mod.parsed_copy(text, safe_load(text)), \
-        f"{copy.name} does not match {yaml_path.name}: run python tools/update_profile_cache.py"
+        f"{copy.name} does not match {yaml_path.name}: run python -m tools.update_profile_cache"
 
 
 def test_the_copy_reads_back_as_the_yaml_mapping_integer_keys_included():

@@ -1,4 +1,4 @@
-"""Every output block in README.md and docs/*.md is what the CLI prints today (tools/update_readme.py --check)."""
+"""Every output block in README.md and docs/*.md is what the CLI prints today (python -m tools.update_readme --check)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tools import update_readme
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import update_readme  # noqa: E402
 
 
 @pytest.mark.parametrize("doc", update_readme.documents(), ids=lambda p: p.name)

@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -437,7 +436,6 @@ def test_explicit_vllm_3d_s16_inside_the_data(h200, bare):
 
 
 def _fit_module():
-    sys.path.insert(0, str(ROOT))
     from benchmarks import fit_timemodel
 
     return fit_timemodel

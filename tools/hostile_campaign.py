@@ -34,8 +34,8 @@ command lines and environment, to a JSON file.
 
 Usage (one core, as the campaign was run)::
 
-    taskset -c 1 python tools/hostile_campaign.py --out hostile.json
-    taskset -c 1 python tools/hostile_campaign.py --root /tmp/snapshot --only tune --limit 50
+    taskset -c 1 python -m tools.hostile_campaign --out hostile.json
+    taskset -c 1 python -m tools.hostile_campaign --root /tmp/snapshot --only tune --limit 50
 
 ``--root`` is the source tree to test (``PYTHONPATH`` of the children; default: this checkout); testing a
 ``git archive`` snapshot keeps the run apart from files being edited. A run of about 2,400 invocations takes
@@ -876,7 +876,8 @@ class Option:
 def load_commands(root: Path) -> dict[str, list[Option]]:
     """Every command's options, read from the typer app in a child process (this process stays small: a child's
     peak RSS, as wait4 reports it, starts from its parent's at fork)."""
-    code = f"import json, sys; sys.path.insert(0, {str(root)!r}); import hostile_campaign as h; " \
+    # PYTHONPATH puts the tested tree ahead of any installed copy; the child runs in this folder to import this file
+    code = "import json, sys; import hostile_campaign as h; " \
            "print(json.dumps({k: [vars(o) for o in v] for k, v in h._options(sys.argv[1]).items()}))"
     out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent, env={**os.environ, "PYTHONPATH": str(root)})
@@ -884,7 +885,6 @@ def load_commands(root: Path) -> dict[str, list[Option]]:
 
 
 def _options(root: str) -> dict[str, list[Option]]:
-    sys.path.insert(0, root)
     import typer.main
 
     from decodecalc.cli import app

@@ -9,8 +9,8 @@ finished 48,213 requests in about six hours (prompt mean ~1,000 tokens, output m
 has 37 requests running at the scrape. The values of the Python and process collectors and of the
 HTTP instrumentator are fixed numbers of the same kind. Deterministic (fixed seed and timestamps):
 
-    python tools/make_metrics_example.py            # rewrites the example
-    python tools/make_metrics_example.py --check    # exit 1 if the file differs
+    python -m tools.make_metrics_example            # rewrites the example
+    python -m tools.make_metrics_example --check    # exit 1 if the file differs
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ Writes tests/data/upstream/vllm-<version>-grids.json and
 tests/data/upstream/sglang-0.5.23-splits.json.
 
     tools/fetch_upstream.sh
-    TRITON_INTERPRET=1 .venv/bin/python tools/record_upstream_grids.py
+    TRITON_INTERPRET=1 .venv/bin/python -m tools.record_upstream_grids
     VLLM_VERSION=0.34.0 tools/fetch_upstream.sh vllm
-    TRITON_INTERPRET=1 .venv/bin/python tools/record_upstream_grids.py --only vllm --vllm-version 0.34.0
+    TRITON_INTERPRET=1 .venv/bin/python -m tools.record_upstream_grids --only vllm --vllm-version 0.34.0
 
 Options: --vllm PATH / --sglang PATH (sources; default ./upstream/<name>-<version>),
 --vllm-version V (default 0.33.0: which ./upstream/vllm-V to read and which
@@ -62,11 +62,11 @@ def _wants_cuda(argv: list[str]) -> bool:
 if not _wants_cuda(sys.argv[1:]):
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+# after the environment above: these import triton, which reads TRITON_INTERPRET once
 from decodecalc.verify import locate, recording, upstream  # noqa: E402
 from decodecalc.verify.capture import RecordedLaunch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 VLLM_KEYS = {
     "kernel_unified_attention": (

@@ -5,19 +5,18 @@ the YAML text it came from, so that start-up reads the residual map in 2 ms inst
 profile._packaged_mapping). A copy that does not match its YAML is ignored at run time, and
 tests/test_profile_cache.py fails until this script is run again.
 
-    python tools/update_profile_cache.py
+    python -m tools.update_profile_cache
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from decodecalc.timemodel.profile_sources import parsed_copy  # noqa: E402
-from decodecalc.yamlio import safe_load  # noqa: E402
+from decodecalc.timemodel.profile_sources import parsed_copy
+from decodecalc.yamlio import safe_load
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def refresh(src: Path) -> bool:

@@ -10,8 +10,8 @@ A block to refresh is marked as
 The command (a shell pipeline is allowed, e.g. `| head -30`) runs from the repository root with
 COLUMNS=80, NO_COLOR=1 and TERM=dumb, as in a pipe; the block shows `$ <command>` and its output.
 
-    python tools/update_readme.py            # rewrite the blocks in place
-    python tools/update_readme.py --check    # exit 1 and show a diff when a block is stale (CI)
+    python -m tools.update_readme            # rewrite the blocks in place
+    python -m tools.update_readme --check    # exit 1 and show a diff when a block is stale (CI)
 """
 
 from __future__ import annotations

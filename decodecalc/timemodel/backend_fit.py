@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from decodecalc.errors import ConfigError
-from decodecalc.timemodel.fit import Measurement, _fit_group, error_summary, fit_profile, log_loss
+from decodecalc.timemodel.fit import Measurement, error_summary, fit_families, fit_profile, log_loss
 from decodecalc.timemodel.profile import (CALIBRATION_GOAL_MEDIAN, CALIBRATION_GOAL_P90, FAMILY_FALLBACKS, FamilyParams,
                                           TimeProfile)
 
@@ -260,7 +260,7 @@ def fit_bf16_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: boo
         for kernel, family in (("flashinfer-tc", "flashinfer_tc"), ("flashinfer", "flashinfer_decode")):
             sub = [m for m in flash if m.kernel == kernel]
             if sub:
-                prof, _ = _fit_group(sub, prof, [family], False, restarts, max_evals)
+                prof, _ = fit_families(sub, prof, families=[family], restarts=restarts, max_evals=max_evals)
     fa3 = [m for m in rows if m.kernel == "fa3"]
     if not fa3:
         return prof
@@ -302,7 +302,7 @@ def fit_fp8_families(ms: Sequence[Measurement], base: TimeProfile, *, max_evals:
         for fam in fam_list:
             sub = [m for m in rows if m.kernel == kernel and main_family(m) == fam]
             if sub:
-                prof, loss = _fit_group(sub, prof, [fam], False, restarts, max_evals)
+                prof, loss = fit_families(sub, prof, families=[fam], restarts=restarts, max_evals=max_evals)
                 if progress:
                     progress(f"{fam}: {len(sub)} rows, loss {loss:.4f}")
     return prof
@@ -320,7 +320,7 @@ def fit_xqa_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: bool
     for fam_list in (("xqa", "xqa_merge"), ("xqa_wide",), ("xqa_sm90", "xqa_sm90_merge")):
         sub = [m for m in rows if main_family(m) == fam_list[0]]
         if sub:
-            prof, loss = _fit_group(sub, prof, list(fam_list), False, restarts, max_evals)
+            prof, loss = fit_families(sub, prof, families=list(fam_list), restarts=restarts, max_evals=max_evals)
             if progress:
                 progress(f"{', '.join(fam_list)}: {len(sub)} rows, loss {loss:.4f}")
     return prof

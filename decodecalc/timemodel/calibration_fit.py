@@ -59,7 +59,7 @@ LAYOUT_VARIANTS = CALIBRATION_VARIANTS
 
 
 def calibration_grid() -> list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[str, ...]]]:
-    """``calibrate --grid``'s plan (decodecalc/data/calibration_grid.json, written by tools/make_calibration_grid.py):
+    """``calibrate --grid``'s plan (decodecalc/data/calibration_grid.json, written by benchmarks/make_calibration_grid.py):
     a quarter of the shapes behind the shipped H200 profile, drawn by a stable hash, each at the static launches it
     was timed under there (vLLM 2D and 3D at 2-128 segments, SGLang at 1-64 splits): 75 shapes, 509 timings. Chosen
     because calibrate's cold recipe fitted on these shapes' shipped timings holds within 1.5x of the shipped profile
@@ -284,7 +284,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             + (f", {len(steps)} of them {len(workload['sampled_steps'])} sampled steps of {workload['source']} under "
                "the engines' own launches" if workload else "")
             + (f", {len(map_ms)} of them map steps ({sum(len(r['sampled_steps']) for r in map_steps)} sampled steps of "
-               f"{', '.join(_map_name(r) for r in map_steps)})" if map_ms else ""))
+               f"{', '.join(map_name(r) for r in map_steps)})" if map_ms else ""))
     return dataclasses.replace(
         fitted, calibrated=True,
         source=(f"decodecalc calibrate on {device_name or gpu.name} ({num_sms} SMs): {what}; "
@@ -330,7 +330,8 @@ def _expected_error_block(backend_fit: Any, folds: Mapping[str, Any] | None, tim
     return {"expected_error": block}
 
 
-def _map_name(rec: Mapping[str, Any]) -> str:
+def map_name(rec: Mapping[str, Any]) -> str:
+    """A sampled workload's name in the profile's record: model, TP and trace source."""
     return f"{rec['model']} TP{rec['tp']} {rec['source']}"
 
 
@@ -339,7 +340,7 @@ def _map_fit(records: Sequence[Mapping[str, Any]], ms: Sequence[Any], physics: T
     """What the profile records of its map steps: the workloads sampled, and the error on their timings of the physics
     alone and with the map (in sample: the map is made from them)."""
     b, a = error_summary(physics, ms), error_summary(fitted, ms)
-    return {"workloads": [_map_name(r) for r in records], "steps_per_workload": max(len(r["sampled_steps"]) for r in records),
+    return {"workloads": [map_name(r) for r in records], "steps_per_workload": max(len(r["sampled_steps"]) for r in records),
             "timings": len(ms),
             "physics_median_abs_err": round(b["median_abs_err"], 4), "physics_p90_abs_err": round(b["p90_abs_err"], 4),
             "median_abs_err": round(a["median_abs_err"], 4), "p90_abs_err": round(a["p90_abs_err"], 4)}

@@ -35,7 +35,7 @@ FitFold = Callable[[Sequence[Measurement], Sequence[Measurement]], TimeProfile]
 
 
 #: salts the shape fold's hash: calibrate's --grid plan is itself the shapes whose unsalted hash is below a quarter
-#: (tools/make_calibration_grid.py), so the unsalted rule would leave every one of them out
+#: (benchmarks/make_calibration_grid.py), so the unsalted rule would leave every one of them out
 SHAPE_FOLD_SALT = "left-out fold:"
 
 

@@ -141,7 +141,8 @@ DEFAULT_FAMILY: dict[str, Any] = dict(latency_s=1e-6, program_bandwidth_bytes_pe
                        program_overhead_s=1e-6, max_programs_per_sm=4)
 
 
-def _families_in(ms: Sequence[Measurement]) -> list[str]:
+def families_in(ms: Sequence[Measurement]) -> list[str]:
+    """The time families the measurements' launches run, in first-seen order."""
     seen: dict[str, None] = {}
     for m in ms:
         for k in m.work.kernels:
@@ -261,9 +262,15 @@ def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], *, step:
     return pts[i], vals[i]
 
 
-def _fit_group(ms: Sequence[Measurement], base: TimeProfile, fams: Sequence[str], free_globals: bool,
-               restarts: int, max_evals: int, idle_fams: Sequence[str] = (),
-               sat_fams: Sequence[str] = (), run_fams: Sequence[str] = ()) -> tuple[TimeProfile, float]:
+def fit_families(ms: Sequence[Measurement], base: TimeProfile, *, families: Sequence[str], free_globals: bool = False,
+                 restarts: int = 2, max_evals: int = 2000, idle_families: Sequence[str] = (),
+                 saturating_families: Sequence[str] = (), run_families: Sequence[str] = ()) -> tuple[TimeProfile, float]:
+    """Fit ``families`` of ``base`` (and, with ``free_globals``, the GPU-wide values) to ``ms`` by Nelder-Mead on the
+    log loss, ``restarts`` times from jittered starts; every other family and the occupancies stay as ``base`` has them.
+    ``idle_families`` / ``saturating_families`` / ``run_families`` also get their own idle-program cost, saturation gap
+    and run cost. Returns the fitted profile and its loss."""
+    fams, idle_fams, sat_fams, run_fams = families, idle_families, saturating_families, run_families
+
     def f(x: list[float]) -> float:
         return log_loss(_unpack(x, base, fams, free_globals, idle_fams, sat_fams, run_fams), ms)
 
@@ -308,7 +315,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
     if launch_overhead_s is not None:
         base = dataclasses.replace(base, launch_overhead_s=float(launch_overhead_s))
     families = dict(base.families)
-    for f in _families_in(ms):
+    for f in families_in(ms):
         if f not in families:
             families[f] = FamilyParams(**DEFAULT_FAMILY)
         if occupancy and f in occupancy:
@@ -326,7 +333,7 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
     order = sorted(groups, key=lambda k: (k != first_kernel, -len(groups[k])))
     for gi, kernel in enumerate(order):
         sub = groups[kernel]
-        fams = _families_in(sub)
+        fams = families_in(sub)
         free = fit_globals and gi == 0
         idle_fams = [f for f in fams if kernel in own_idle_kernels
                      and any(k.family == f and k.idle_programs for m in sub for k in m.work.kernels)]
@@ -336,7 +343,8 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
         run_fams = [f for f in fams if kernel in run_kernels
                     and len({(k.bytes_per_iter, k.runs_per_iter) for m in sub for k in m.work.kernels
                              if k.family == f and k.runs_per_iter}) >= 3]
-        prof, v = _fit_group(sub, prof, fams, free, restarts, max_evals, idle_fams, sat_fams, run_fams)
+        prof, v = fit_families(sub, prof, families=fams, free_globals=free, restarts=restarts, max_evals=max_evals,
+                               idle_families=idle_fams, saturating_families=sat_fams, run_families=run_fams)
         for _round in range(3 if search_occupancy else 0):
             changed = False
             for f in fams:
@@ -358,7 +366,8 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
                             progress(f"{f} d{d}: occupancy {cur} -> {best_o}")
             if not changed:
                 break
-            prof, v = _fit_group(sub, prof, fams, free, 1, max_evals, idle_fams, sat_fams, run_fams)
+            prof, v = fit_families(sub, prof, families=fams, free_globals=free, restarts=1, max_evals=max_evals,
+                                   idle_families=idle_fams, saturating_families=sat_fams, run_families=run_fams)
         if progress:
             progress(f"{kernel}: {len(sub)} rows, loss {v:.4f}")
     return prof
