@@ -19,7 +19,7 @@ import lzma
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from decodecalc.errors import ConfigError
 
@@ -102,7 +102,7 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def open_text(path: Path, kind: str) -> IO[bytes]:
+def open_text(path: Path, kind: str) -> BinaryIO:
     """The file's text as a binary stream of (unchecked) UTF-8 bytes, for ``readline`` / ``read`` as from
     ``open(path, "rb")``: decompressed when its first bytes are a gzip, zstd, xz or bzip2 header, transcoded when they
     are a UTF-16 byte-order mark (an Excel "Unicode text" export). A plain file is returned as it is opened. Errors
@@ -117,7 +117,7 @@ def open_text(path: Path, kind: str) -> IO[bytes]:
                               f"(pip install zstandard), or decompress it first (zstd -d {path.name})")
         if head[:4] == b"PK\x03\x04":
             raise ConfigError(f"{path}: a zip archive, not {kind}; unzip it and give the file inside")
-        stream: IO[bytes] = f
+        stream: io.BufferedReader = f
         label = ""
         raw: _Decompressed | None = None
         if method is not None:
@@ -146,7 +146,7 @@ def _zstd_available() -> bool:
 def _zstd_reader(f: IO[bytes]) -> IO[bytes]:
     import zstandard
 
-    return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)  # type: ignore[no-any-return]
+    return zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
 
 
 _OPENERS: dict[str, Callable[[IO[bytes]], Any]] = {

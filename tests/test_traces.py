@@ -89,7 +89,8 @@ def test_example_notes():
 
 
 def test_formats_tuple():
-    assert FORMATS == ("native", "azure", "burstgpt", "mooncake", "vllm-bench", "sglang-bench", "sharegpt")
+    assert FORMATS == ("native", "azure", "azure-lmm", "burstgpt", "mooncake", "qwen-bailian", "copilot-agent",
+                       "vllm-bench", "sglang-bench", "sharegpt")
 
 
 # ------------------------------------------------------------------------ detection

@@ -53,16 +53,19 @@ TRAFFIC = "Workload (one of --steps, --requests, --workload, --metrics)"
 StepsOpt = Annotated[Optional[Path], typer.Option("--steps", help="Step trace: JSON Lines (or .csv), one decode step "
                                                   "per line: {\"seq_lens\": [...], \"query_lens\": [...], \"weight\": n}.",
                                                   rich_help_panel=TRAFFIC)]
-RequestsOpt = Annotated[Optional[Path], typer.Option("--requests", help="Request trace: the Azure LLM inference "
-                                                     "traces, BurstGPT, Mooncake, vllm bench serve / SGLang "
+RequestsOpt = Annotated[Optional[Path], typer.Option("--requests", help="Request trace: the Azure LLM and LMM "
+                                                     "inference traces, BurstGPT, Mooncake, Qwen-Bailian, Copilot "
+                                                     "agent shards (a file or their directory), vllm bench serve / "
+                                                     "SGLang "
                                                      "bench_serving results, ShareGPT, or prompt_tokens / "
                                                      "output_tokens / arrival_s (format detected; docs/traces.md); "
                                                      "turned into decode steps by a continuous-batching model "
                                                      "(--max-num-seqs, --max-num-batched-tokens).",
                                                      rich_help_panel=TRAFFIC)]
 FormatOpt = Annotated[Optional[str], typer.Option("--format", help="The --requests file's format (default: detected). "
-                                                  "One of: native, azure, burstgpt, mooncake, vllm-bench, "
-                                                  "sglang-bench, sharegpt.", rich_help_panel=TRAFFIC)]
+                                                  "One of: native, azure, azure-lmm, burstgpt, mooncake, "
+                                                  "qwen-bailian, copilot-agent, vllm-bench, sglang-bench, sharegpt.",
+                                                  rich_help_panel=TRAFFIC)]
 ColumnsOpt = Annotated[Optional[str], typer.Option("--columns", help="Read any other CSV / JSON Lines / JSON file "
                                                    "given as --requests: name its columns, as in "
                                                    "prompt=COL,output=COL and optionally arrival=COL, unit=ms.",

@@ -9,10 +9,12 @@ file's size. Every problem is a one-line :class:`~decodecalc.errors.ConfigError`
 the line or record, and the field.
 
 Formats (one module each, citing its source): ``native`` (:mod:`.native`), ``azure``
-(:mod:`.azure`), ``burstgpt`` (:mod:`.burstgpt`), ``mooncake`` (:mod:`.mooncake`), ``vllm-bench``
-(:mod:`.vllm_bench`), ``sglang-bench`` (:mod:`.sglang_bench`), ``sharegpt`` (:mod:`.sharegpt`).
-User guide: docs/traces.md. Pure Python and the standard library (``tokenizers`` optional, for
-ShareGPT, imported lazily).
+(:mod:`.azure`), ``azure-lmm`` (:mod:`.azure_lmm`), ``burstgpt`` (:mod:`.burstgpt`), ``mooncake``
+(:mod:`.mooncake`), ``qwen-bailian`` (:mod:`.qwen_bailian`), ``copilot-agent`` (:mod:`.copilot`; a file, or a
+directory of its shards), ``vllm-bench`` (:mod:`.vllm_bench`), ``sglang-bench`` (:mod:`.sglang_bench`),
+``sharegpt`` (:mod:`.sharegpt`). Any of them may be gzip, xz or bzip2 compressed (zstd with the optional
+``zstandard``) or UTF-16 text: see decodecalc.textfiles.open_text. User guide: docs/traces.md. Pure Python
+and the standard library (``tokenizers`` optional, for ShareGPT, imported lazily).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from decodecalc.errors import ConfigError, UnknownNameError
 from decodecalc.traffic.traces.bench import read_bench
 from decodecalc.traffic.traces.columns import COLUMN_KEYS, parse_columns
+from decodecalc.traffic.traces.copilot import read_copilot, shard_files
 from decodecalc.traffic.traces.detect import FORMATS, RECORD_SCHEMAS, detect
 from decodecalc.traffic.traces.records import read_records
 from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
@@ -48,15 +51,29 @@ def read_requests(path: str | PathLike[str], *, fmt: str | None = None,
     read any other CSV, JSON Lines or JSON-array file; not with ``fmt``. ``tokenizer`` (a
     tokenizer.json) / ``model_hint`` (a Hugging Face repo id looked up in the local cache): how
     ShareGPT text is counted (estimated otherwise). ``limit``: keep the first N requests in file
-    order and stop reading."""
+    order and stop reading. ``path`` may be a directory of Copilot agent shards."""
     p = Path(path)
-    check_file(p)
+    if not p.is_dir():
+        check_file(p)
     try:
+        if p.is_dir():
+            return _read_directory(p, fmt, columns, tokenizer, model_hint, limit)
         return _read(p, fmt, columns, tokenizer, model_hint, limit)
     except OSError as e:  # unreadable (permissions, an I/O error): still one line
         raise ConfigError(f"{p}: cannot read the file ({e.strerror or e})") from None
     except MemoryError:
         raise ConfigError(f"{p}: more requests than fit in memory; read a part with limit") from None
+
+
+def _read_directory(p: Path, fmt: str | None, columns: str | Mapping[str, str] | None, tokenizer: str | None,
+                    model_hint: str | None, limit: int | None) -> RequestTable:
+    if columns is not None or fmt not in (None, "copilot-agent"):
+        what = "--columns" if columns is not None else f"--format {fmt}"
+        raise ConfigError(f"{p}: a directory; only copilot-agent shards are read from one (date=YYYY-MM-DD/"
+                          f"shard-NNNN.jsonl.gz), {what} reads a file")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError(f"limit must be a positive integer (requests to keep), got {limit!r}")
+    return _with_unused(read_copilot(shard_files(p), p, limit), tokenizer, model_hint)
 
 
 def _read(p: Path, fmt: str | None, columns: str | Mapping[str, str] | None, tokenizer: str | None,
@@ -75,7 +92,9 @@ def _read(p: Path, fmt: str | None, columns: str | Mapping[str, str] | None, tok
         raise UnknownNameError("trace format", str(fmt), FORMATS)
     if fmt == "sharegpt":
         return read_sharegpt(p, tokenizer, model_hint, limit)
-    if fmt in _BENCH:
+    if fmt == "copilot-agent":
+        table = read_copilot([p], p, limit)
+    elif fmt in _BENCH:
         table = read_bench(p, _BENCH[fmt], limit)
     else:
         table = read_records(p, RECORD_SCHEMAS[fmt], container_of(p), limit)

@@ -2,8 +2,9 @@
 
 Deterministic and content-only (the file name plays no part). The first non-blank character picks
 the container: ``[`` a JSON array (ShareGPT, or records), ``{`` JSON objects (JSON Lines records or
-a benchmark result), anything else CSV. Record formats are recognized by their required fields,
-tried in :data:`FORMATS` order; a benchmark result by keys only its tool writes. Reading stops at
+a benchmark result, or Copilot agent sessions, which have ``turns``), anything else CSV. Record formats are
+recognized by their required fields, the longest set first (Azure LMM's holds Azure's, Qwen-Bailian's
+Mooncake's); a benchmark result by keys only its tool writes. Reading stops at
 the first record, or after :data:`DETECT_CHARS` of a large first object. A file that matches
 nothing gets one error naming the closest format and what it lacks.
 """
@@ -16,24 +17,30 @@ from pathlib import Path
 
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.azure import AZURE
+from decodecalc.traffic.traces.azure_lmm import AZURE_LMM
 from decodecalc.traffic.traces.burstgpt import BURSTGPT
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.mooncake import MOONCAKE
 from decodecalc.traffic.traces.native import NATIVE
+from decodecalc.traffic.traces.qwen_bailian import QWEN_BAILIAN
 from decodecalc.traffic.traces.records import RecordSchema
 from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
 from decodecalc.traffic.traces.textio import open_trace, sniff
 from decodecalc.traffic.traces.vllm_bench import VLLM_BENCH
 
-FORMATS = ("native", "azure", "burstgpt", "mooncake", "vllm-bench", "sglang-bench", "sharegpt")
-RECORD_SCHEMAS: dict[str, RecordSchema] = {"native": NATIVE, "azure": AZURE, "burstgpt": BURSTGPT,
-                                           "mooncake": MOONCAKE}
+FORMATS = ("native", "azure", "azure-lmm", "burstgpt", "mooncake", "qwen-bailian", "copilot-agent", "vllm-bench",
+           "sglang-bench", "sharegpt")
+RECORD_SCHEMAS: dict[str, RecordSchema] = {"native": NATIVE, "azure": AZURE, "azure-lmm": AZURE_LMM,
+                                           "burstgpt": BURSTGPT, "mooncake": MOONCAKE, "qwen-bailian": QWEN_BAILIAN}
 #: the fields that identify each format (for the "closest is ..." message)
 SIGNATURES: dict[str, tuple[str, ...]] = {
     "native": ("prompt_tokens", "output_tokens"),
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "azure-lmm": ("TIMESTAMP", "NumImages", "ContextTokens", "GeneratedTokens"),
     "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
     "mooncake": ("timestamp", "input_length", "output_length"),
+    "qwen-bailian": ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length"),
+    "copilot-agent": ("session_id", "turns"),
     "vllm-bench": ("input_lens", "output_lens", "start_times"),
     "sglang-bench": ("input_lens", "output_lens", "dataset_name"),
     "sharegpt": ("conversations",),
@@ -60,6 +67,8 @@ def detect(path: Path) -> Detected:
         return _record_format(path, keys, "json-array")
     if head[0] == "{":
         keys = _first_object_keys(path)
+        if "turns" in keys:  # before the benchmarks: a session's "date" is also a vLLM result's key
+            return Detected("copilot-agent", "jsonl")
         record = _match_record(keys)
         if record:
             return Detected(record, "jsonl")
@@ -73,7 +82,8 @@ def detect(path: Path) -> Detected:
 
 
 def _match_record(fields: set[str]) -> str | None:
-    for name, schema in RECORD_SCHEMAS.items():
+    # the longest signature first: Azure LMM's holds Azure's, Qwen-Bailian's Mooncake's (ties: FORMATS order)
+    for name in sorted(RECORD_SCHEMAS, key=lambda n: -len(SIGNATURES[n])):
         if set(SIGNATURES[name]) <= fields:
             return name
     return None

@@ -34,10 +34,13 @@ class RecordSchema:
     zero_tokens: str = "skip"  # "skip": a 0 count is a failed request, left out; "error": counts must be >= 1
     zero_output_reason: str = "0 output tokens"
     zero_prompt_reason: str = "0 prompt tokens"
+    tally: str | None = None  # an informational integer field (>= 0), summed over the kept requests into a note
+    tally_note: str = ""  # that note: str.format with with_any, total, requests
 
     @property
     def fields(self) -> tuple[str, ...]:
-        return (self.prompt, self.output) + ((self.arrival,) if self.arrival else ())
+        return (self.prompt, self.output) + ((self.arrival,) if self.arrival else ()) + ((self.tally,) if self.tally
+                                                                                       else ())
 
 
 # ------------------------------------------------------------------------------------------ containers
@@ -77,7 +80,7 @@ def _json_line(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: unreadable JSON value ({str(e).split(';')[0][:80]})") from None
 
 
-def _objects(path: Path, container: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
+def json_objects(path: Path, container: str) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(record number, where, object) of a JSON Lines file or a JSON array of objects."""
     if container == "jsonl":
         for n, text in lines(path):
@@ -110,8 +113,11 @@ class _Rows:
         self.builder = builder
         self.clock = Clock(schema.arrival_unit, schema.arrival) if schema.arrival else None
         self.minimum = 1 if schema.zero_tokens == "error" else 0
+        self.tally_total = 0  # the tally field summed over the kept requests
+        self.tally_any = 0  # kept requests with a tally above 0
 
-    def add(self, record: int, where: str, prompt_raw: Any, output_raw: Any, arrival_raw: Any) -> bool:
+    def add(self, record: int, where: str, prompt_raw: Any, output_raw: Any, arrival_raw: Any,
+            tally_raw: Any = None) -> bool:
         s = self.schema
         for name, raw in ((s.prompt, prompt_raw), (s.output, output_raw)):
             if raw is None or raw == "":
@@ -131,7 +137,20 @@ class _Rows:
         if prompt == 0:
             self.builder.skip(s.zero_prompt_reason, record)
             return True
+        if s.tally is not None:
+            if tally_raw is None or tally_raw == "":
+                raise ConfigError(f"{where}, field '{s.tally}': missing")
+            n = token_count(tally_raw, where, s.tally)
+            self.tally_total += n
+            self.tally_any += n > 0
         return self.builder.add(arrival, prompt, output, record)
+
+    def notes(self, has_arrivals: bool) -> None:
+        if has_arrivals and self.clock is not None:
+            self.builder.note(self.clock.describe())
+        if self.schema.tally is not None and len(self.builder.prompt):
+            self.builder.note(self.schema.tally_note.format(with_any=self.tally_any, total=self.tally_total,
+                                                            requests=len(self.builder.prompt)))
 
 
 def read_records(path: Path, schema: RecordSchema, container: str, limit: int | None) -> RequestTable:
@@ -142,40 +161,43 @@ def read_records(path: Path, schema: RecordSchema, container: str, limit: int | 
         has_arrivals, empty = _read_csv(path, schema, rows)
     else:
         has_arrivals = False
-        for record, where, rec in _objects(path, container):
+        for record, where, rec in json_objects(path, container):
             builder.ignore([k for k in rec if k not in schema.fields])
             arrival_raw = rec.get(schema.arrival) if schema.arrival else None
             has_arrivals = has_arrivals or arrival_raw is not None
-            if not rows.add(record, where, rec.get(schema.prompt), rec.get(schema.output), arrival_raw):
+            if not rows.add(record, where, rec.get(schema.prompt), rec.get(schema.output), arrival_raw,
+                            rec.get(schema.tally) if schema.tally else None):
                 break
         empty = "the file holds no records" if container == "jsonl" else "an empty JSON array"
-    if has_arrivals and rows.clock is not None:
-        builder.note(rows.clock.describe())
+    rows.notes(has_arrivals)
     return builder.finish(has_arrivals=has_arrivals, empty=empty)
 
 
 def _read_csv(path: Path, schema: RecordSchema, rows: _Rows) -> tuple[bool, str]:
     header: list[str] | None = None
-    columns: tuple[int, int, int | None] = (0, 0, None)
+    columns: tuple[int, int, int | None, int | None] = (0, 0, None, None)
     for n, cells in _csv_rows(path):
         if not any(c.strip() for c in cells):
             continue  # blank lines, trailing ones included
         if header is None:
             header = [c.strip() for c in cells]
-            missing = [f for f in schema.fields if f not in header and not (f == schema.arrival and schema.arrival_optional)]
+            missing = [f for f in schema.fields
+                       if f not in header and not (f == schema.arrival and schema.arrival_optional)]
             if missing:
                 raise ConfigError(f"{path}, line {n}: the header lacks {', '.join(repr(m) for m in missing)} "
                                   f"(the {schema.format} format has {', '.join(schema.fields)}; header: "
                                   f"{', '.join(header)[:120]})")
             arrival_at = header.index(schema.arrival) if schema.arrival in header else None
-            columns = (header.index(schema.prompt), header.index(schema.output), arrival_at)
+            tally_at = header.index(schema.tally) if schema.tally else None
+            columns = (header.index(schema.prompt), header.index(schema.output), arrival_at, tally_at)
             rows.builder.ignore([h for h in header if h not in schema.fields and h])
             continue
         where = f"{path}, line {n}"
         if len(cells) != len(header):
             raise ConfigError(f"{where}: {len(cells)} cells for {len(header)} columns ({', '.join(header)[:120]})")
-        p, o, a = columns
-        if not rows.add(n, where, cells[p], cells[o], None if a is None else cells[a]):
+        p, o, a, c = columns
+        if not rows.add(n, where, cells[p], cells[o], None if a is None else cells[a],
+                        None if c is None else cells[c]):
             break
     if header is None:
         return False, "the file is empty"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from decodecalc.errors import ConfigError
-from typing import IO
+from typing import BinaryIO
 
 from decodecalc.textfiles import decode_utf8, open_text, utf8_lines
 
@@ -40,7 +40,7 @@ def lines(path: Path) -> Iterator[tuple[int, str]]:
                       "not a line of a request trace (a damaged file, or a JSON document where lines were expected)")
 
 
-def open_trace(path: Path) -> IO[bytes]:
+def open_trace(path: Path) -> BinaryIO:
     """The file's bytes as UTF-8, decompressed (gzip, zstd, xz, bzip2) or transcoded (UTF-16) as a stream when its
     first bytes say so (decodecalc.textfiles.open_text)."""
     return open_text(path, TRACE_KIND)

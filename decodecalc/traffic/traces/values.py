@@ -26,6 +26,9 @@ _DATETIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{2}):([0-9]{2
                        r"(?:[.,]([0-9]{1,9}))?[ ]?(Z|[+-][0-9]{2}(?::?[0-9]{2})?)?")
 UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 UNIT_NAMES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+#: the smallest epoch time read as milliseconds where the unit is ``epoch``: 1e11 s is the year 5138, 1e11 ms is
+#: March 1973, so a real trace's epoch seconds are below it and its epoch milliseconds above
+EPOCH_MS_FROM = 1e11
 
 
 def token_count(raw: Any, where: str, field: str, minimum: int = 0) -> int:
@@ -109,24 +112,27 @@ def datetime_ns(raw: Any, where: str, field: str) -> int:
 class Clock:
     """Arrival times of one column in seconds. Date-times are taken relative to the first one read
     (exact integer nanoseconds before the subtraction), numbers as they are; the table later shifts
-    every arrival so the earliest is 0. ``unit`` is s/ms/us/ns, ``datetime``, or ``auto`` (date-time
-    or seconds, decided by the first value)."""
+    every arrival so the earliest is 0. ``unit`` is s/ms/us/ns, ``datetime``, ``auto`` (date-time
+    or seconds, decided by the first value) or ``epoch`` (date-time, or Unix time in seconds or milliseconds: the
+    first value decides which, by :data:`EPOCH_MS_FROM`)."""
 
     __slots__ = ("unit", "field", "kind", "base_ns")
 
     def __init__(self, unit: str, field: str) -> None:
         self.unit = unit
         self.field = field
-        self.kind: str | None = None if unit == "auto" else ("datetime" if unit == "datetime" else "number")
+        self.kind: str | None = None if unit in ("auto", "epoch") else ("datetime" if unit == "datetime" else "number")
         self.base_ns: int | None = None
 
     def seconds(self, raw: Any, where: str) -> float:
         if self.kind is None:
             self.kind = "datetime" if is_datetime(raw) else "number"
+            if self.unit == "epoch" and self.kind == "number":
+                self.unit = "ms" if number(raw, where, self.field) >= EPOCH_MS_FROM else "s"
         if self.kind == "number":
-            if self.unit == "auto" and is_datetime(raw):
+            if self.unit in ("auto", "epoch") and is_datetime(raw):
                 raise ConfigError(f"{where}, field '{self.field}': a date-time in a column of numbers, {show(raw)}")
-            return number(raw, where, self.field, "s" if self.unit in ("auto", "datetime") else self.unit)
+            return number(raw, where, self.field, "s" if self.unit in ("auto", "datetime", "epoch") else self.unit)
         ns = datetime_ns(raw, where, self.field)
         if self.base_ns is None:
             self.base_ns = ns
