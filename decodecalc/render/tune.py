@@ -262,7 +262,7 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
         import matplotlib.pyplot as plt
     except ImportError:
         raise DecodecalcError(f"--plot needs the 'plot' extra: {install_hint('plot')} (matplotlib)") from None
-    heur = [h for h in result.heuristics if h.times is not None]
+    heur = [(h, h.times) for h in result.heuristics if h.times is not None]
     fig, axes = plt.subplots(1, 3 if heur else 2, figsize=(19 if heur else 13, 4.2))
     ax1, ax2 = axes[0], axes[1]
     for name, e in result.engines.items():
@@ -284,8 +284,8 @@ def tune_png_writer(result: TuneResult) -> Callable[[Path], None]:
     ax2.legend(fontsize=7)
     if heur:
         ax3 = axes[2]
-        for h in heur:
-            ordered = sorted(float(x) * 1e6 for x in h.times)
+        for h, times in heur:
+            ordered = sorted(float(x) * 1e6 for x in times)
             style = ":" if h.kind == "bound" else "--" if h.kind == "proposal" else "-"
             ax3.plot(ordered, [(k + 1) / len(ordered) for k in range(len(ordered))], style, lw=1.0, label=h.name)
         ax3.set_xlabel("step time (us)")

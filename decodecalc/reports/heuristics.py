@@ -21,7 +21,7 @@ import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from decodecalc.derived import cdiv, maximum, minimum, next_power_of_2, select
 from decodecalc.errors import ConfigError, UnknownNameError
@@ -29,6 +29,28 @@ from decodecalc.launchers import sglang_triton as sg
 from decodecalc.launchers import vllm_unified as vu
 from decodecalc.limits import MAX_FILE_BYTES
 from decodecalc.reports.tune_stats import Stats, stats
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from decodecalc.batch.arrays import FloatArray
+    from decodecalc.batch.steps import Block
+    from decodecalc.reports.tune_types import EngineTune, TuneContext
+
+
+class TuneOutcome(Protocol):
+    """What a heuristic reads of tune's result (reports.tune.TuneResult): the workload's context and each engine's
+    default and best setting (a protocol, so this module does not import the tune report that imports it)."""
+
+    @property
+    def ctx(self) -> TuneContext: ...
+
+    @property
+    def engines(self) -> Mapping[str, EngineTune]: ...
+
+
+#: (context, tune's result) -> per-step seconds
+TimesFn = Callable[["TuneContext", TuneOutcome], "FloatArray"]
 
 # PR #27786 (sgl-project/sglang): gate and raised cap, from its description
 PR27786_GATE_TOKENS = 24576
@@ -65,7 +87,7 @@ class HeuristicScore:
     vs_default: float
     vs_bound: float
     source: str
-    times: Any = None  # per step, seconds (array)
+    times: FloatArray | None = None  # per step, seconds (the whole workload's; None for a sample's)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "engine": self.engine, "mean_step_s": self.stats.mean_step_s,
@@ -79,14 +101,14 @@ class Heuristic:
     engine: str
     kind: str
     source: str
-    times: Callable[[Any, Any], Any]  # (TuneContext, TuneResult) -> per-step seconds (array)
+    times: TimesFn
 
 
 # ----------------------------------------------------------------------------------------------
 # vLLM
 
 
-def _setting_times(ctx: Any, result: Any, engine: str, which: str) -> Any:
+def _setting_times(ctx: TuneContext, result: TuneOutcome, engine: str, which: str) -> FloatArray:
     """Per-step times of the engine's default or tuned setting over ``ctx``'s steps (the workload, or its sample)."""
     from decodecalc.reports.tune_space import option_like
 
@@ -94,21 +116,21 @@ def _setting_times(ctx: Any, result: Any, engine: str, which: str) -> Any:
     cand = e.default if which == "default" else e.best
     if ctx is result.ctx:
         return cand.times
-    return option_like(ctx, engine, cand.setting).times
+    return option_like(ctx, engine, dict(cand.setting)).times
 
 
-def _vllm_default(ctx: Any, result: Any) -> Any:
+def _vllm_default(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     return _setting_times(ctx, result, "vllm", "default")
 
 
-def bound_vllm_segments(ctx: Any) -> list[int]:
+def bound_vllm_segments(ctx: TuneContext) -> list[int]:
     """The per-step bound's vLLM search space: the 2D kernel and every segment count tune searches."""
     from decodecalc.reports.tune_space import vllm_segment_range
 
     return [1] + vllm_segment_range(ctx)[0]
 
 
-def _vllm_bound(ctx: Any, result: Any) -> Any:
+def _vllm_bound(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     from decodecalc.batch.stats import elementwise_min
 
     return elementwise_min([ctx.timer.vllm_forced(s).time for s in bound_vllm_segments(ctx)])
@@ -123,7 +145,7 @@ def pr47520_threshold(num_sms: int, num_kv_heads: int, max_model_len: int) -> in
     return max(stock, min(PR47520_CAP, num_sms // num_kv_heads * mult))
 
 
-def _vllm_pr47520(ctx: Any, result: Any) -> Any:
+def _vllm_pr47520(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     from decodecalc.reports.tune_space import vllm_option
 
     ctx_len = ctx.work.model.context_length or ctx.max_seq_len
@@ -136,18 +158,18 @@ def _vllm_pr47520(ctx: Any, result: Any) -> Any:
 # SGLang
 
 
-def _sglang_default(ctx: Any, result: Any) -> Any:
+def _sglang_default(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     return _setting_times(ctx, result, "sglang", "default")
 
 
-def bound_sglang_splits(ctx: Any) -> list[int]:
+def bound_sglang_splits(ctx: TuneContext) -> list[int]:
     """The per-step bound's SGLang search space: static split counts over tune's range."""
     from decodecalc.reports.tune_space import sglang_split_range
 
     return sglang_split_range(ctx)[0]
 
 
-def _sglang_bound(ctx: Any, result: Any) -> Any:
+def _sglang_bound(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     from decodecalc.batch.stats import elementwise_min
 
     rows = [ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=s, static_kv_splits=True)).time
@@ -155,11 +177,11 @@ def _sglang_bound(ctx: Any, result: Any) -> Any:
     return elementwise_min([_setting_times(ctx, result, "sglang", "default")] + rows)
 
 
-def _base_max(ctx: Any) -> int:
+def _base_max(ctx: TuneContext) -> int:
     return ctx.sglang.max_kv_splits or sg.DEFAULT_MAX_KV_SPLITS
 
 
-def _sglang_pr21775(ctx: Any, result: Any) -> Any:
+def _sglang_pr21775(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     cap = max(_base_max(ctx), next_power_of_2(ctx.gpu.num_sms // 4))
     return ctx.timer.sglang(dataclasses.replace(ctx.sglang, max_kv_splits=cap, static_kv_splits=False)).time
 
@@ -182,7 +204,7 @@ def pr27786_pick(seq_len: Any, low: Any, high: Any) -> Any:
     return select(seq_len >= PR27786_GATE_TOKENS, high, low)
 
 
-def _sglang_pr27786(ctx: Any, result: Any) -> Any:
+def _sglang_pr27786(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     from decodecalc.batch.launches import SglangRecipe
 
     base = _base_max(ctx)
@@ -190,7 +212,7 @@ def _sglang_pr27786(ctx: Any, result: Any) -> Any:
     low = SglangRecipe(ctx.work, ctx.gpu, dataclasses.replace(adaptive, max_kv_splits=base))
     high = SglangRecipe(ctx.work, ctx.gpu, dataclasses.replace(adaptive, max_kv_splits=max(base, PR27786_CAP)))
 
-    def rule(block: Any) -> Any:
+    def rule(block: Block) -> Any:
         return pr27786_pick(block.lens, low.splits(block), high.splits(block))
     # buffers sized by the cap
     return ctx.timer.sglang_splits("pr27786", rule, max(base, PR27786_CAP)).time
@@ -211,16 +233,16 @@ def pr35801_count(seq_len: Any, batch: Any, *, num_heads: int, num_kv_heads: int
     return maximum(1, minimum(minimum(cdiv(seq_len, PR35801_CHUNK_TOKENS), max_kv_splits), wave_cap))
 
 
-def _sglang_pr35801(ctx: Any, result: Any) -> Any:
+def _sglang_pr35801(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
     w = ctx.work
 
-    def rule(block: Any) -> Any:
+    def rule(block: Block) -> Any:
         return pr35801_count(block.lens, block.batch[:, None], num_heads=w.num_heads, num_kv_heads=w.num_kv_heads,
                              num_sms=ctx.gpu.num_sms, max_kv_splits=_base_max(ctx))
     return ctx.timer.sglang_splits("pr35801", rule, _base_max(ctx)).time
 
 
-def _tuned(engine: str) -> Callable[[Any, Any], Any]:
+def _tuned(engine: str) -> TimesFn:
     return lambda ctx, result: _setting_times(ctx, result, engine, "best")
 
 
@@ -305,7 +327,7 @@ def load_rule(path: Path) -> tuple[Callable[..., Any] | None, Callable[..., Any]
     return (splits if callable(splits) else None), (segments if callable(segments) else None)
 
 
-def _rule_step(ctx: Any, i: int) -> RuleStep:
+def _rule_step(ctx: TuneContext, i: int) -> RuleStep:
     seq, q = ctx.steps.step_lens(i)
     w = ctx.work
     return RuleStep(batch=len(seq), seq_lens=seq, query_lens=q, num_sms=ctx.gpu.num_sms, num_heads=w.num_heads,
@@ -341,7 +363,7 @@ def user_heuristics(path: Path) -> list[Heuristic]:
     splits_fn, segments_fn = load_rule(path)
     out = []
     if splits_fn is not None:
-        def sglang_times(ctx: Any, result: Any) -> Any:
+        def sglang_times(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
             from array import array
 
             flat = array("q")
@@ -362,7 +384,7 @@ def user_heuristics(path: Path) -> list[Heuristic]:
         out.append(Heuristic("user-splits", "sglang", "user", f"user rule {path}: splits(step) on SGLang's kernel",
                              sglang_times))
     if segments_fn is not None:
-        def vllm_times(ctx: Any, result: Any) -> Any:
+        def vllm_times(ctx: TuneContext, result: TuneOutcome) -> FloatArray:
             per = [_check_count(_call(segments_fn, step, path, "segments"), step, path, "segments")
                    for step in (_rule_step(ctx, i) for i in range(ctx.steps.num_steps))]
             from decodecalc.batch.stats import pick_per_step
@@ -393,7 +415,7 @@ def select_heuristics(names: str | None, rule: Path | None) -> list[Heuristic]:
     return chosen
 
 
-def score_heuristics(ctx: Any, result: Any, chosen: Sequence[Heuristic]) -> tuple[HeuristicScore, ...]:
+def score_heuristics(ctx: TuneContext, result: TuneOutcome, chosen: Sequence[Heuristic]) -> tuple[HeuristicScore, ...]:
     """Score ``chosen`` over the workload (a large one's sample: ``ctx.sample``). The bound of an engine is the
     per-step minimum over its search space (bound_*), its default, its tuned setting and every heuristic scored
     here, so no heuristic in the table beats it."""
@@ -403,7 +425,7 @@ def score_heuristics(ctx: Any, result: Any, chosen: Sequence[Heuristic]) -> tupl
     chosen = [h for h in chosen if h.engine in result.engines]
     times = {h.name: h.times(pop, result) for h in chosen if h.kind != "bound"}
     defaults = {e: _setting_times(pop, result, e, "default") for e in {h.engine for h in chosen}}
-    bounds: dict[str, Any] = {}
+    bounds: dict[str, FloatArray] = {}
     for engine in {h.engine for h in chosen}:
         rows = [HEURISTICS[f"{engine}-bound"].times(pop, result), defaults[engine],
                 _setting_times(pop, result, engine, "best")] + [times[h.name] for h in chosen

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decodecalc.errors import ChoiceError, ConfigError, UnsupportedError
 from decodecalc.limits import MAX_SEQ_LEN
@@ -49,6 +49,9 @@ from decodecalc.timemodel.accuracy import expected_error_for
 from decodecalc.timemodel.domain import domain_warnings
 from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
+
+if TYPE_CHECKING:
+    from decodecalc.reports.heuristics import HeuristicScore
 
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
 BATCH_BUCKETS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 64), (65, 128), (129, 256), (257, 1 << 30))
@@ -242,7 +245,7 @@ class TuneResult:
     defaults: tuple[EngineDefaultTotal, ...] = ()
     #: TensorRT-LLM's multi-block count as a lever (tune --engine trtllm)
     trtllm: TrtllmTune | None = None
-    heuristics: tuple[Any, ...] = ()  # decodecalc.reports.heuristics.HeuristicScore
+    heuristics: tuple[HeuristicScore, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     def engine_default_total(self, engine: str) -> float | None:

@@ -15,6 +15,7 @@ from typing import Any
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers import engine_select
 from decodecalc.launchers.base import LaunchPlan
+from decodecalc.launchers.engine_defaults import DefaultBackend
 from decodecalc.launchers.names import Backend, Engine
 from decodecalc.launchers.registry import PolicyOptions, engine_uses, platform_reason, spec
 from decodecalc.reports.tune_stats import Stats
@@ -156,7 +157,7 @@ class EngineDefaultTotal:
     saving tune prints is measured against. ``caps``: FA3's split cap under CUDA graphs as a lever (vLLM)."""
 
     engine: str
-    selection: Any  # launchers.engine_defaults.DefaultBackend, or None when the rule refused the model
+    selection: DefaultBackend | None  # None when the rule refused the model
     stats: Stats | None
     note: str
     expected_error: ExpectedError | None = None

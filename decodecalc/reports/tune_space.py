@@ -22,13 +22,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
 from decodecalc.launchers import sglang_triton as sg
 from decodecalc.launchers import vllm_triton_backend as vtb
 from decodecalc.launchers import vllm_unified as vu
+
+if TYPE_CHECKING:
+    from decodecalc.batch.arrays import FloatArray
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,8 +40,8 @@ class Option:
 
     setting: dict[str, Any]
     label: str
-    times: Any  # seconds per step, one layer
-    score: Any  # the ranking score per step (timemodel.robust_time_s)
+    times: FloatArray  # seconds per step, one layer
+    score: FloatArray  # the ranking score per step (timemodel.robust_time_s)
     scratch_bytes: int
     steps_2d: int | None = None  # vLLM: weighted steps on the 2D kernel
     exact: Any = None  # bool per step: the scalar model's value (not estimated)

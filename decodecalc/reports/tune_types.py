@@ -17,6 +17,11 @@ from decodecalc.timemodel import TimeProfile
 from decodecalc.workload import Workload
 
 if TYPE_CHECKING:
+    from decodecalc.batch.arrays import FloatArray
+    from decodecalc.batch.evaluator import WorkloadTimer
+    from decodecalc.batch.population import Population
+    from decodecalc.batch.stats import QueryKeys
+    from decodecalc.batch.steps import StepArrays
     from decodecalc.timemodel.accuracy import ExpectedError
 
 ENGINES = ("vllm", "sglang")
@@ -49,7 +54,7 @@ class Candidate:
     engine: str
     setting: Mapping[str, Any]  # the knobs, as the JSON shows them
     label: str
-    times: Any  # per step, one layer, seconds (numpy array)
+    times: FloatArray  # per step, one layer, seconds
     stats: Stats
     worst_ratio: float = 1.0  # max over steps of time / default time
     allowed: bool = True
@@ -117,19 +122,19 @@ class EngineTune:
 class TuneContext:
     """Everything the search and the heuristics share: the workload's steps as arrays, the timer."""
 
-    steps: Any  # decodecalc.batch.steps.StepArrays
+    steps: StepArrays
     summary: dict[str, Any]  # the JSON's workload block
     work: Workload  # base per-rank shape (model, heads, dtypes); lengths come from the steps
     gpu: GPUSpec
     profile: TimeProfile
     vllm: VllmSettings
     sglang: SglangSettings
-    timer: Any  # decodecalc.batch.evaluator.WorkloadTimer
-    query_keys: Any  # decodecalc.batch.stats.QueryKeys
+    timer: WorkloadTimer
+    query_keys: QueryKeys
     max_seq_len: int
     memo: dict = field(default_factory=dict)  # per-workload results shared by candidates (vLLM's gate per threshold)
     sample: TuneContext | None = None  # a large workload's sample (every candidate is ranked on it first)
-    population: Any = None  # decodecalc.batch.population.Population when ``steps`` sample a larger workload
+    population: Population | None = None  # when ``steps`` sample a larger workload
     #: the server's XQA / trtllm-gen cubins and max_model_len (--cubins, --max-model-len): which kernels an engine's
     #: FlashInfer backend runs, and XQA's block-table width
     cubins: bool = True
