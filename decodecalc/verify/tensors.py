@@ -8,12 +8,15 @@ import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from decodecalc.errors import DecodecalcError
 from decodecalc.verify.environment import Environment, run_dtype
 from decodecalc.verify.kv_cache import build_paged_kv, copies_that_fit, kv_bytes
 from decodecalc.workload import Workload
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["StepTensors", "build_step_tensors", "oom_as_error", "pick_check_seqs"]
 
@@ -22,19 +25,19 @@ __all__ = ["StepTensors", "build_step_tensors", "oom_as_error", "pick_check_seqs
 class StepTensors:
     """Tensors for one workload (padded to the engine's launch where a graph replay pads)."""
 
-    q: Any  # [T_run, h, d]
-    k_cache: Any  # [NB, bs, h_kv, d]
-    v_cache: Any
-    block_tables: Any  # [copies, B_run, max_blocks] int32
-    seq_lens: Any  # [B_run] int32 (padded requests 0)
-    query_start: Any  # [B_run + 1] int32
-    kv_indptr: Any  # [B + 1] int32 (SGLang, real requests)
-    kv_indices: Any  # [copies, sum L] int64 token slots
-    sg_seq_lens: Any  # [B_sg] int32 (CUDA-graph padded rows: seq_len 1)
+    q: torch.Tensor  # [T_run, h, d]
+    k_cache: torch.Tensor  # [NB, bs, h_kv, d]
+    v_cache: torch.Tensor
+    block_tables: torch.Tensor  # [copies, B_run, max_blocks] int32
+    seq_lens: torch.Tensor  # [B_run] int32 (padded requests 0)
+    query_start: torch.Tensor  # [B_run + 1] int32
+    kv_indptr: torch.Tensor  # [B + 1] int32 (SGLang, real requests)
+    kv_indices: torch.Tensor  # [copies, sum L] int64 token slots
+    sg_seq_lens: torch.Tensor  # [B_sg] int32 (CUDA-graph padded rows: seq_len 1)
     b_sg: int
     copies: int
     scale: float
-    dtype: Any
+    dtype: torch.dtype
     kv_bytes: int
     b_real: int
     t_real: int
