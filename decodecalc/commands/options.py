@@ -281,10 +281,11 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from decodecalc.commands.output import make_streams_encoding_safe
+        from decodecalc.commands.output import make_streams_encoding_safe, refuse_outputs_naming_inputs
 
         make_streams_encoding_safe()
         try:
+            refuse_outputs_naming_inputs(kwargs)  # every command, every output option: before anything is written
             return func(*args, **kwargs)
         except BrokenPipeError:  # `| head`: the reader has what it wanted
             raise typer.Exit(quiet_broken_pipe()) from None

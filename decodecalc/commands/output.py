@@ -6,7 +6,7 @@ import errno
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,59 @@ def check_writable(path: Path, option: str = "--output") -> None:
         raise ConfigError(f"cannot write {path} ({option}): {exc.strerror or exc}") from None
     os.close(fd)
     os.unlink(tmp)
+
+
+#: the options that name a file a command writes, by parameter name
+OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_measurements": "--save-measurements"}
+#: the options that name a file (or several) a command reads, by parameter name: -m takes a model YAML or config.json
+#: (sweep: a comma list of them; calibrate: the option repeated), --metrics a file or a URL
+INPUT_OPTIONS = {"model": "--model", "requests": "--requests", "steps": "--steps", "metrics": "--metrics",
+                 "profile": "--profile", "rule": "--rule", "from_measurements": "--from-measurements",
+                 "tokenizer": "--tokenizer", "measured": "--measured"}
+
+
+def refuse_outputs_naming_inputs(params: Mapping[str, Any]) -> None:
+    """ConfigError, before anything is read or written, where an output option names a file an input option reads
+    (``tune --requests t.csv --plot t.csv`` replaced the trace with a PNG; ``calibrate --from-measurements m.json -o
+    m.json`` the GPU's timings with a profile). ``params``: a command's parameters by name (what typer hands it).
+    Files are compared as the system resolves them (links, ``..``, hard links: os.path.samefile where both exist)."""
+    outputs = [(option, Path(params[k])) for k, option in OUTPUT_OPTIONS.items() if isinstance(params.get(k), (str, Path))]
+    if not outputs:
+        return
+    for name, option in INPUT_OPTIONS.items():
+        for given in _named_files(params.get(name)):
+            for out_option, out in outputs:
+                if _same_file(out, given):
+                    raise ConfigError(f"{out_option} {out} is the file {option} reads ({given}): writing it would "
+                                      "destroy that input; give the output another name")
+
+
+def _named_files(value: Any) -> list[Path]:
+    """The paths an input option's value may name: itself, each item of a list, each part of a comma list (sweep
+    -m a.yaml,b.yaml), a checkpoint folder's config.json; never a URL."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    out: list[Path] = []
+    for v in items:
+        if not isinstance(v, (str, Path)) or not str(v) or "://" in str(v):
+            continue
+        for text in dict.fromkeys([str(v), *(t.strip() for t in str(v).split(",") if t.strip())]):
+            p = Path(text).expanduser()
+            out.append(p)
+            if p.is_dir():
+                out.append(p / "config.json")
+    return out
+
+
+def _same_file(out: Path, given: Path) -> bool:
+    """Whether writing ``out`` would replace the existing file ``given`` (one that does not exist, such as the model
+    id ``llama3-8b``, loses nothing). An output that is a device or a FIFO (``-o /dev/stdout`` beside ``--requests
+    /dev/stdin``: one terminal) is written into, never replaced: not a clash."""
+    try:
+        if not (out.exists() and given.exists()) or _is_special(out) or out.is_dir():
+            return False
+        return os.path.samefile(out, given)
+    except (OSError, ValueError):  # an unreadable or invalid path: the command's own checks name it
+        return False
 
 
 #: what write_files writes: the text of the file, or a function that writes it to the path it is given
