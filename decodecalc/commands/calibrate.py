@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:
             _written(dest, prof, folds=bool(left_out_folds))
             return
         sample = None
-        if given:  # the traffic first: a bad file fails before the GPU is looked at
+        if given and model:  # the traffic first: a bad file fails before the GPU is looked at (one --model: above)
             from decodecalc.commands.options import progress_on_stderr
             from decodecalc.reports.step_launches import DEFAULT_SAMPLE_STEPS
 
@@ -255,7 +255,10 @@ def register(app: typer.Typer) -> None:
                         import gzip
 
                         packed = gzip.compress(text.encode(), mtime=0)
-                        write_atomic(save_measurements, lambda tmp: tmp.write_bytes(packed) and None)
+                        def write_packed(tmp: Path) -> None:
+                            tmp.write_bytes(packed)
+
+                        write_atomic(save_measurements, write_packed)
                     else:
                         write_atomic(save_measurements, text)
                 if not data.get("pending"):

@@ -169,7 +169,7 @@ def install_flag_help() -> bool:
         return None if getattr(self, "is_flag", False) else original(self, ctx)
 
     display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]  # typer's own, patched once
     return True
 
 
@@ -199,4 +199,4 @@ def _install_unbroken_names() -> None:
                 column.min_width = max(column.min_width or 0, width)
                 column.overflow = "fold"
 
-    rich_utils.Table = HelpTable
+    rich_utils.Table = HelpTable  # type: ignore[attr-defined]  # typer.rich_utils imports rich's Table by name

@@ -179,11 +179,11 @@ def write_files(items: Sequence[tuple[Path, Content]]) -> None:
             except OSError as exc:
                 raise _cannot(path, exc) from None
         for path, content in special:
-            fd = _own_descriptor(path)
-            if fd is None:
+            own = _own_descriptor(path)
+            if own is None:
                 _write_special(path, content)
             else:
-                _write_descriptor(fd, path, content)
+                _write_descriptor(own, path, content)
         for tmp, path in staged:
             try:
                 os.replace(tmp, path)

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from decodecalc.commands.options import OUTPUT, Dtype, KvDtype, handle_errors, plain
 from decodecalc.errors import ConfigError
 from decodecalc.extras import install_hint
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from decodecalc.reports.sweep import SweepSpec
 
 
 class Metric(str, Enum):
@@ -31,14 +36,13 @@ class Format(str, Enum):
 
 
 def _names(text: str, option: str) -> tuple[str, ...]:
-    items = tuple(t.strip() for t in text.split(",") if t.strip())
-    if not items:
-        raise ConfigError(f"{option} is empty")
-    return items
+    from decodecalc.limits import split_items
+
+    return tuple(split_items(text, option, {"--model": "llama3-8b,qwen3-8b", "--gpu": "h100,h200"}.get(option, "")))
 
 
 def build_spec(*, models: str, tps: str, gpus: str, policies: str, batch: str, seq_len: str, dtype: str | None,
-               kv_cache_dtype: str, block_size: int, sms: int | None):
+               kv_cache_dtype: str, block_size: int, sms: int | None) -> SweepSpec:
     from decodecalc.launchers import registry as pol
     from decodecalc.commands.options import parse_int_list
     from decodecalc.specs.gpus import resolve_gpu
@@ -136,7 +140,7 @@ def sweep(
     files: list = []  # written together: a failed plot leaves no CSV, and no temp file either
     if output is not None:
         if kind == "csv":  # streamed: a million-point CSV is never one string in memory
-            def write_csv(target: Path, chunks=result.iter_csv()) -> None:
+            def write_csv(target: Path, chunks: Iterator[str] = result.iter_csv()) -> None:
                 with open(target, "w") as f:
                     f.writelines(chunks)
 

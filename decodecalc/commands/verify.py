@@ -23,7 +23,7 @@ KERNELS = ("auto", "upstream", "reference", "both")
 PROFILED = tuple(b.value for b in PROFILED_BACKENDS)
 
 VerifySystem = Enum("VerifySystem", {n: n for n in ("vllm", "sglang") + PROFILED}, type=str)  # type: ignore[misc]
-VerifySystemOpt = Annotated[Optional[VerifySystem], typer.Option(  # type: ignore[valid-type]
+VerifySystemOpt = Annotated[Optional[VerifySystem], typer.Option(
     "--system", help="Only one system: vllm or sglang (default both), or a backend captured through the CUDA "
     "profiler (GPU only; needs its package).", case_sensitive=False)]
 
@@ -174,8 +174,8 @@ def run_verify(
         render.print_skipped(err, name, why)
 
     results: list[Any] = []
-    kernels_doc = {"mode": mode, "ran": {c.system: list(sources[c.system]) for c in calls},
-                   "fallback": {k: v for k, v in fallback.items() if any(c.system == k for c in calls)}}
+    kernels_doc: dict[str, Any] = {"mode": mode, "ran": {c.system: list(sources[c.system]) for c in calls},
+                                   "fallback": {k: v for k, v in fallback.items() if any(c.system == k for c in calls)}}
     doc: dict[str, Any] = {"environment": env.to_json(), "workload": workload_json(work), "kernels": kernels_doc,
                            "gpu": {"name": gpu.name, "num_sms": gpu.num_sms,
                                    "hbm_bandwidth_bytes_per_s": gpu.hbm_bandwidth_bytes_per_s},
@@ -245,7 +245,7 @@ def _run_profiled(backend: str, inputs: Inputs, *, json_out: bool, output: Path 
 
         knobs = {"max_seq_len": default_max_seq_len(inputs.work, inputs.max_model_len)}
     rec = run_case(backend, inputs.work, inputs.gpu, time_it=timing, replays=replays, knobs=knobs)
-    doc = {"environment": env.to_json(), "workload": workload_json(inputs.work),
+    doc: dict[str, Any] = {"environment": env.to_json(), "workload": workload_json(inputs.work),
            "kernels": {"mode": "profiled", "ran": {backend: ["upstream"]}, "fallback": {}},
            "profiled": rec, "ok": bool(rec.get("match")), "complete": True}
     if output is not None:

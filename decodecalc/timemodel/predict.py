@@ -6,6 +6,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from decodecalc.derived import cdiv, maximum, minimum
 from decodecalc.launchers.base import LaunchPlan
 from decodecalc.specs.gpus import GPUSpec
@@ -58,7 +59,9 @@ class IterationCost:
     def slots(self) -> int:
         return self.occupancy * self.num_sms
 
-    def t_it(self, c, conc=None):
+    # the rates below take plain numbers, or numpy arrays of them elementwise (tune's batch evaluator): typed as the
+    # scalars, as the launcher rules they mirror are
+    def t_it(self, c: float, conc: float | None = None) -> float:
         """One iteration with ``c`` programs on the busiest SM and ``conc`` resident GPU-wide (default ``c`` per SM):
         ``max(latency + min(c, saturated) * bytes / sm_bandwidth, conc * hbm_bytes / hbm_bandwidth)`` or their L^p
         norm. Little's law on the SM's load path; the GPU's achievable HBM bandwidth caps it."""
@@ -79,14 +82,14 @@ class IterationCost:
                                   f"(valid: 0, or {BLEND_POWER_RANGE[0]:g} to {BLEND_POWER_RANGE[1]:g})") from None
         return max(sm, hbm)
 
-    def busy_t_it(self, m):
+    def busy_t_it(self, m: int) -> float:
         """An iteration while ``m`` programs run, spread over the SMs: ``t_it(min(occupancy, cdiv(m, SMs)), m)``."""
         return self.t_it(minimum(self.occupancy, cdiv(m, self.num_sms)), m)
 
-    def idle_s(self, idle_programs):
+    def idle_s(self, idle_programs: int) -> float:
         return idle_programs * self.idle_program_s / self.num_sms
 
-    def uniform_s(self, programs, iters):
+    def uniform_s(self, programs: int, iters: int) -> float:
         """``programs`` programs of ``iters`` iterations each: full waves at full occupancy, then the last partial
         wave at its own concurrency (``programs > 0``)."""
         full, rest = programs // self.slots, programs % self.slots
@@ -203,7 +206,9 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
     followed in coarser steps that keep the order of the rows (the z planes and the y repeats): each row's
     repeats summarized (:func:`_row_parts`), except that of the rows in the last TAIL_WAVES waves the last
     repeat is followed in its order (its long programs may be the last to start)."""
-    loads: dict[float, list[float]] = {0.0: [slots, 0.0]}  # load -> [slots, iterations of their last program]
+    # load -> [slots (an int), iterations of their last program (a float)]: a mutable pair (the innermost loop
+    # updates it in place), so its items are typed Any
+    loads: dict[float, list[Any]] = {0.0: [slots, 0.0]}
     heap = [0.0]
     start = 0.0
     fast = FAST_ROUNDS * slots
@@ -262,8 +267,8 @@ def _grid_order_schedule(order: Order, t0: float, ti: float, slots: int, runs: i
             early = rep if len(row) == 1 or left >= progs * rep else rep - 1
             left -= progs * rep
             if early:
-                for i, k in _row_parts(row, progs):
-                    place(i, k * early)
+                for mean, n in _row_parts(row, progs):
+                    place(mean, n * early)
             if early < rep:
                 for i, k in row:
                     place(i, k)

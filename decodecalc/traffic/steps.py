@@ -24,7 +24,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from decodecalc.errors import ConfigError
 from decodecalc.limits import MAX_FILE_NUMBER, MAX_SEQ_LEN, MAX_TOKENS
@@ -124,7 +124,7 @@ def percentiles(pairs: Sequence[tuple[float, int]]) -> dict[str, float]:
 # validation shared by every source
 
 
-def _positive_ints(value: Any) -> bool:
+def _positive_ints(value: Any) -> TypeGuard[list[int]]:
     """Whether ``value`` is a non-empty list of integers from 1 to MAX_SEQ_LEN (the fast check; the slow one names
     the bad value)."""
     if type(value) is not list or not value:
@@ -326,7 +326,8 @@ def load_step_columns(path: Path) -> StepColumns:
         fast = _fast_step(rec) if type(rec) is dict else None
         if fast is None:
             step = make_step(rec, where)  # raises with the line and the field, or accepts what the check did not
-            s_lens, q_lens, w = list(step.seq_lens), list(step.query_lens), step.weight
+            s_lens, w = list(step.seq_lens), step.weight
+            q_lens: list[int] | None = list(step.query_lens)
         else:
             s_lens, q_lens, w = fast
         total_weight += w
