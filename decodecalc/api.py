@@ -318,7 +318,7 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
                   max_num_batched_tokens: int = 8192, num_speculative_tokens: int = 0,
                   draft_acceptance_rate: float | None = None, trace_format: str | None = None,
                   columns: str | None = None, tokenizer: str | None = None, model_hint: str | None = None,
-                  max_requests: int | None = None, metrics_model: str | None = None,
+                  max_requests: int | None = None, metrics_model: str | None = None, context_len: int | None = None,
                   progress: Callable[[str], None] | None = None) -> Any:
     """The decode steps of exactly one of ``steps`` (a step-trace file, or a list of steps: lists of KV lengths,
     ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request trace
@@ -328,7 +328,8 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
     ``num_speculative_tokens`` k > 0, requests and presets decode k draft tokens per step, accepted at
     ``draft_acceptance_rate`` (default 0.7; decodecalc/traffic/requests.py); a step trace carries its own
     ``query_lens``. Step files come back as arrays (decodecalc.batch.steps.StepArrays), request traces as runs of
-    steps (decodecalc.batch.runs.RunSteps), the rest as a StepTrace."""
+    steps (decodecalc.batch.runs.RunSteps), the rest as a StepTrace. ``context_len``: the engine's max_model_len (the
+    model's context); a request file's requests longer than it are skipped and counted, as the engine refuses them."""
     from decodecalc.traffic import (
         DEFAULT_ACCEPTANCE_RATE,
         BatchingLimits,
@@ -368,7 +369,7 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
     if requests is not None:
         if isinstance(requests, (str, Path)):
             return _request_file(Path(requests), limits, trace_format, columns, tokenizer, model_hint, max_requests,
-                                 progress)
+                                 progress, context_len)
         return requests_from_items(requests, limits)
     if metrics is not None:
         from decodecalc.traffic.metrics import workload_from_metrics
@@ -395,8 +396,9 @@ def _check_width(trace: StepTrace, max_num_seqs: int, what: str, concurrency: in
 
 def _request_file(path: Path, limits: Any, trace_format: str | None, columns: str | None, tokenizer: str | None,
                   model_hint: str | None, max_requests: int | None,
-                  progress: Callable[[str], None] | None = None) -> Any:
-    """A request trace file read (any format), batched into runs of decode steps, as arrays."""
+                  progress: Callable[[str], None] | None = None, context_len: int | None = None) -> Any:
+    """A request trace file read (any format), less the requests past ``context_len``, batched into runs of decode
+    steps, as arrays."""
     from decodecalc.batch.intervals import request_steps
     from decodecalc.limits import check_int
     from decodecalc.traffic.requests import batching_notes
@@ -405,6 +407,10 @@ def _request_file(path: Path, limits: Any, trace_format: str | None, columns: st
     check_int(max_requests, "--max-requests", 1 << 40)
     table = read_requests(path, fmt=trace_format, columns=columns, tokenizer=tokenizer, model_hint=model_hint,
                           limit=max_requests)
+    if context_len is not None:
+        from decodecalc.traffic.traces import within_context
+
+        table = within_context(table, context_len)
     notes = (f"{table.format} trace: {len(table):,} requests" + (" (token counts estimated)"
                                                                   if table.tokens_estimated else ""),
              *table.notes, *batching_notes(limits, len(table)))
@@ -472,7 +478,8 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
                           max_num_seqs=options.get("max_num_seqs", 1024),
                           max_num_batched_tokens=options.get("max_num_batched_tokens", 8192),
                           num_speculative_tokens=options.get("num_speculative_tokens", 0),
-                          draft_acceptance_rate=draft_acceptance_rate)
+                          draft_acceptance_rate=draft_acceptance_rate,
+                          context_len=inputs.max_model_len or inputs.work.model.context_length)
     return tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
                     rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact, regime=regime)
 

@@ -84,8 +84,8 @@ def test_in_memory_steps_equal_the_file():
 
 def test_in_memory_requests_equal_the_file(tmp_path):
     reqs = [{"prompt_tokens": 3000, "output_tokens": 40, "arrival_s": 0.0},
-            Request(prompt_tokens=20000, output_tokens=30, arrival_s=0.1),
-            {"prompt_tokens": 500, "output_tokens": 60}]
+            Request(prompt_tokens=8000, output_tokens=30, arrival_s=0.1),  # within llama3-8b's 8,192: a file's
+            {"prompt_tokens": 500, "output_tokens": 60}]                  # longer requests are skipped (the engine's rule)
     f = tmp_path / "r.jsonl"
     f.write_text("\n".join(json.dumps(r if isinstance(r, dict) else {"prompt_tokens": r.prompt_tokens,
                                                                        "output_tokens": r.output_tokens,

@@ -316,7 +316,8 @@ def _workload_sample(model_id: str, tp: int, gpu: str, k: int, *, workload: str 
     trace = load_workload(steps=steps, requests=requests, workload=workload, metrics=metrics,
                           metrics_model=metrics_model, concurrency=concurrency,
                           trace_format=trace_format, columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
-                          model_hint=inputs.work.model.hf_id, max_requests=max_requests)
+                          model_hint=inputs.work.model.hf_id, max_requests=max_requests,
+                          context_len=inputs.work.model.context_length)
     result = tune_for(inputs, trace, heuristics="none", progress=progress)
     if not result.engines:
         raise ConfigError(f"this workload runs on neither engine's Triton decode kernel ({'; '.join(result.skipped.values())})")

@@ -217,7 +217,8 @@ def register(app: typer.Typer) -> None:
                                   draft_acceptance_rate=draft_acceptance_rate, trace_format=trace_format,
                                   columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
                                   model_hint=inputs.work.model.hf_id, max_requests=max_requests,
-                                  metrics_model=metrics_model, progress=report)
+                                  metrics_model=metrics_model, progress=report,
+                                  context_len=inputs.max_model_len or inputs.work.model.context_length)
             result = tune_for(inputs, trace, objective=objective, max_regression=max_regression,
                               heuristics=heuristics, rule=rule, engine=engine, profile=profile,
                               max_shapes=max_shapes, exact=exact, progress=report, regime=regime)

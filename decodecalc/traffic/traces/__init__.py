@@ -32,11 +32,11 @@ from decodecalc.traffic.traces.detect import FORMATS, RECORD_SCHEMAS, detect
 from decodecalc.traffic.traces.records import read_records
 from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
 from decodecalc.traffic.traces.sharegpt import read_sharegpt
-from decodecalc.traffic.traces.table import RequestTable
+from decodecalc.traffic.traces.table import RequestTable, within_context
 from decodecalc.traffic.traces.textio import check_file, container_of
 from decodecalc.traffic.traces.vllm_bench import VLLM_BENCH
 
-__all__ = ["COLUMN_KEYS", "FORMATS", "RequestTable", "read_requests"]
+__all__ = ["COLUMN_KEYS", "FORMATS", "RequestTable", "read_requests", "within_context"]
 
 _BENCH = {"vllm-bench": VLLM_BENCH, "sglang-bench": SGLANG_BENCH}
 

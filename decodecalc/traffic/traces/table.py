@@ -163,3 +163,38 @@ class TableBuilder:
         return RequestTable(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, records=records,
                             path=self.path, format=self.format, has_arrivals=has_arrivals,
                             tokens_estimated=tokens_estimated, notes=tuple(notes))
+
+
+def within_context(table: RequestTable, context: int,
+                   whose: str = "the model's context length, or --max-model-len") -> RequestTable:
+    """The table without the requests an engine serving a ``context``-token model refuses: prompt + output tokens
+    over the context (vLLM and SGLang reject a request whose prompt plus its max tokens passes max_model_len, and a
+    trace's output is at most its max tokens), skipped and counted in a note. ``whose``: where the context comes
+    from, for the note. Every request past it is a one-line error."""
+    if isinstance(context, bool) or not isinstance(context, int) or context < 2:
+        raise ConfigError(f"context must be an integer >= 2 tokens, got {context!r}")
+    keep = bytearray(map(context.__ge__, map(operator.add, table.prompt_tokens, table.output_tokens)))
+    dropped = len(keep) - sum(keep)
+    if not dropped:
+        return table
+    first = keep.index(0)
+    longest = max(itertools.compress(map(operator.add, table.prompt_tokens, table.output_tokens),
+                                     (1 - k for k in keep)))
+    unit = "record" if table.format in ("vllm-bench", "sglang-bench", "sharegpt") else "line"
+    where = (f"{unit} {table.records[first]}: {table.prompt_tokens[first]:,} prompt + {table.output_tokens[first]:,} "
+             "output tokens")
+    if dropped == len(keep):
+        raise ConfigError(f"{table.path}: every request is longer than the context, {context:,} tokens ({whose}); "
+                          f"the first at {where}; an engine serving it refuses them all (give --max-model-len if it "
+                          "serves a longer context)")
+    note = (f"skipped {dropped:,} request{'s' * (dropped != 1)} longer than the context, {context:,} tokens ({whose}): "
+            f"prompt + output up to {longest:,}, which an engine refuses; the first at {where}")
+    arrival = array("d", itertools.compress(table.arrival_s, keep))
+    if arrival[0] != 0.0:  # the earliest request was skipped: the next is the new t=0
+        arrival = array("d", (a - arrival[0] for a in arrival))
+    return RequestTable(arrival_s=arrival,
+                        prompt_tokens=array("q", itertools.compress(table.prompt_tokens, keep)),
+                        output_tokens=array("q", itertools.compress(table.output_tokens, keep)),
+                        records=array("q", itertools.compress(table.records, keep)),
+                        path=table.path, format=table.format, has_arrivals=table.has_arrivals,
+                        tokens_estimated=table.tokens_estimated, notes=table.notes + (note,))
