@@ -88,8 +88,9 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    from decodecalc.commands.output import guard_closed_stdout, make_streams_encoding_safe
+    from decodecalc.commands.output import clamp_columns, guard_closed_stdout, make_streams_encoding_safe
 
+    clamp_columns()  # COLUMNS=0: every Console (help, usage errors, tables) printed nothing
     guard_closed_stdout()  # `decodecalc grid >&-`: an error, not a silent exit 0
     make_streams_encoding_safe()  # PYTHONIOENCODING=ascii / LANG=C: "µs" prints as "us", no crash
     argv = sys.argv[1:]

@@ -68,6 +68,18 @@ MAX_CONCURRENCY = 256
 MAX_OCCUPANCY = 64
 
 
+def split_items(text: str, option: str, example: str) -> list[str]:
+    """The items of a comma list, stripped. ConfigError for an empty list or an empty item (``-p vllm,,sglang``,
+    ``--heuristics ,``, a trailing comma): docs/limits.md calls them errors, and an item dropped in silence hides a
+    typo. The one rule of every comma-list option (policies, heuristics, candidates, sweep's models, TPs, GPUs)."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
+        raise ConfigError(f"{option} {text!r} is empty; give a comma list, e.g. {example}")
+    if not all(items):
+        raise ConfigError(f"{option} {text!r} has an empty item; give a comma list, e.g. {example}")
+    return items
+
+
 def check_int(value: int | None, option: str, maximum: int, *, minimum: int = 1) -> None:
     """ConfigError quoting the limit when ``value`` is outside ``minimum..maximum``; None passes."""
     if value is None:

@@ -28,8 +28,9 @@ def cudagraphs(
     assert sizes is not None
     if min(sizes) <= 0 or max(sizes) > 65536:
         raise ConfigError("--batches must be in 1..65536")
-    if occupancy is not None and occupancy < 1:
-        raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
+    from decodecalc.limits import MAX_OCCUPANCY, check_int
+
+    check_int(occupancy, "--occupancy", MAX_OCCUPANCY)  # compare's bound and words
     if inputs.work.batch > 1:
         sizes = tuple(sizes) + (inputs.work.batch,)  # --batch adds one more real batch to the table
     data = cudagraph_report(inputs.work, inputs.gpu, inputs.vllm, inputs.sglang, tuple(sorted(set(sizes))),

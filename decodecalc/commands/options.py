@@ -281,8 +281,9 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from decodecalc.commands.output import make_streams_encoding_safe, refuse_outputs_naming_inputs
+        from decodecalc.commands.output import clamp_columns, make_streams_encoding_safe, refuse_outputs_naming_inputs
 
+        clamp_columns()  # COLUMNS=0: rich printed nothing, errors included (also in cli.main, for help and usage)
         make_streams_encoding_safe()
         try:
             refuse_outputs_naming_inputs(kwargs)  # every command, every output option: before anything is written

@@ -83,6 +83,19 @@ def check_writable(path: Path, option: str = "--output") -> None:
     os.unlink(tmp)
 
 
+#: the narrowest console decodecalc draws for: rich takes COLUMNS=0 at its word and printed nothing at all, error
+#: lines included (a negative or non-numeric COLUMNS it ignores, falling back to the terminal's width or 80)
+MIN_COLUMNS = 40
+
+
+def clamp_columns() -> None:
+    """COLUMNS below MIN_COLUMNS (what rich reads when it makes a Console: digits only) raised to MIN_COLUMNS, before
+    any Console is made (typer's help and usage errors included)."""
+    raw = os.environ.get("COLUMNS")
+    if raw is not None and raw.isdigit() and int(raw) < MIN_COLUMNS:
+        os.environ["COLUMNS"] = str(MIN_COLUMNS)
+
+
 #: the options that name a file a command writes, by parameter name
 OUTPUT_OPTIONS = {"output": "--output", "plot": "--plot", "save_measurements": "--save-measurements"}
 #: the options that name a file (or several) a command reads, by parameter name: -m takes a model YAML or config.json

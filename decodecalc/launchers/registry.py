@@ -476,11 +476,11 @@ def resolve_policies(text: str | None) -> tuple[str, ...]:
     if not text.strip(" ,"):
         raise ConfigError(f"--policies {text!r} is empty; give a comma list of policies, or 'all' "
                           f"(known: {', '.join(POLICY_NAMES)})")
+    from decodecalc.limits import split_items
+
     names = []
-    for raw in text.split(","):
-        n = raw.strip().lower()
-        if not n:
-            continue
+    for raw in split_items(text, "--policies", "vllm,sglang"):  # an empty item is an error, not skipped
+        n = raw.lower()
         if n not in POLICIES:
             raise UnknownNameError("policy", n, POLICY_NAMES)
         if n not in names:

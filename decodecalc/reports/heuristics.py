@@ -406,7 +406,9 @@ def select_heuristics(names: str | None, rule: Path | None) -> list[Heuristic]:
         chosen = []
     else:
         chosen = []
-        for n in (x.strip().lower() for x in names.split(",") if x.strip()):
+        from decodecalc.limits import split_items
+
+        for n in (x.lower() for x in split_items(names, "--heuristics", f"{next(iter(HEURISTICS))} or none")):
             if n not in HEURISTICS:
                 raise UnknownNameError("heuristic", n, HEURISTICS)
             chosen.append(HEURISTICS[n])

@@ -190,9 +190,11 @@ def parse_candidates(values: Sequence[str] | None) -> dict[str, tuple[int, ...]]
             kernel = kernel.strip().lower()
             if kernel and kernel not in KERNELS:
                 raise ConfigError(f"--candidates {part!r}: unknown kernel {kernel!r}; valid: {', '.join(KERNELS)}")
-            items = [t.strip() for t in nums.split(",") if t.strip()]
-            if not items:
+            if not nums.strip(" ,"):
                 raise ConfigError(f"--candidates {part!r}: give comma-separated split counts, e.g. 1,4,16")
+            from decodecalc.limits import split_items
+
+            items = split_items(nums, "--candidates", "1,4,16")  # 1,,4: an error, not 1,4
             vals = []
             for t in items:
                 try:
