@@ -47,7 +47,7 @@ from typing import Any
 
 
 from decodecalc.timemodel import packaged_profile
-from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, layout_key
+from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, class_of_key, layout_key
 from decodecalc.timemodel.fit import Measurement, error_summary, percentile
 from decodecalc.timemodel.predict import launch_time_s
 
@@ -321,6 +321,15 @@ def compute() -> dict[str, Any]:
     return {"kernels": kernels, "detail": detail}
 
 
+def profile_figure(side: str, fig: dict[str, Any]) -> dict[str, Any]:
+    """A figure as the profile holds it: without its layout and model lists; a new-layout figure names the layout
+    classes it covers (timemodel.accuracy: a layout of another class gets no expected error)."""
+    out = {key: v for key, v in fig.items() if key not in ("layout_list", "models")}
+    if side == "new_layout":
+        out["layout_classes"] = sorted({class_of_key(x) for x in fig["layout_list"]})
+    return out
+
+
 def profile_block(doc: dict[str, Any]) -> dict[str, Any]:
     """The profile's ``fit.expected_error`` (the figures without their layout lists)."""
     kernels = {}
@@ -328,11 +337,10 @@ def profile_block(doc: dict[str, Any]) -> dict[str, Any]:
         kernels[k] = {"fitted_layouts": rec["fitted_layouts"]}
         for fig in ("fitted_layout", "new_layout"):
             if rec.get(fig):
-                kernels[k][fig] = {key: v for key, v in rec[fig].items() if key != "layout_list"}
+                kernels[k][fig] = profile_figure(fig, rec[fig])
         for sub in ("workload_totals", "in_graph"):
             if rec.get(sub):
-                kernels[k][sub] = {fig: {key: v for key, v in f.items() if key not in ("layout_list", "models")}
-                                   for fig, f in rec[sub].items()}
+                kernels[k][sub] = {fig: profile_figure(fig, f) for fig, f in rec[sub].items()}
     block = {"source": "benchmarks/expected_error.py (committed H200 measurements; benchmarks/results/"
                        "expected-error-h200.json)",
              "goals": {"median": GOAL_MEDIAN, "p90": GOAL_P90}, "kernels": kernels}
@@ -390,9 +398,15 @@ def write_profile(block: dict[str, Any]) -> None:
     from decodecalc.timemodel import dump_profile, load_profile_file
     from tools.update_profile_cache import refresh
 
+    import yaml
+
+    raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
     on_disk = load_profile_file(PROFILE)
-    fit = {**on_disk.fit, "expected_error": block}
-    PROFILE.write_text(dump_profile(dataclasses.replace(on_disk, fit=fit)), encoding="utf-8")
+    # the families the loader borrows for an older profile (timemodel.profile) stay borrowed, not written out
+    families = {k: v for k, v in on_disk.families.items() if k in raw["families"]}
+    fit = {**on_disk.fit, "expected_error": block,
+           "uncalibrated_families": list(raw["fit"].get("uncalibrated_families") or ())}
+    PROFILE.write_text(dump_profile(dataclasses.replace(on_disk, families=families, fit=fit)), encoding="utf-8")
     refresh(PROFILE)
 
 

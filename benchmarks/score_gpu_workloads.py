@@ -143,7 +143,7 @@ def totals_records(profile: Any, runs: Sequence[Path]) -> dict[str, dict[str, An
     every measured setting (tune's own kinds, as expected_error.py counts the H200's) re-predicted by ``profile``,
     split by whether the model's per-rank layout is one the profile's fit timed (its ``fitted_layouts``, written by
     ``calibrate --left-out-folds``)."""
-    from benchmarks.expected_error import TUNE_KINDS, model_layout, totals_figure
+    from benchmarks.expected_error import TUNE_KINDS, profile_figure, model_layout, totals_figure
 
     kernels = ((getattr(profile, "fit", None) or {}).get("expected_error") or {}).get("kernels") or {}
     rows, _ = repredicted(profile, runs)
@@ -159,8 +159,7 @@ def totals_records(profile: Any, runs: Sequence[Path]) -> dict[str, dict[str, An
                 sides["fitted_layout" if lay in fitted else "new_layout"].append(
                     (abs(r["error"]), lay, f"{r['model']} TP{r['tp']}"))
         figs = {side: totals_figure(rs, evidence) for side, rs in sides.items()}
-        out[engine] = {side: {k: v for k, v in f.items() if k not in ("layout_list", "models")}
-                       for side, f in figs.items() if f}
+        out[engine] = {side: profile_figure(side, f) for side, f in figs.items() if f}
     return out
 
 

@@ -45,7 +45,7 @@ from decodecalc.reports.tune_types import (
 )
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
-from decodecalc.timemodel.accuracy import expected_error_for
+from decodecalc.timemodel.accuracy import expected_error_for, missing_evidence
 from decodecalc.timemodel.domain import domain_warnings
 from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
@@ -316,6 +316,10 @@ def tune(ctx: TuneContext, *, objective: str = "mean", max_regression: float | N
     if context is not None and ctx.max_seq_len > context:
         notes.append(f"KV lengths up to {ctx.max_seq_len:,} tokens are past {ctx.work.model.name}'s context of "
                      f"{context:,}; an engine serving it refuses such requests (max_model_len)")
+    for e, et in out.items():  # a layout class no left-out data backs: no ± is printed, and the reason is
+        why = missing_evidence(ctx.profile, e, ctx.work, of="workload total") if et.expected_error is None else None
+        if why:
+            notes.append(why)
     if ctx.work.model.sliding_window:
         notes.append(f"{ctx.work.model.name} has sliding-window layers; every layer is timed as a global layer, so "
                      "the per-1,000-token figures are an upper bound")

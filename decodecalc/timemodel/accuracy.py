@@ -16,6 +16,12 @@ committed measurements)::
                                               # (tune's), each also with within_5pct and max_abs_err
           in_graph: {fitted_layout: {...}, new_layout: {...}}  # launches in a decode layer's graph (--regime in-graph)
 
+A ``new_layout`` figure covers the layout classes (:func:`layout_class`: MHA or the query-group range, and the head
+size) of the layouts left out behind it: its ``layout_classes`` list, or, where it has none (the figures of
+``calibrate``'s folds, which leave out each fitted layout in turn), the classes of ``fitted_layouts``. A layout no
+fit saw whose class no left-out layout had gets no expected error (:func:`missing_evidence` says why), so that no
+command prints a ± the data do not back.
+
 Either figure may be absent (no such evidence); a launch then gets no expected error. Errors are
 ``|predicted / measured - 1|`` per launch (per workload total for ``workload_totals``), as everywhere in
 :mod:`decodecalc.timemodel.fit`.
@@ -23,7 +29,7 @@ Either figure may be absent (no such evidence); a launch then gets no expected e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +48,25 @@ _FIGURE_KEYS = ("rows", "layouts", "median_abs_err", "p90_abs_err", "evidence")
 def layout_key(num_heads: int, num_kv_heads: int, head_size: int) -> str:
     """A per-rank head layout as the fits and the leave-out folds name it: ``32:8 d128``."""
     return f"{num_heads}:{num_kv_heads} d{head_size}"
+
+
+#: query-group sizes per layout class (upper bounds): one query head per KV head is MHA; GQA by how many share one
+GROUP_CLASSES = ((1, "MHA"), (4, "g2-4"), (8, "g5-8"), (16, "g9-16"))
+
+
+def layout_class(num_heads: int, num_kv_heads: int, head_size: int) -> str:
+    """The class a per-rank head layout's expected error is judged by: its group class and head size, e.g.
+    ``MHA d64``, ``g5-8 d128``. A layout no fit saw gets a figure only where left-out layouts of its class back it."""
+    g = max(1, num_heads // max(1, num_kv_heads))
+    name = next((n for top, n in GROUP_CLASSES if g <= top), "g17+")
+    return f"{name} d{head_size}"
+
+
+def class_of_key(layout: str) -> str:
+    """:func:`layout_class` of a :func:`layout_key` string (``32:8 d128`` -> ``g2-4 d128``)."""
+    heads, d = layout.split()
+    h, hkv = heads.split(":")
+    return layout_class(int(h), int(hkv), int(d[1:]))
 
 
 def kernel_key(kernel: str, kv_bytes_per_element: int) -> str:
@@ -149,6 +174,10 @@ def _check_figures(rec: Mapping[str, Any], at: str) -> None:
         for k in ("rows", "layouts"):
             if isinstance(f[k], bool) or not isinstance(f[k], int) or f[k] < 1:
                 raise ConfigError(f"{at}.{fig}.{k} must be a positive integer, got {f[k]!r}")
+        classes = f.get("layout_classes")
+        if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+            raise ConfigError(f"{at}.{fig}.layout_classes must be a list of classes like 'g5-8 d128', got "
+                              f"{classes!r:.60}")
 
 
 def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int, head_size: int,
@@ -174,7 +203,7 @@ def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int,
     else:
         figures = rec if of == "launch" else (rec.get("workload_totals") or {})
     fig = figures.get("fitted_layout" if fitted else "new_layout")
-    if fig is None:
+    if fig is None or (not fitted and class_of_key(layout) not in covered_classes(rec, fig)):
         return None
     goals = block.get("goals") or {}
     return ExpectedError(kernel=key, layout=layout, layout_fitted=fitted, median_abs_err=float(fig["median_abs_err"]),
@@ -185,6 +214,39 @@ def expected_error(profile: Any, kernel: str, num_heads: int, num_kv_heads: int,
                          max_abs_err=float(fig["max_abs_err"]) if "max_abs_err" in fig else None)
 
 
+def covered_classes(rec: Mapping[str, Any], fig: Mapping[str, Any]) -> frozenset[str]:
+    """The layout classes a ``new_layout`` figure covers (module doc)."""
+    classes = fig.get("layout_classes")
+    if classes is None:
+        classes = [class_of_key(x) for x in rec.get("fitted_layouts") or ()]
+    return frozenset(str(c) for c in classes)
+
+
+def missing_evidence(profile: Any, kernel: str, work: Any, *, of: str = "launch") -> str | None:
+    """Why a layout no fit saw gets no expected error although ``kernel`` has a left-out figure: no left-out layout of
+    its class (None when it has one, or when the profile has no figure at all)."""
+    if not getattr(profile, "calibrated", False):
+        return None
+    block = (getattr(profile, "fit", None) or {}).get("expected_error") or {}
+    rec = (block.get("kernels") or {}).get(kernel_key(kernel, work.kv_bytes_per_element))
+    if rec is None:
+        return None
+    layout = layout_key(work.num_heads, work.num_kv_heads, work.head_size)
+    if layout in (rec.get("fitted_layouts") or ()):
+        return None
+    figures = rec if of == "launch" else (rec.get("workload_totals") or {})
+    fig = figures.get("new_layout")
+    if fig is None:
+        return None
+    cls = class_of_key(layout)
+    have = covered_classes(rec, fig)
+    if cls in have:
+        return None
+    what = "totals" if of == "workload total" else "launches"
+    return (f"no ± for {kernel} at {layout}: no left-out {what} of {cls} layouts back one (left out: "
+            f"{', '.join(sorted(have)) or 'none'})")
+
+
 def expected_error_for(profile: Any, kernel: str, work: Any, *, of: str = "launch") -> ExpectedError | None:
     """:func:`expected_error` for a :class:`~decodecalc.workload.Workload`'s per-rank layout in the profile's regime,
     as every command asks for it; an uncalibrated (datasheet) profile gets none (its figures would be another GPU's)."""
@@ -192,3 +254,36 @@ def expected_error_for(profile: Any, kernel: str, work: Any, *, of: str = "launc
         return None
     return expected_error(profile, kernel, work.num_heads, work.num_kv_heads, work.head_size,
                           work.kv_bytes_per_element, of=of, regime=getattr(profile, "regime", "back-to-back"))
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutCheck:
+    """One left-out layout's rows against the p90 the others would print for it (None: its class has no other
+    layout, so no ± is printed)."""
+
+    layout: str
+    rows: int
+    p90_abs_err: float | None
+    within: int
+
+    @property
+    def claimed(self) -> bool:
+        return self.p90_abs_err is not None
+
+
+def leave_one_layout_out(rows: Sequence[tuple[float, str]]) -> list[LayoutCheck]:
+    """Whether a printed p90 holds on a layout no fit saw: each layout of ``rows`` (``(|error|, layout key)``) is
+    judged against the p90 of the other layouts' rows, printed only where another layout of its class is among them
+    (the rule of :func:`expected_error`)."""
+    from decodecalc.timemodel.fit import percentile
+
+    out = []
+    for lay in sorted({x for _, x in rows}):
+        others = sorted(e for e, x in rows if x != lay)
+        mine = [e for e, x in rows if x == lay]
+        if class_of_key(lay) not in {class_of_key(x) for _, x in rows if x != lay} or not others:
+            out.append(LayoutCheck(lay, len(mine), None, 0))
+            continue
+        p90 = percentile(others, 0.9)
+        out.append(LayoutCheck(lay, len(mine), p90, sum(e <= p90 for e in mine)))
+    return out
