@@ -28,7 +28,7 @@ from decodecalc.timemodel.predict import (
 from decodecalc.timemodel.work import order_runs, planes_order
 
 try:  # the compiled twin (optional: a build without a C compiler has only the reference)
-    from decodecalc.batch import _dispatch as _compiled
+    from decodecalc.batch import _dispatch as _compiled  # type: ignore[attr-defined]  # a C extension: no stub
 except ImportError:  # pragma: no cover - depends on the build
     _compiled = None
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from collections.abc import Sequence
 
 import numpy as np
 
+from decodecalc.batch.arrays import Indices
 from decodecalc.timemodel import LaunchWork, TimeProfile
 from decodecalc.timemodel.predict import iteration_cost, kernel_time_s
 from decodecalc.timemodel.residuals import QUERY_STEP
@@ -144,16 +144,16 @@ class ExactTimer:
         lw = recipe.launch_work(self.work(i), i)
         return np.array([self.launch_time_s(lw, d) if all_points or d == 0 else np.nan for d in DELTAS])
 
-    def times_many(self, recipe: Recipe, idx: Sequence[int], all_points: bool = True) -> np.ndarray:
+    def times_many(self, recipe: Recipe, idx: Indices, all_points: bool = True) -> np.ndarray:
         """:meth:`times` of the steps ``idx`` ([3, len(idx)]), from the recipe's array launches where it has them."""
-        idx = np.asarray(idx, dtype=np.int64)
+        ids = np.asarray(idx, dtype=np.int64)
         if not recipe.has_arrays:  # step by step
-            return np.array([self.times(recipe, int(i), all_points) for i in idx.tolist()]).reshape(-1, 3).T
+            return np.array([self.times(recipe, int(i), all_points) for i in ids.tolist()]).reshape(-1, 3).T
         points = len(DELTAS) if all_points else 1
-        out, done = exact_block_times(recipe, self.steps, idx, self.profile, points)
+        out, done = exact_block_times(recipe, self.steps, ids, self.profile, points)
         self.evaluations += int(done.sum()) * points
         for j in np.flatnonzero(~done).tolist():
-            out[:, j] = self.times(recipe, int(idx[j]), all_points)
+            out[:, j] = self.times(recipe, int(ids[j]), all_points)
         return out
 
     def launch_time_s(self, lw: LaunchWork, delta: int) -> float:

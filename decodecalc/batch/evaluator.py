@@ -12,10 +12,12 @@ rule never reaches) takes that recipe's times there, plus the exact difference o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
 
+from decodecalc.batch.arrays import Indices
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
 from decodecalc.specs.gpus import GPUSpec
@@ -85,8 +87,8 @@ class WorkloadTimer:
         self.steps, self.base, self.gpu, self.profile = steps, base, gpu, profile
         self.points = points
         self.target_rel_se, self.max_anchors = target_rel_se, max_anchors
-        self.exact_timer = ExactTimer(base, steps, profile,
-                                      memo=sample_of[0].exact_timer.memo if sample_of is not None else None)
+        self.exact_timer: ExactTimer = ExactTimer(base, steps, profile,
+                                                  memo=sample_of[0].exact_timer.memo if sample_of is not None else None)
         self.sample_of = sample_of
         self.progress = progress
         self._entries: dict[tuple, _Entry] = {}
@@ -136,16 +138,17 @@ class WorkloadTimer:
 
     def _build(self, recipe: Recipe, px: Proxies, *, tight: bool, start: _Entry | None = None,
                cap: int = FIRST_ANCHORS, looser: float = 1.0) -> _Entry:
-        cap = self.max_anchors if tight else min(cap, self.max_anchors or cap)
-        if cap is not None and not recipe.has_arrays:  # timed step by step (the other backends): the older budget
-            cap = min(cap, STEPWISE_MAX_ANCHORS)
+        limit = self.max_anchors if tight else min(cap, self.max_anchors or cap)
+        if limit is not None and not recipe.has_arrays:  # timed step by step (the other backends): the older budget
+            limit = min(limit, STEPWISE_MAX_ANCHORS)
         # the first estimate always takes its few anchors (no target)
         target = self.target_rel_se * looser if tight else 0.0
         tight = tight and looser == 1.0
         donor = self._donor(recipe, px) if start is None else (
             (start.donor, self._entries[start.donor].est, self._entries[start.donor].px, start.same)
             if start.donor is not None else None)
-        kw = dict(target_rel_se=target, max_anchors=cap, points=self.points, known=self._known(recipe.key))
+        kw: dict[str, Any] = dict(target_rel_se=target, max_anchors=limit, points=self.points,
+                                  known=self._known(recipe.key))
         if donor is None:
             est = estimate(recipe, px, self.exact_timer, self.weights, start=start.own if start else None, **kw)
             return _Entry(recipe, px, est, est, None, None, tight)
@@ -220,23 +223,23 @@ class WorkloadTimer:
     def estimate_of(self, recipe_key: tuple) -> Estimate:
         return self._entries[recipe_key].est
 
-    def refine(self, recipe_key: tuple, idx: Sequence[int]) -> Estimate:
+    def refine(self, recipe_key: tuple, idx: Indices) -> Estimate:
         """The recipe's estimate with the prediction at the steps ``idx`` replaced by the scalar model's (the cached one
         is updated)."""
         entry = self._entries[recipe_key]
         est = entry.est
-        idx = np.asarray([i for i in idx if not est.exact[i]], dtype=np.int64)
-        if len(idx) == 0:
+        todo = np.asarray([i for i in idx if not est.exact[i]], dtype=np.int64)
+        if len(todo) == 0:
             return est
         times = est.times.copy()
         # the prediction only: the guard reads it (the neighbours keep their estimates)
-        times[0, idx] = self.exact_timer.times_many(entry.recipe, idx, all_points=False)[0]
+        times[0, todo] = self.exact_timer.times_many(entry.recipe, todo, all_points=False)[0]
         if self.points == 1:
-            times[1:, idx] = times[0, idx]
+            times[1:, todo] = times[0, todo]
         exact = est.exact.copy()
-        exact[idx] = True
+        exact[todo] = True
         entry.est = Estimate(times=times, score=robust_score(times), exact=exact, splits=est.splits,
-                             anchors=np.union1d(est.anchors, idx), rel_se=est.rel_se, rel_se_score=est.rel_se_score,
+                             anchors=np.union1d(est.anchors, todo), rel_se=est.rel_se, rel_se_score=est.rel_se_score,
                              anchor_times=est.anchor_times, points_u=est.points_u, strata_var=est.strata_var,
                              ratio_sd=est.ratio_sd)
         return entry.est
@@ -253,7 +256,7 @@ class WorkloadTimer:
             if 0 < len(part) <= SETTLE_STEPS:
                 self.refine(key, part)
 
-    def refine_many(self, recipe_keys: Sequence[tuple], idx: Sequence[int]) -> None:
+    def refine_many(self, recipe_keys: Sequence[tuple], idx: Indices) -> None:
         for key in dict.fromkeys(recipe_keys):
             if key in self._entries:
                 self.refine(key, idx)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from decodecalc.batch.arrays import elementwise
 from decodecalc.batch.dispatch import busy_s
 from decodecalc.derived import cdiv
 from decodecalc.timemodel import TimeProfile
@@ -77,7 +78,7 @@ class KernelArrays:
     def programs(self) -> np.ndarray:
         return self.counts.sum(axis=1)
 
-    def cells(self, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    def cells(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The cells (a, full, last, q) of the launches ``rows``, flat over their sequences in batch order, and the
         offsets of each launch's (``cells_layout``): what :func:`decodecalc.batch.dispatch.busy_s` takes."""
         it, c = self.iters[rows], self.counts[rows]
@@ -152,7 +153,7 @@ def kernel_times(ka: KernelArrays, profile: TimeProfile, deltas: tuple[int, ...]
                 dur_first = cost.program_overhead_s + first * cost.t_it(cost.occupancy, cost.slots)
                 longest = cost.program_overhead_s + imax[few] * cost.t_it(cost.occupancy, cost.slots)
                 t[few] = np.maximum(np.minimum(t[few], dur_first + longest), longest)
-        t_out[k] = t + cost.idle_s(ka.idle)
+        t_out[k] = t + elementwise(cost.idle_s)(ka.idle)
         ok_out[k] = ~estimated
     return t_out, ok_out
 

@@ -39,8 +39,14 @@ from decodecalc.timemodel.work import (
 )
 from decodecalc.workload import Workload
 
+from decodecalc.batch.arrays import elementwise
 from decodecalc.batch.kernels import DELTAS, KernelArrays, Proxies
 from decodecalc.batch.steps import Block
+
+#: the scalar rules this module applies to arrays of lengths and splits
+_cdiv = elementwise(cdiv)
+_vllm_3d_cells = elementwise(vllm_3d_cells)
+_sglang_cells = elementwise(sglang_cells)
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,18 +115,18 @@ def _vllm_arrays(base: Workload, lens: np.ndarray, q: np.ndarray, mask: np.ndarr
     h, h_kv = base.num_heads, base.num_kv_heads
     _, block_q = vu.block_shape(h // h_kv)
     d, dv, kvb = base.head_size, base.head_size_v, base.kv_bytes_per_element
-    nq = cdiv(q, block_q)  # 0 on padding
+    nq = _cdiv(q, block_q)  # 0 on padding
     total_q_blocks = q.sum(axis=1) // block_q + mask.sum(axis=1)
     idle_q = np.maximum(0, total_q_blocks - nq.sum(axis=1))
     bytes_per_iter = shape.tile * (d + dv) * kvb
     runs = kv_runs_per_iter(h_kv, shape.tile, KV_PAGE_TOKENS)
     if not shape.use_3d:
         main = KernelArrays(family=f"{prefix}_2d", head_dim=next_power_of_2(d), bytes_per_iter=bytes_per_iter,
-                            iters=_masked(cdiv(lens, shape.tile), mask), counts=nq * h_kv, idle=idle_q * h_kv,
+                            iters=_masked(_cdiv(lens, shape.tile), mask), counts=nq * h_kv, idle=idle_q * h_kv,
                             runs_per_iter=runs, cells_layout="line", repeats=h_kv)
         return (main,), 1
     s = shape.segments
-    active, tps, last = vllm_3d_cells(np.maximum(lens, 1), s, shape.tile)
+    active, tps, last = _vllm_3d_cells(np.maximum(lens, 1), s, shape.tile)
     active = _masked(active, mask)
     iters = np.concatenate([tps, last], axis=1)
     counts = np.concatenate([(active - 1).clip(min=0) * nq, nq], axis=1) * h_kv
@@ -226,7 +232,7 @@ def _sglang_arrays(base: Workload, lens: np.ndarray, mask: np.ndarray, splits: n
     d, dv, kvb = base.head_size, base.head_size_v, base.kv_bytes_per_element
     mha = sg.is_mha(h, h_kv)
     block_n, ht = sg.stage1_block_n(h, h_kv), sg.head_tiles(h, h_kv)
-    ne, full, last = sglang_cells(np.maximum(lens, 1), np.maximum(splits, 1), block_n)
+    ne, full, last = _sglang_cells(np.maximum(lens, 1), np.maximum(splits, 1), block_n)
     ne = _masked(ne, mask)
     mask2 = np.concatenate([mask, mask], axis=1)
     stage1 = KernelArrays(family=sglang_stage1_family(mha, kvb), head_dim=next_power_of_2(d),
@@ -281,9 +287,10 @@ class SglangRecipe(Recipe):
             return np.where(block.mask, self.max_s, 0)
         lmax, lmin = block.max_len(), block.min_len()
         ext = self._ext_cores(lmax)
-        grid = sg.token_grid(block.batch, self.base.num_heads, self.base.num_kv_heads)
-        _, c1, c2 = sg.kv_chunk_sizes(lmax, lmin, ext, grid, self.max_s)
-        return _masked(sg.splits_from_chunks(np.maximum(block.lens, 1), c1[:, None], c2[:, None]), block.mask)
+        grid = elementwise(sg.token_grid)(block.batch, self.base.num_heads, self.base.num_kv_heads)
+        _, c1, c2 = elementwise(sg.kv_chunk_sizes)(lmax, lmin, ext, grid, self.max_s)
+        return _masked(elementwise(sg.splits_from_chunks)(np.maximum(block.lens, 1), c1[:, None], c2[:, None]),
+                       block.mask)
 
     def _ext_cores(self, lmax: np.ndarray) -> np.ndarray:
         """ext_device_core_count of each step's longest sequence (float32 arithmetic: the scalar rule, once per

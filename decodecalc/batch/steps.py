@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from decodecalc.batch.arrays import Indices
 from decodecalc.traffic import StepTrace
 
 #: steps per block at most (bounds the temporaries of one block: rows x width x a few int64 arrays)
@@ -100,10 +101,10 @@ class StepArrays:
                          origins=[self.origin(int(i)) for i in idx])
         return sub, idx
 
-    def block_of(self, rows: Sequence[int]) -> Block:
+    def block_of(self, rows: Indices) -> Block:
         """The steps ``rows`` as one block (padded to their widest batch)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        return self._block(rows, int(self.batch[rows].max()))
+        r = np.asarray(rows, dtype=np.int64)
+        return self._block(r, int(self.batch[r].max()))
 
     def _block(self, rows: np.ndarray, w: int) -> Block:
         starts = self.offsets[rows]
@@ -165,7 +166,7 @@ class NumberedOrigins(Sequence[str]):
     def __len__(self) -> int:
         return len(self.numbers)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]  # by index only: no slices
         return f"{self.source}, {self.what} {int(self.numbers[i])}"
 
 
