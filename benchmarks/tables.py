@@ -8,7 +8,8 @@ committed records only (benchmarks/results/, the packaged profiles) and renders 
 script that wrote the record: no timing, no fit, no re-prediction, so the whole check takes seconds. Whether a record is
 still what today's code computes is each script's own test (named beside each entry below); this module checks that the
 documents show the records. A marker whose name is not in ``TABLES`` is an error, and so is a table that no document
-shows, so a table can neither drift nor vanish unnoticed.
+shows, so a table can neither drift nor vanish unnoticed. The same run performs benchmarks/record_checks.py's checks of
+the records themselves (complete, consistent, their reports what their rows give).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from benchmarks import record_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -121,12 +124,17 @@ TABLES: dict[str, Callable[[], str]] = {
     "cuda-core-step-rule": _script_record("cuda_core_step_rule"),
     "flashinfer-small-groups": _script_record("flashinfer_small_groups"),
     "backend-steps-alone": _script_record("backend_steps_alone_h200"),
+    "fp8-backends": _script_record("fit_backends_fp8_h200"),
     "in-graph": in_graph,
+    # recomputed from the rows by benchmarks/record_checks.py's own statistics (not the fitting script's)
+    "leaveout-layouts": lambda: record_checks.leaveout_table(("layout",)),
+    "leaveout-workloads": lambda: record_checks.leaveout_table(("preset", "model")),
+    "leaveout-same-rows": record_checks.leaveout_same_rows_table,
 }
 
 #: blocks that predate this generator and are checked row by row by their own tests (no markdown function renders
 #: them whole): left as they are here
-CHECKED_ELSEWHERE = frozenset({"gpu-transfer-h100", "steps-in-sequence", "calibrate-workload", "fp8-backends"})
+CHECKED_ELSEWHERE = frozenset({"gpu-transfer-h100", "steps-in-sequence", "calibrate-workload"})
 
 
 def documents() -> list[Path]:
@@ -154,7 +162,8 @@ def regenerate(text: str, where: str, cache: dict[str, str]) -> tuple[str, list[
 
 
 def run(check: bool, paths: Sequence[Path] | None = None) -> list[str]:
-    """Rewrite (or, with ``check``, compare) every document's generated tables; returns the problems found."""
+    """Rewrite (or, with ``check``, compare) every document's generated tables; returns the problems found, with those
+    of benchmarks/record_checks.py's checks of the records when every document is read."""
     cache: dict[str, str] = {}
     problems: list[str] = []
     shown: set[str] = set()
@@ -176,6 +185,7 @@ def run(check: bool, paths: Sequence[Path] | None = None) -> list[str]:
             tmp.replace(path)  # atomic: a reader never sees half a document
     if paths is None:
         problems += [f"table {n} is shown by no document" for n in TABLES if n not in shown]
+        problems += record_checks.run()
     return problems
 
 

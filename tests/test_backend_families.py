@@ -6,7 +6,6 @@ and compare shows the times, marking a family listed as uncalibrated."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest

@@ -121,20 +121,16 @@ def test_uncalibrated_note_names_the_family_and_its_left_out_figures() -> None:
     assert uncalibrated_note(prof, {"vllm_2d"}) == "vllm_2d: no fit of this profile calibrated it"
 
 
-def test_benchmarks_md_shows_the_committed_fp8_record() -> None:
-    from benchmarks.fit_backends_fp8_h200 import markdown
-
+def test_the_fp8_records_status_is_the_profiles() -> None:
+    # its table is the lab note's (tests/test_benchmarks_tables.py); the record's status column is the profile's
     rec = json.loads(RECORD.read_text())
-    text = (ROOT / "BENCHMARKS.md").read_text()
-    assert markdown(rec) in text
-    # the record's status column is the profile's
     uncal = set(packaged_profile("h200").fit["uncalibrated_families"])
     assert {f for f, r in rec["families"].items() if not r["calibrated"]} == uncal & set(rec["families"])
 
 
-def test_the_fp8_split_sweep_is_recomputed_and_in_benchmarks_md() -> None:
+def test_the_fp8_split_sweep_is_recomputed_and_in_its_lab_note() -> None:
     """The fp8 sweep (never fitted on): the recommended split and the runs' errors the record states follow from the
-    committed timings with the shipped profile, and BENCHMARKS.md quotes them."""
+    committed timings with the shipped profile, and the lab note quotes them."""
     from benchmarks.fit_backends_fp8_h200 import SWEEP_DATA, stats
     from benchmarks.fit_backends_h200 import measurements_from
     from decodecalc.timemodel.fit import recommendation_quality
@@ -142,7 +138,7 @@ def test_the_fp8_split_sweep_is_recomputed_and_in_benchmarks_md() -> None:
     rec = json.loads(RECORD.read_text())["sweep"]
     prof = packaged_profile("h200")
     ms = measurements_from(SWEEP_DATA)
-    text = " ".join((ROOT / "BENCHMARKS.md").read_text().split())
+    text = " ".join((ROOT / "docs" / "lab" / "2026-12-04-fp8-backends.md").read_text().split())
     for kernel in ("fa3", "flashinfer-tc"):
         sub = [m for m in ms if m.kernel == kernel]
         assert stats(prof, sub) == rec[kernel]["runs"]

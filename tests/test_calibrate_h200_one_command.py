@@ -1,12 +1,11 @@
-"""The one command on the H200 (BENCHMARKS.md, "The one command on the H200, measured"; issue 18, item 5), recomputed
-from the committed records: the two device calls' saved timings (`results/calibrate-grid-map-h200-*`), the profile
-fitted from them, and its row of the calibrate-map table (`results/calibrate-map-experiment-h200.json`)."""
+"""The one command on the H200 (docs/lab/2026-12-04-calibrate-h200.md, "The one command on the H200, measured"; issue 18,
+item 5), recomputed from the committed records: the profile fitted from the two device calls' saved timings, and its
+row of the calibrate-map table (`results/calibrate-map-experiment-h200.json`). The calls' records themselves and the
+note's times are checked by benchmarks/record_checks.py (tests/test_benchmarks_tables.py)."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -15,31 +14,8 @@ from decodecalc.timemodel import load_profile_file
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-BENCH = (ROOT / "BENCHMARKS.md").read_text()
+BENCH = (ROOT / "docs" / "lab" / "2026-12-04-calibrate-h200.md").read_text()  # the run's lab note
 NAME = "calibrate --grid on the H200 (from scratch), its own map steps"
-
-
-def _saved(name: str) -> dict:
-    return json.loads(gzip.decompress((RESULTS / name).read_bytes()))
-
-
-def test_the_two_calls_timed_the_one_commands_plan_and_their_times_are_the_texts():
-    first = _saved("calibrate-grid-map-h200-measurements.json.gz")
-    second = _saved("calibrate-grid-map-h200-backends-measurements.json.gz")
-    only = _saved("calibrate-grid-map-h200-backends-only-measurements.json.gz")
-    assert first["device_name"] == second["device_name"] == "NVIDIA H200"
-    assert first["pending"] == ["backends"] and "backend_cases" not in first  # saved before the backends, then cut
-    assert len(first["cases"]) == 509 and sum(len(r["rows"]) for r in first["map_steps"]) == 1488
-    # the backends-only file is the second call's runs without its three --quick shapes, nothing else changed
-    assert only["cases"] == [] and only["backend_cases"] == second["backend_cases"] and len(second["backend_cases"]) == 2244
-    assert {k: v for k, v in only.items() if k not in ("cases", "note")} == {k: v for k, v in second.items() if k != "cases"}
-    el = first["elapsed"]
-    log = (RESULTS / "calibrate-grid-map-h200-backends.log").read_text()
-    took = re.search(r"took (\d+) s: the Triton kernels \d+ s, the backends (\d+) s", log)
-    assert took and round(second["elapsed"]["backends_s"]) == int(took.group(2)) == 198
-    text = f"**the plan's kernels {el['triton_s']:.0f} s, the map steps {el['map_s']:.0f} s**"
-    assert text in BENCH and f"**the backends {int(took.group(2))} s**" in BENCH
-    assert el["triton_s"] + el["map_s"] + second["elapsed"]["backends_s"] > 0.9 * 600  # over 10 minutes with the fit
 
 
 def test_the_profile_is_those_timings_fitted():

@@ -1,4 +1,4 @@
-"""BENCHMARKS.md's calibrate tables recomputed from the committed H200 data (issue 18: "a test that recomputes them"):
+"""The calibrate lab notes' tables (docs/lab/, once BENCHMARKS.md's) recomputed from the committed H200 data (issue 18: "a test that recomputes them"):
 the per-layout errors of the 550 thorough timings under three profiles, and `calibrate --model`'s layout cells on
 single launches of eight unseen layouts with each batch left out."""
 
@@ -18,16 +18,16 @@ from decodecalc.timemodel.fit import measurements_from_rows, percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-BENCH = (ROOT / "BENCHMARKS.md").read_text()
+LAB = ROOT / "docs" / "lab"
 
 
 def _pct(x: float) -> str:
     return f"{x:.1%}"
 
 
-def _section(title: str) -> str:
-    start = BENCH.index(title)
-    return BENCH[start:BENCH.index("\n### ", start + 1)]
+def _section(note: str) -> str:
+    # the lab note (docs/lab/, once a section of BENCHMARKS.md) whose tables and sentences these tests recompute
+    return (LAB / f"{note}.md").read_text()
 
 
 def _errors(profile, ms) -> list[float]:
@@ -35,7 +35,7 @@ def _errors(profile, ms) -> list[float]:
 
 
 def test_the_per_layout_table_of_the_thorough_timings():
-    section = _section("### `calibrate` on the H200 against the shipped profile")
+    section = _section("2026-12-04-calibrate-h200")
     ms = measurements_from_rows(json.loads((RESULTS / "calibrate-h200-thorough-measurements.json").read_text())["cases"],
                                 num_sms=132)
     profiles = (packaged_profile("h200"), load_profile_file(RESULTS / "calibrate-h200-thorough.yaml"),
@@ -53,7 +53,7 @@ def test_the_per_layout_table_of_the_thorough_timings():
 
 
 def test_the_layout_cells_table_of_single_launches_with_each_batch_left_out():
-    section = _section("### `calibrate --model`: a user's own head layout")
+    section = _section("2026-12-02-calibrate-model")
     header = re.search(r"^\| \| (14:2 .+) \|$", section, re.M).group(1).split(" | ")
     shipped = re.search(r"^\| shipped profile: median \| (.+) \|$", section, re.M).group(1).split(" | ")
     cells = re.search(r"^\| with the layout's cells \| (.+) \|$", section, re.M).group(1).split(" | ")
@@ -86,7 +86,7 @@ def test_the_layout_cells_table_of_single_launches_with_each_batch_left_out():
 @pytest.mark.parametrize("name", ["calibrate-h200", "calibrate-h200-from-scratch", "calibrate-h200-thorough",
                                   "calibrate-backends-h200", "calibrate-grid-h200"])
 def test_the_validation_cells_are_the_committed_re_predictions(name):
-    section = _section("### `calibrate` on the H200 against the shipped profile")
+    section = _section("2026-12-04-calibrate-h200")
     col = {"calibrate-h200": 3, "calibrate-h200-from-scratch": 4, "calibrate-h200-thorough": 5,
            "calibrate-backends-h200": 6, "calibrate-grid-h200": 7}[name]
     for v in ("heldout", "range", "fresh5", "layouts", "layouts2", "layouts3"):
@@ -105,7 +105,7 @@ def test_the_steps_alone_and_in_sequence_table():
     sys.path.insert(0, str(ROOT))
     from benchmarks.steps_in_sequence import PER_STEP, SEQUENCE, compare
 
-    section = _section("### Steps alone and in sequence")
+    section = _section("2026-12-02-steps-in-sequence")
     table = section[section.index("<!-- steps-in-sequence -->"):section.index("<!-- /steps-in-sequence -->")]
     shown = [ln.split(" | ") for ln in table.splitlines() if ln.startswith("| gemma") or ln.startswith("| llama")]
     sequence = json.loads((RESULTS / SEQUENCE).read_text())
@@ -131,7 +131,7 @@ def test_the_steps_alone_and_in_sequence_table():
 def test_the_next_steps_table_is_what_the_script_recorded():
     """The "sample of a user's own traffic" table: as steps_in_sequence.py --next recorded it (the re-predictions
     take minutes), and its total sentence adds up."""
-    section = _section("### Steps alone and in sequence")
+    section = _section("2026-12-02-steps-in-sequence")
     recorded = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())["next"]
     assert len(recorded) == 4
     for t in recorded:
@@ -147,7 +147,7 @@ def test_the_next_steps_table_is_what_the_script_recorded():
 
 
 def test_the_sampled_calibrate_sentence_is_what_the_script_recorded():
-    section = _section("### Steps alone and in sequence")
+    section = _section("2026-12-02-steps-in-sequence")
     sampled = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())["sampled"]
     before = {k: sum(t["shipped"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
     after = {k: sum(t["with_cells"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
@@ -158,7 +158,7 @@ def test_the_sampled_calibrate_sentence_is_what_the_script_recorded():
 
 
 def test_the_sampled_engine_launches_sentence_is_what_the_script_recorded():
-    section = " ".join(_section("### Steps alone and in sequence").split())
+    section = " ".join(_section("2026-12-02-steps-in-sequence").split())
     sampled = json.loads((RESULTS / "steps-in-sequence-h200.json").read_text())["sampled_engine_launches"]
     after = {k: sum(t["with_cells"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
     before = sum(t["shipped"]["within_5pct"] for t in sampled["6"])
@@ -172,7 +172,7 @@ def test_the_calibrate_workload_table_is_what_the_script_recorded():
     import yaml
 
     doc = json.loads((RESULTS / "calibrate-workload-h200.json").read_text())
-    section = _section("### `calibrate --workload`")
+    section = _section("2026-12-02-calibrate-workload")
     table = section[section.index("<!-- calibrate-workload -->"):section.index("<!-- /calibrate-workload -->")]
     assert len(doc["cases"]) == 10 and table.count("\n| ") == 1 + 10
 
@@ -239,12 +239,10 @@ def test_the_physics_or_map_table_is_the_record_and_one_cell_recomputes():
     # `layouts` is recomputed (the cold fits take minutes each and are recorded)
     import dataclasses
 
-    from benchmarks.calibrate_map_experiment import OUT, VALIDATIONS, cell, cold_name, markdown
+    from benchmarks.calibrate_map_experiment import OUT, VALIDATIONS, cell, cold_name
     from decodecalc.timemodel import packaged_profile
 
-    doc = json.loads(OUT.read_text())
-    text = (ROOT / "BENCHMARKS.md").read_text()
-    assert f"<!-- calibrate-map -->\n{markdown(doc)}\n<!-- /calibrate-map -->" in text
+    doc = json.loads(OUT.read_text())  # the lab note shows it (tests/test_benchmarks_tables.py)
     bare = dataclasses.replace(packaged_profile("h200"), residuals=None)
     got = cell(bare, "layouts")
     want = doc["variants"]["shipped physics, no map"]["layouts"]
