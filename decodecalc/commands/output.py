@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,11 +156,48 @@ Content = str | Callable[[Path], None]
 
 def write_files(items: Sequence[tuple[Path, Content]]) -> None:
     """Write several files all-or-nothing: each goes to a temp file beside it, and only when every
-    one is complete are they moved into place (os.replace). On any failure, or Ctrl-C, every temp
-    file is removed and no requested file is created or changed; the error names the requested path."""
+    one is complete are they moved into place (os.replace). On any failure, Ctrl-C, SIGTERM or SIGHUP, every
+    temp file is removed and no requested file is created or changed; the error names the requested path."""
+    _check_distinct(items)
+    with _signals_unwind():
+        _write_files(items)
+
+
+#: signals whose default action ends the process at once, skipping write_files' cleanup (a killed `sweep -o s.csv` left
+#: its 51 MB temp file): while files are written each becomes SystemExit(128 + signal), as the shell reports it
+_UNWIND_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """While in the block, SIGTERM and SIGHUP raise SystemExit (so every ``finally`` and ``except BaseException`` on
+    the way out runs) where they would have ended the process; handlers the program set itself are left alone, and
+    the previous ones come back after. Only the main thread can set handlers: elsewhere the block runs as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def unwind(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    saved = {}
+    for name in _UNWIND_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            saved[sig] = signal.signal(sig, unwind)
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+
+
+def _write_files(items: Sequence[tuple[Path, Content]]) -> None:
     import tempfile  # only when writing a file: keeps the plain CLI path light
 
-    _check_distinct(items)
     staged: list[tuple[str, Path]] = []
     special: list[tuple[Path, Content]] = []
     try:
