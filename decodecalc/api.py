@@ -163,8 +163,9 @@ def compare_for(inputs: Inputs, policies: str | Sequence[str] | None = None,
     from decodecalc.launchers.registry import resolve_policies
     from decodecalc.reports import compare as pol
 
-    if occupancy is not None and occupancy < 1:
-        raise ConfigError(f"--occupancy must be a positive integer, got {occupancy}")
+    from decodecalc.limits import MAX_OCCUPANCY, check_int
+
+    check_int(occupancy, "--occupancy", MAX_OCCUPANCY)  # cudagraphs' bound and words: 1,000,000 drew a 16.5M x 8 grid
     text = policies if policies is None or isinstance(policies, str) else ",".join(policies)
     names = resolve_policies(text)
     from decodecalc.timemodel.profile import regime_name
