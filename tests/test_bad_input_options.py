@@ -62,6 +62,7 @@ EMPTY_ITEMS = [
     (["sweep", "-b", "1", "-s", "128", "-m", "llama3-8b,,qwen3-8b"], "--model 'llama3-8b,,qwen3-8b' has an empty item"),
     (["sweep", "-b", "1", "-s", "128", "-g", "h200,"], "--gpu 'h200,' has an empty item"),
     (["cudagraphs", "--batches", "1,,4"], "--batches '1,,4' has an empty item"),
+    (["calibrate", "--backends", "fa3,,flashinfer"], "--backends 'fa3,,flashinfer' has an empty item"),
 ]
 
 

@@ -90,7 +90,10 @@ def parse_backends(spec: str | None) -> list[str] | None:
     spec = (spec or "auto").strip()
     if spec in ("auto", "none"):
         return None if spec == "auto" else []
-    names = list(dict.fromkeys(x.strip() for x in spec.split(",") if x.strip()))
+    from decodecalc.limits import split_items
+
+    valid = f"fa3,flashinfer (valid: auto, none, or a comma list of {', '.join(CALIBRATED_BACKENDS)})"
+    names = list(dict.fromkeys(split_items(spec, "--backends", valid)))  # fa3,,flashinfer: an error, not fa3,flashinfer
     bad = [x for x in names if x not in CALIBRATED_BACKENDS]
     if bad or not names:
         raise ConfigError(f"--backends {spec}: {bad[0] if bad else 'no backend named'}; valid: auto, none, or a "
