@@ -107,7 +107,39 @@ def bench_tune() -> str:
     return "\n".join(lines)
 
 
+#: tune's validations on the H200 (benchmarks/validate_tune_h200.py), each as its committed re-prediction with the
+#: shipped profile (--repredict RUN --out RUN_compare.json): (run, what it replayed, what no fit saw, date of its data)
+TUNE_VALIDATIONS = (
+    ("fresh5", "Llama-3.1-8B TP1 and 70B TP8 on the chat, long-doc-qa and agentic presets, steps 1200-1399, measured "
+     "after every change and no choice made after seeing it", "the steps (the residual map was built from earlier steps "
+     "of the same presets: in sample for it)", "2026-11-30"),
+    ("heldout", "the same models on code completion and a long-prompt mix, and Qwen2.5-72B TP8", "the workloads",
+     "2026-11-30"),
+    ("range", "every setting of both engines' whole range (to 4,096 segments, 2,048 splits) on a long-context mix and the "
+     "Azure 2023 conversation trace", "the workloads, and every setting above 64 splits", "2026-12-01"),
+    ("layouts", "Qwen2.5-7B, Llama-3.2-1B and Gemma-3-27B TP2 on code completion", "the models' head layouts",
+     "2026-12-01"),
+    ("layouts2", "Qwen2.5-7B, Llama-3.2-1B, Gemma-3-27B TP2 and Qwen3-30B-A3B on chat and a long-prompt mix",
+     "the models' head layouts", "2026-12-01"),
+    ("layouts3", "Qwen3-32B, Llama-3-405B TP8, Mistral-Large TP8 and Gemma-2-9B on chat and a long-prompt mix",
+     "the models' head layouts", "2026-12-02"),
+)
+
+
+def tune_validations() -> str:
+    # the committed comparisons; tests/test_tune_validation.py checks they are today's re-predictions
+    lines = ["| run | replayed | what no fit saw | totals within 5% | median / worst error | picks within 3% | data |",
+             "|---|---|---|---|---|---|---|"]
+    for run, what, unseen, date in TUNE_VALIDATIONS:
+        c = _record(f"validate_tune_h200_{run}_compare.json")
+        lines.append(f"| `{run}` | {what} | {unseen} | {c['within_5pct']} / {c['settings']} | "
+                     f"{100 * c['median_abs_error']:.1f}% / {100 * c['max_abs_error']:.1f}% | "
+                     f"{c['picks_within_3pct']} / {c['engines']} | {date} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "tune-validations": tune_validations,
     "bench-tune": bench_tune,
     "expected-error": expected_error,
     "h100-expected-error": h100_expected_error,

@@ -133,7 +133,8 @@ def test_head_layouts_no_fit_saw():
     assert rep["settings"] == 66 and rep["engines"] == 6
     assert {r["model"] for r in rep["rows"]} == {"qwen2.5-7b", "llama3.2-1b", "gemma-3-27b"}
     assert rep["within_5pct"] >= 44 and rep["median_abs_error"] <= 0.034
-    assert rep["picks_within_3pct"] >= 3
+    # 3 of 6 under the worst-step guard; 4 under the p99 guard widened by the model's launch error (issue 43)
+    assert rep["picks_within_3pct"] >= 4
 
 
 def test_four_more_head_layouts_no_fit_saw():
@@ -144,4 +145,8 @@ def test_four_more_head_layouts_no_fit_saw():
     assert rep["settings"] == 175 and rep["engines"] == 16
     assert {r["model"] for r in rep["rows"]} == {"qwen3-32b", "llama3-405b", "mistral-large", "gemma-2-9b"}
     assert rep["within_5pct"] >= 64 and rep["median_abs_error"] <= 0.069
-    assert rep["picks_within_3pct"] >= 14
+    # 14 of 16 under the worst-step guard; 13 under the p99 guard widened by the model's launch error (issue 43):
+    # qwen3-32b chat on SGLang now picks adaptive 4 (p99 step ratio 1.055, within 5% + the 6.8% median launch error
+    # of a layout no fit saw; predicted 9.7% faster, measured 8.7% slower), while test_head_layouts_no_fit_saw gains
+    # one (3 -> 4 of 6): 17 of 22 either way
+    assert rep["picks_within_3pct"] >= 13

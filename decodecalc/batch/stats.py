@@ -64,6 +64,18 @@ def worst_ratio(new: np.ndarray, old: np.ndarray) -> tuple[float, int]:
     return float(r[i]), i
 
 
+def ratio_quantile(new: np.ndarray, old: np.ndarray, weights: np.ndarray, q: float) -> tuple[float, int]:
+    """(the weighted nearest-rank ``q`` quantile of new / old over the steps, a step where it is reached)."""
+    r = new / old
+    value = weighted_percentile(r, weights, q * 100.0)
+    return value, int(np.argmax(r == value))
+
+
+def share_above(new: np.ndarray, old: np.ndarray, weights: np.ndarray, limit: float) -> float:
+    """The weighted share of steps whose new / old exceeds ``limit``."""
+    return float(weights[new > old * limit].sum()) / float(weights.sum())
+
+
 def top_ratio_steps(new: np.ndarray, old: np.ndarray, k: int) -> np.ndarray:
     """The ``k`` steps with the largest new / old, largest first."""
     r = new / old

@@ -50,7 +50,7 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, guard: str) -
     rows = _shown(e, result.objective)
     # a setting is what a user copies: never cut; figures of absurd workloads (KV lengths of 1e9) fold instead
     label_width = 2 + max(len(c.label.replace(" (default)", "")) for c in rows)
-    for col in ("setting", "mean µs", "p99 µs", "ms/1k tok", "vs default", "worst step", "scratch"):
+    for col in ("setting", "mean µs", "p99 µs", "ms/1k tok", "vs default", "p99 ratio", "scratch"):
         t.add_column(col, justify="left" if col == "setting" else "right", no_wrap=col == "setting",
                      min_width=label_width if col == "setting" else None,
                      overflow="ellipsis" if col == "setting" else "fold")
@@ -58,7 +58,7 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, guard: str) -
     default = e.candidates[0]
     for c in rows:
         mark = "* " if c.label == e.best.label else "  "
-        worst = f"{c.worst_ratio:.2f}x" + ("" if c.allowed else " over")
+        worst = f"{c.ratio_quantile:.2f}x" + ("" if c.allowed else " over")
         st = c.stats
         t.add_row(mark + c.label.replace(" (default)", ""), _us(st.mean_step_s), _us(st.p99_step_s),
                   f"{per_1k_tokens(result.ctx, st) * 1e3:,.1f}",  # the JSON's attention_s_per_1k_tokens
@@ -68,15 +68,20 @@ def _candidate_table(name: str, e: EngineTune, result: TuneResult, guard: str) -
 
 
 def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: dict[str, Any], guard: str) -> None:
+    from decodecalc.reports.tune_types import TIE_FRACTION
+
     console.print()
     table, over = _candidate_table(name, e, result, guard)
     console.print(table)
-    if over:
-        _say(console, f"worst step: the candidate's slowest step against the default; over: slows a step by more "
-             f"than the guard ({guard}), so not eligible", style="dim")
+    if e.guard is not None:
+        _say(console, f"p99 ratio: the 99th percentile over the steps of the candidate's time against the default's"
+             f"{'; over: not eligible' if over else ''}. Guard: {e.guard.rule()}", style="dim")
     _say(console, f"*: the pick: the lowest ranking score (the predicted {result.objective} step time averaged over "
          "occupancy +-1, as recommend ranks; the table shows the plain prediction) among the settings within the "
-         "guard whose plain prediction also beats the default's", style="dim")
+         f"guard whose plain prediction also beats the default's; scores within {TIE_FRACTION:.1%} are a tie, which "
+         "goes to the default, then to less split-K scratch, then to fewer programs", style="dim")
+    if e.best.tie_break:
+        _say(console, f"tie: {e.best.label} {e.best.tie_break}", style="dim")
     _say(console, f"searched {len(e.candidates)} settings; the range ends where {e.range_note}", style="dim")
     if e.edge_note:
         _say(console, e.edge_note, style="yellow")
@@ -221,9 +226,8 @@ def print_tune(result: TuneResult, console: Console | None = None) -> None:
          f"{b['max']:.0f} sequences; KV length p50 {s['p50']:,.0f}, p99 {s['p99']:,.0f}, max {s['max']:,.0f} tokens")
     for note in wl["notes"]:
         _say(console, note, style="dim")
-    guard = "off" if result.max_regression is None else f"{result.max_regression:.0%}"
     for name, e in result.engines.items():
-        _engine(console, name, e, result, wl, guard)
+        _engine(console, name, e, result, wl, "off" if e.guard is None else e.guard.label())
     if result.skipped or result.backends or result.defaults:
         console.print()
     for name, why in result.skipped.items():

@@ -6,9 +6,11 @@ launchers/vllm_unified.py with the segment count and MIN_LAUNCH_GRID_SIZE_2D as 
 CUDA-graph padding as the engine does them; SGLang: launchers/sglang_triton.py with max_kv_splits and the static
 switch) and the time model times it, on arrays of steps (:mod:`decodecalc.batch`: exact where the model has a closed
 form, else estimated from exactly timed steps to a stated error). The best setting minimises the mean (or p99) step
-time among those that slow no step by more than ``max_regression`` relative to the engine's default (the steps that
-decide that are timed exactly), ranked as ``recommend`` ranks: by the predicted time averaged over the profile's
-occupancy and one program per SM either side (``timemodel.robust_time_s``). Step times are one attention layer's
+time among those whose per-step time ratio to the engine's default, at its 99th percentile over the steps, stays
+within ``max_regression`` plus the time model's median launch error (:class:`~decodecalc.reports.tune_types.Guard`;
+the steps that decide it are timed exactly), ranked as ``recommend`` ranks: by the predicted time averaged over the
+profile's occupancy and one program per SM either side (``timemodel.robust_time_s``); scores within 0.2% are a tie,
+which goes to the default, then to less split-K scratch, then to fewer programs. Step times are one attention layer's
 decode-attention time on one rank; the per-1,000-token figure covers every layer.
 """
 
@@ -39,6 +41,7 @@ from decodecalc.reports.tune_types import (
     OBJECTIVES,
     Candidate,
     EngineTune,
+    Guard,
     TuneContext,
     objective_value,
     parse_regression,
@@ -208,18 +211,20 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
     if only is None:
         options, why = _options(small, engine)
     else:
-        default = _default_option(small, engine)
-        options = [default] + [option_like(small, engine, x) for x in map(dict, only) if x != default.setting]
+        first = _default_option(small, engine)
+        options = [first] + [option_like(small, engine, x) for x in map(dict, only) if x != first.setting]
         why = "the settings given"
     dropped = too_big(options[1:], ctx.gpu.memory_bytes)
     options = [o for o in options if o not in dropped]
-    default, best, cands, options = evaluate_candidates(small, engine, options, objective, max_regression,
+    guard = make_guard(ctx, engine, max_regression)
+    default, best, cands, options = evaluate_candidates(small, engine, options, objective, guard,
                                               tighten=ctx.sample is None)
     if ctx.sample is not None:
         ratios = ctx.memo.setdefault("score_ratio", {})
         for c in cands:  # the ranking score over the value, as the sample has it (the second pass times no neighbours)
-            ratios[c.label] = (c.score.mean_step_s / c.stats.mean_step_s, c.score.p99_step_s / c.stats.p99_step_s)
-        default, best, cands = measure_all(ctx, engine, options, cands, objective, max_regression)
+            sc = c.score if c.score is not None else c.stats
+            ratios[c.label] = (sc.mean_step_s / c.stats.mean_step_s, sc.p99_step_s / c.stats.p99_step_s)
+        default, best, cands = measure_all(ctx, engine, options, cands, objective, guard)
     words, cmds = _apply(engine, best, default, ctx)
     outside = domain_warnings(ctx.work, ctx.gpu, ctx.profile, kernel=engine)
     return EngineTune(
@@ -229,8 +234,20 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         changes=step_changes(ctx, best.times, default.times), range_note=why,
         edge_note=_edge_note(engine, best, options, why),
         left_out=tuple(f"{o.label} ({o.scratch_bytes / 1e9:,.1f} GB)" for o in dropped),
-        expected_error=expected_error_for(ctx.profile, engine, ctx.work, of="workload total"),
+        expected_error=expected_error_for(ctx.profile, engine, ctx.work, of="workload total"), guard=guard,
     )
+
+
+def make_guard(ctx: TuneContext, engine: str, max_regression: float | None) -> Guard | None:
+    """The guard of ``engine``'s candidates: ``max_regression`` widened by the profile's median error of one launch of
+    the engine's kernel at this layout (None: no guard)."""
+    if max_regression is None:
+        return None
+    err = expected_error_for(ctx.profile, engine, ctx.work, of="launch")
+    if err is None:
+        return Guard(max_regression=max_regression, model_error=0.0)
+    return Guard(max_regression=max_regression, model_error=err.median_abs_err, model_error_p90=err.p90_abs_err,
+                 model_error_source=f"{err.kernel}, {err.basis}, {err.rows:,} launches")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,29 +6,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from decodecalc.reports.tune_space import Option, option_like
 from decodecalc.reports.tune_stats import Stats
-from decodecalc.reports.tune_types import Candidate, TuneContext, objective_value
+from decodecalc.reports.tune_types import TIE_FRACTION, Candidate, Guard, TuneContext, objective_value
 
-#: steps whose ratio to the default is checked exactly for the guard (the largest estimated ratios)
+#: steps whose ratio to the default is checked exactly for the guard: the largest estimated ratios, the steps above
+#: the guard's quantile and this many more, at most GUARD_STEPS_MAX
 GUARD_STEPS = 16
-#: a candidate whose estimated worst step lies this close to the guard gets its worst steps checked exactly
+GUARD_STEPS_MAX = 512
+#: the quantile of the step ratio a candidate shows without a guard (--max-regression none)
+GUARD_QUANTILE_SHOWN = 0.99
+#: a candidate whose estimated ratio at the guard's quantile lies this close to its tolerance gets its steps above
+#: the quantile checked exactly
 GUARD_MARGIN = 0.05
-#: rounds of exact checks of the worst steps of a candidate the guard rules out on estimates though it ranks above
+#: rounds of exact checks of the top steps of a candidate the guard rules out on estimates though it ranks above
 #: the pick (each times its GUARD_STEPS worst steps)
 GUARD_ROUNDS = 4
 
 
 def _candidate(ctx: TuneContext, engine: str, opt: Option, default: Option | None,
-               max_regression: float | None) -> Candidate:
-    from decodecalc.batch.stats import worst_ratio
+               guard: Guard | None) -> Candidate:
+    from decodecalc.batch.stats import ratio_quantile, share_above, worst_ratio
 
-    worst, exact_worst = 1.0, True
+    worst, q_ratio, over, exact_q = 1.0, 1.0, 0.0, True
     if default is not None:
-        worst, i = worst_ratio(opt.times, default.times)
-        exact_worst = bool(opt.exact[i] and default.exact[i])
-    allowed = max_regression is None or worst <= 1.0 + max_regression + 1e-12
+        worst, _ = worst_ratio(opt.times, default.times)
+        q = guard.quantile if guard is not None else GUARD_QUANTILE_SHOWN
+        q_ratio, i = ratio_quantile(opt.times, default.times, ctx.weights, q)
+        exact_q = bool(opt.exact[i] and default.exact[i])
+        if guard is not None:
+            over = share_above(opt.times, default.times, ctx.weights, 1.0 + guard.tolerance)
+    allowed = guard is None or guard.allows(q_ratio)
     rel_se = float(math.hypot(ctx.timer.rel_se_of(opt.recipes, opt.uses, opt.times), ctx.sampling_rel_se(opt.times)))
     st = ctx.stats(opt.times)
     r = ctx.memo.get("score_ratio", {}).get(opt.label)  # a measuring pass without the score's points: the sample's
@@ -36,35 +46,38 @@ def _candidate(ctx: TuneContext, engine: str, opt: Option, default: Option | Non
                                                           st.total_s * r[0])
     return Candidate(engine=engine, setting=opt.setting, label=opt.label, times=opt.times, stats=st,
                      worst_ratio=worst, allowed=allowed, score=score, steps_2d=opt.steps_2d,
-                     scratch_bytes=opt.scratch_bytes, rel_se=rel_se, worst_exact=exact_worst)
+                     scratch_bytes=opt.scratch_bytes, rel_se=rel_se, worst_exact=exact_q, ratio_quantile=q_ratio,
+                     share_over=over)
 
 
-def _guard_checked(ctx: TuneContext, opt: Option, default: Option, max_regression: float | None,
+def _guard_checked(ctx: TuneContext, opt: Option, default: Option, guard: Guard | None,
                    force: bool = False) -> tuple[Option, Option]:
-    """Where the guard may turn on an estimate (the worst estimated step ratio lies near it) or ``force``: the steps
-    with the largest ratios are timed exactly (both settings) and the options rebuilt from the refined estimates."""
-    from decodecalc.batch.stats import top_ratio_steps, worst_ratio
+    """Where the guard may turn on an estimate (the estimated ratio at the guard's quantile lies near its tolerance)
+    or ``force``: the steps with the largest ratios, down past the quantile, are timed exactly (both settings) and
+    the options rebuilt from the refined estimates."""
+    from decodecalc.batch.stats import ratio_quantile, top_ratio_steps
 
-    if not opt.recipes or opt.recipes == ("own",):
+    if not opt.recipes or opt.recipes == ("own",) or guard is None:
         return opt, default
-    worst, i = worst_ratio(opt.times, default.times)
-    near = max_regression is not None and abs(worst - 1.0 - max_regression) <= GUARD_MARGIN
+    value, i = ratio_quantile(opt.times, default.times, ctx.weights, guard.quantile)
+    near = abs(value - 1.0 - guard.tolerance) <= GUARD_MARGIN
     if not (near or force) or (opt.exact[i] and default.exact[i]):
         return opt, default
-    idx = top_ratio_steps(opt.times, default.times, GUARD_STEPS)
+    k = min(GUARD_STEPS_MAX, GUARD_STEPS + math.ceil((1.0 - guard.quantile) * len(opt.times)))
+    idx = top_ratio_steps(opt.times, default.times, k)
     ctx.timer.refine_many(opt.recipes + default.recipes, idx)
     return ctx.refreshed(opt), ctx.refreshed(default)
 
 
 def _search(ctx: TuneContext, engine: str, options: Sequence[Option], objective: str,
-            max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+            guard: Guard | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
     d_opt = options[0]
     checked = []
     for o in options[1:]:
-        o, d_opt = _guard_checked(ctx, o, d_opt, max_regression)
+        o, d_opt = _guard_checked(ctx, o, d_opt, guard)
         checked.append(o)
     for _ in range(GUARD_ROUNDS):
-        default, best, cands = _best(ctx, engine, d_opt, checked, objective, max_regression)
+        default, best, cands = _best(ctx, engine, d_opt, checked, objective, guard)
         # a candidate ruled out by an estimated step but better than the pick: its worst steps are timed exactly, so
         # that only the model (not the estimate) rules it out
         top = objective_value(best.score or best.stats, objective)
@@ -73,23 +86,33 @@ def _search(ctx: TuneContext, engine: str, options: Sequence[Option], objective:
         if not doubtful:
             break
         for j in doubtful:
-            checked[j], d_opt = _guard_checked(ctx, checked[j], d_opt, max_regression, force=True)
+            checked[j], d_opt = _guard_checked(ctx, checked[j], d_opt, guard, force=True)
         checked = [o.refreshed() for o in checked]
     return default, best, cands
 
 
 def _best(ctx: TuneContext, engine: str, d_opt: Option, others: Sequence[Option], objective: str,
-          max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
-    default = _candidate(ctx, engine, d_opt, d_opt, max_regression)
-    cands = [default] + [_candidate(ctx, engine, o, d_opt, max_regression) for o in others]
+          guard: Guard | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+    default = _candidate(ctx, engine, d_opt, d_opt, guard)
+    cands = [default] + [_candidate(ctx, engine, o, d_opt, guard) for o in others]
     # a setting is only worth changing to where the nominal prediction agrees that it saves time
     ok = [c for c in cands if c.allowed and (c is default or objective_value(c.stats, objective)
                                              < objective_value(default.stats, objective))]
-    # ranked by the robust score, as recommend ranks (occupancy, the least certain input, +-1); exact ties (the
-    # same launches, e.g. every threshold above the largest batch) go to the default, then to the smallest knob
-    # values (less split-K scratch)
-    best = min(ok, key=lambda c: (objective_value(c.score or c.stats, objective), c.stats.total_s, c is not default,
-                                  tuple(int(v) for v in c.setting.values())))
+    # ranked by the robust score, as recommend ranks (occupancy, the least certain input, +-1)
+    rank = {id(c): objective_value(c.score or c.stats, objective) for c in ok}
+    top = min(ok, key=lambda c: (rank[id(c)], c.stats.total_s))
+    # scores within TIE_FRACTION of the best are a tie: the default, then the least split-K scratch, then the fewest
+    # programs (the smallest knob values: fewer segments or splits, fewer steps on the split path)
+    tied = [c for c in ok if rank[id(c)] <= rank[id(top)] * (1.0 + TIE_FRACTION)]
+    best = min(tied, key=lambda c: (c is not default, c.scratch_bytes, tuple(int(v) for v in c.setting.values()),
+                                    rank[id(c)]))
+    if best is not top and best is not default:
+        why = (f"tied with {top.label} (predicted {objective} within {TIE_FRACTION:.1%}): less split-K scratch"
+               if best.scratch_bytes < top.scratch_bytes else
+               f"tied with {top.label} (predicted {objective} within {TIE_FRACTION:.1%}): the same scratch, fewer "
+               "programs")
+        best = replace(best, tie_break=why)
+        cands = [best if c.label == best.label else c for c in cands]
     return default, best, tuple(cands)
 
 
@@ -114,18 +137,18 @@ def leading_candidates(cands: Sequence[Candidate], objective: str, n: int) -> li
 
 
 def evaluate_candidates(ctx: TuneContext, engine: str, options: list[Option], objective: str,
-              max_regression: float | None, tighten: bool = True
+              guard: Guard | None, tighten: bool = True
               ) -> tuple[Candidate, Candidate, tuple[Candidate, ...], list[Option]]:
     """The candidates of ``options`` over ``ctx``'s steps: quick estimates first (``tighten`` False: a ranking pass,
     the ones near the best estimated closer), else every candidate's total made tight (the default first), the
     pick's worst step timed exactly."""
-    default, best, cands = _search(ctx, engine, options, objective, max_regression)
+    default, best, cands = _search(ctx, engine, options, objective, guard)
     if not ctx.timer.exact and not tighten:  # a ranking pass: the quick estimates near the best get more steps timed
         top = objective_value(best.score or best.stats, objective) * (1 + NEAR_FRACTION)
         near = {c.label for c in cands if objective_value(c.score or c.stats, objective) <= top} | {default.label}
         ctx.timer.improve([k for o in options if o.label in near for k in o.recipes if k != "own"])
         options = [o.refreshed() for o in options]
-        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        default, best, cands = _search(ctx, engine, options, objective, guard)
     if tighten and not ctx.timer.exact:
         # every candidate's total to the target error (the exactly timed steps come through the scalar model's own
         # dispatch on arrays: decodecalc/batch/dispatch.py), the default first: every candidate's guard is a per-step
@@ -136,11 +159,11 @@ def evaluate_candidates(ctx: TuneContext, engine: str, options: list[Option], ob
             if len(o.uses) > 1:
                 ctx.timer.settle_parts(o.recipes, o.uses)
         options = [o.refreshed() for o in options]
-        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        default, best, cands = _search(ctx, engine, options, objective, guard)
     if tighten and best is not default and not best.worst_exact:  # what the table shows of the pick is the model's
         opt = next(o for o in options if o.label == best.label)
-        opt, d_opt = _guard_checked(ctx, opt, options[0], max_regression, force=True)
-        best = _candidate(ctx, engine, opt, d_opt, max_regression)
+        opt, d_opt = _guard_checked(ctx, opt, options[0], guard, force=True)
+        best = replace(_candidate(ctx, engine, opt, d_opt, guard), tie_break=best.tie_break)
         cands = tuple(best if c.label == best.label else c for c in cands)
     # the rows a table shows carry no estimated guard failure: an "over" there is the model's, not the estimate's
     doubtful = {c.label for c in leading_candidates(cands[1:], objective, SHOWN_CHECKED) if not c.allowed and not c.worst_exact}
@@ -149,18 +172,18 @@ def evaluate_candidates(ctx: TuneContext, engine: str, options: list[Option], ob
         checked = []
         for o in options[1:]:
             if o.label in doubtful:
-                o, d_opt = _guard_checked(ctx, o, d_opt, max_regression, force=True)
+                o, d_opt = _guard_checked(ctx, o, d_opt, guard, force=True)
             checked.append(o)
         options = [d_opt.refreshed()] + [o.refreshed() for o in checked]
-        default, best, cands = _search(ctx, engine, options, objective, max_regression)
+        default, best, cands = _search(ctx, engine, options, objective, guard)
     return default, best, cands, options
 
 
 def measure_all(ctx: TuneContext, engine: str, options: list[Option], cands: Sequence[Candidate], objective: str,
-                max_regression: float | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
+                guard: Guard | None) -> tuple[Candidate, Candidate, tuple[Candidate, ...]]:
     """A sampled workload's second pass: every candidate measured on ``ctx``'s steps (the first pass, on a smaller
     sample, gave the ranking score's ratio to the prediction), in the first pass's order."""
     measured = [option_like(ctx, engine, o.setting) for o in options]
-    default, best, got, _ = evaluate_candidates(ctx, engine, measured, objective, max_regression)
+    default, best, got, _ = evaluate_candidates(ctx, engine, measured, objective, guard)
     by_label = {c.label: c for c in got}
     return default, best, tuple(by_label[c.label] for c in cands)

@@ -49,6 +49,54 @@ def parse_regression(text: str | float | None) -> float | None:
     return value
 
 
+#: the quantile of the per-step time ratio (candidate / default, weighted by steps) the guard holds to its tolerance
+GUARD_QUANTILE = 0.99
+#: predicted objectives within this fraction of the best are a tie (twice the sampled day's estimate error, far below
+#: the model's own): the tie goes to the default, then to less split-K scratch, then to fewer programs
+TIE_FRACTION = 0.002
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Guard:
+    """What a candidate may cost on the steps it slows, against the engine's default: the ``quantile`` of its per-step
+    time ratio (weighted by steps) at most ``1 + tolerance``, where the tolerance is ``--max-regression`` plus the
+    time model's median error of one launch of this kernel and layout (a predicted slowdown smaller than that is
+    within the model's noise). A single worst step decided it before: on a sampled or million-step workload that is
+    a lottery (issue 43)."""
+
+    max_regression: float
+    model_error: float  # the profile's median launch error (0 without one)
+    model_error_p90: float | None = None
+    model_error_source: str = ""
+    quantile: float = GUARD_QUANTILE
+
+    @property
+    def tolerance(self) -> float:
+        return self.max_regression + self.model_error
+
+    def allows(self, ratio_at_quantile: float) -> bool:
+        return ratio_at_quantile <= 1.0 + self.tolerance + 1e-12
+
+    def label(self) -> str:
+        return f"p{self.quantile * 100:g} +{self.tolerance:.1%}"
+
+    def rule(self) -> str:
+        err = (f"the time model's median launch error {self.model_error:.1%} ({self.model_error_source})"
+               if self.model_error_source else "no launch error in the profile (0)")
+        return (f"a setting is eligible when {self.quantile:.0%} of the steps (weighted) are at most "
+                f"{self.tolerance:.1%} slower than under the default: --max-regression {self.max_regression:.0%} plus "
+                f"{err}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": f"p{self.quantile * 100:g} of the per-step time ratio to the default (weighted by steps) <= "
+                        "1 + tolerance", "quantile": self.quantile, "max_regression": self.max_regression,
+                "model_error": self.model_error, "model_error_p90": self.model_error_p90,
+                "model_error_source": self.model_error_source or None, "tolerance": self.tolerance,
+                "text": self.rule(),
+                "ties": {"within": TIE_FRACTION, "order": ["the default", "less split-K scratch",
+                                                          "fewer programs (smaller split settings)"]}}
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     engine: str
@@ -66,11 +114,18 @@ class Candidate:
     #: timed on the first, small sample of a large workload only (kept in the JSON: every candidate is measured on the
     #: measuring steps since the anchors go through the compiled dispatch, so this is False)
     sampled: bool = False
+    #: the guard's quantile of the per-step time ratio to the default (weighted by steps)
+    ratio_quantile: float = 1.0
+    #: the share of steps (weighted) slower than the default by more than the guard's tolerance
+    share_over: float = 0.0
+    #: picked over candidates within TIE_FRACTION of its predicted objective (less scratch, fewer programs)
+    tie_break: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
              "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed,
-             "scratch_bytes": self.scratch_bytes, "total_rel_se": self.rel_se, "sampled": self.sampled}
+             "scratch_bytes": self.scratch_bytes, "total_rel_se": self.rel_se, "sampled": self.sampled,
+             "step_ratio_quantile": self.ratio_quantile, "share_steps_over_tolerance": self.share_over}
         if self.steps_2d is not None:
             d["steps_2d"] = self.steps_2d
         if self.score is not None:
@@ -96,6 +151,7 @@ class EngineTune:
     domain_warnings: tuple[str, ...] = ()
     #: the error the totals are likely to have (timemodel.accuracy, of="workload total"); None without evidence
     expected_error: ExpectedError | None = None
+    guard: Guard | None = None  # None: --max-regression none
 
     @property
     def saving_vs_default(self) -> float:
@@ -115,6 +171,8 @@ class EngineTune:
                 "saving_vs_default": self.saving_vs_default,
                 "steps": self.changes, "range": self.range_note, "edge_of_range": self.edge_note or None,
                 "left_out": list(self.left_out), "domain_warnings": list(self.domain_warnings),
+                "guard": self.guard.to_dict() if self.guard is not None else None,
+                "tie_break": self.best.tie_break or None,
                 **({"predicted_error": self.expected_error.to_json()} if self.expected_error is not None else {})}
 
 
