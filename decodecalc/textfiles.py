@@ -45,8 +45,25 @@ _BZ2_BLOCKS = (bytes.fromhex("314159265359"), bytes.fromhex("177245385090"))
 _UNPACK = {"gzip": "gunzip -k", "zstd": "zstd -d", "xz": "xz -dk", "bz2": "bunzip2 -k"}
 
 
-def binary_error(where: str, kind: str) -> ConfigError:
+def binary_error(where: str, kind: str, raw: bytes = b"") -> ConfigError:
+    """A NUL byte in ``raw`` (the bytes it was found in): a binary file, or UTF-16 text that lost its byte-order
+    mark, named as such (with the mark it is read: :func:`open_text`)."""
+    if looks_utf16(raw):
+        return ConfigError(f"{where}: UTF-16 text without a byte-order mark (a NUL byte beside each character), not "
+                           f"{kind}; save it as UTF-8")
     return ConfigError(f"{where}: a binary file (a NUL byte), not {kind}")
+
+
+def looks_utf16(raw: bytes) -> bool:
+    """Whether ``raw`` starts like UTF-16 text of mostly ASCII characters: every other byte NUL, the others not."""
+    sample = raw[:256]
+    sample = sample[: len(sample) // 2 * 2]
+    if len(sample) < 4:
+        return False
+    for nuls, chars in ((sample[0::2], sample[1::2]), (sample[1::2], sample[0::2])):
+        if nuls.count(0) >= 0.9 * len(nuls) and 0 not in chars:
+            return True
+    return False
 
 
 def not_utf8_error(where: str, kind: str) -> ConfigError:
@@ -58,7 +75,7 @@ def decode_utf8(raw: bytes, where: str, kind: str, *, final: bool = True) -> str
     bytes) is dropped, not an error. ``kind``: what the file should be ("YAML or JSON text")."""
     nul = raw.find(b"\0")
     if nul >= 0:
-        raise binary_error(f"{where}, byte {nul + 1:,}", kind)
+        raise binary_error(f"{where}, byte {nul + 1:,}", kind, raw)
     try:
         text = codecs.getincrementaldecoder("utf-8")().decode(raw, final=final)
     except UnicodeDecodeError as e:
@@ -82,7 +99,7 @@ def utf8_lines(path: Path, kind: str, max_line_bytes: int, too_long: str = "") -
                 size = f"{max_line_bytes // 2**20} MiB" if max_line_bytes >= 2**20 else f"{max_line_bytes:,} bytes"
                 raise ConfigError(f"{path}, line {n}: longer than {size}" + (f"; {too_long}" if too_long else ""))
             if b"\0" in raw:
-                raise binary_error(f"{path}, line {n}", kind)
+                raise binary_error(f"{path}, line {n}", kind, raw if n == 1 else b"")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -85,6 +85,23 @@ def test_utf16_excel_export_is_read(tmp_path, encoding, bom):
     assert "UTF-16 text with a broken character (near line 42" in error(broken)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_its_byte_order_mark_is_named(tmp_path, encoding):
+    p = tmp_path / "nobom.csv"
+    p.write_bytes((EXAMPLES / "azure-code-2023.csv").read_text(encoding="utf-8").encode(encoding))
+    assert "UTF-16 text without a byte-order mark (a NUL byte beside each character), not a text request trace" in \
+        error(p)
+    from decodecalc.traffic.steps import load_step_columns
+
+    steps = tmp_path / "s.jsonl"
+    steps.write_bytes('{"seq_lens": [5]}\n'.encode(encoding))
+    with pytest.raises(ConfigError, match="line 1: UTF-16 text without a byte-order mark .*; save it as UTF-8"):
+        load_step_columns(steps)
+    binary = tmp_path / "b.csv"  # NULs, but not every other byte: still a binary file
+    binary.write_bytes(b"\x00\x01\x00\x00\x02\x03" * 20)
+    assert "a binary file (a NUL byte)" in error(binary)
+
+
 def test_gzip_cut_short_says_where(tmp_path):
     data = gzip.compress((EXAMPLES / "azure-code-2023.csv").read_bytes())
     p = tmp_path / "cut.csv.gz"
