@@ -1,5 +1,7 @@
 """Fit decodecalc's time model to H200 measurements of the real vLLM / SGLang decode kernels.
 
+    python -m benchmarks.fit_timemodel --check       # the shipped profile rebuilt from the repository (~30 s): same bytes?
+    python -m benchmarks.fit_timemodel --rebuild     # ... and written to decodecalc/profiles/h200.yaml
     python -m benchmarks.fit_timemodel [--data FILE ...] [--write-profile] [--out benchmarks/results/timemodel-fit-h200.json]
 
 Data: benchmarks/results/h200-upstream-dev-grid.json.gz (the project's H200 development grid: 40 shapes, every
@@ -145,47 +147,95 @@ def load_steps(paths: list[Path]) -> tuple[list[Measurement], dict[str, str]]:
     return ms, origin
 
 
+#: Triton families that other scripts fit (this fit's data has none of their launches): kept as the file has them
+FITTED_ELSEWHERE = {"vllm_reduce_spill": "benchmarks/fit_reduce_spill_h200.py", "sglang_stage1_fp8": "benchmarks/leaveout_fp8.py"}
+#: the entries of the profile's ``fit`` this script writes; every other entry (the backends', the domains, the expected
+#: error: other scripts') is kept where the file has it
+OWN_FIT_KEYS = ("rows", "shapes", "median_abs_err", "p90_abs_err", "holdout_median_abs_err", "holdout_p90_abs_err",
+                "holdout_physics_median_abs_err", "holdout_physics_p90_abs_err", "residual_rows")
+SHIPPED_PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
+
+
 def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
     """decodecalc/profiles/h200.yaml from a fit result (``res``, as this script writes it to --out) and its all-data
-    profile. The backends' families and their fit statistics (benchmarks/fit_backends_h200.py) are kept as the
-    file has them now: this script owns the Triton families (TRITON_PREFIXES) and the GPU-wide numbers only."""
+    profile (``dest``: elsewhere). This script's part of the file is replaced, the rest kept as the file has it: the
+    Triton families it fits (TRITON_PREFIXES, less FITTED_ELSEWHERE), the GPU-wide numbers, the residual map, the
+    source line and the fit entries in OWN_FIT_KEYS. Families the loader fills in (a backend the file predates) are
+    not written, and the file's order is kept, so a rebuild from the same result writes the same bytes."""
     from decodecalc.timemodel import load_profile_file
+    from decodecalc.yamlio import safe_load
 
-    shipped = ROOT / "decodecalc" / "profiles" / "h200.yaml"
-    dest = dest or shipped
-    on_disk = load_profile_file(shipped)
+    on_disk = load_profile_file(SHIPPED_PROFILE)
+    raw = safe_load(SHIPPED_PROFILE.read_text()) or {}  # the file as written, before the loader fills anything in
+    written = list(raw.get("families") or {})
     ho, alls = res["holdout_fit"]["holdout"]["all"], res["all_fit"]["all"]["all"]
     steps = len({r["shape"] for r in res["rows_detail"] if r["source"].startswith("validate_tune_h200_steps")})
     of_steps = f", {steps} of them sampled workload steps" if steps else ""
-    mine = {f: p for f, p in final.families.items() if f.startswith(TRITON_PREFIXES)}
-    keep = {f: p for f, p in on_disk.families.items() if not f.startswith(TRITON_PREFIXES)}
-    kept_fit: dict[str, Any] = {}
-    if "backend_families" in on_disk.fit:
-        kept_fit["backend_families"] = on_disk.fit["backend_families"]
-    uncal = [f for f in on_disk.fit.get("uncalibrated_families") or () if not f.startswith(TRITON_PREFIXES)]
-    if uncal:
-        kept_fit["uncalibrated_families"] = uncal
-    physics: dict[str, Any] = {}
+    mine = {f: p for f, p in final.families.items() if f.startswith(TRITON_PREFIXES) and f not in FITTED_ELSEWHERE}
+    families = {f: mine.get(f, on_disk.families[f]) for f in written}
+    families.update({f: p for f, p in mine.items() if f not in families})
+    own: dict[str, Any] = {"rows": res["rows"], "shapes": res["shapes"], "median_abs_err": round(alls["median_abs_err"], 4),
+                           "p90_abs_err": round(alls["p90_abs_err"], 4),
+                           "holdout_median_abs_err": round(ho["median_abs_err"], 4),
+                           "holdout_p90_abs_err": round(ho["p90_abs_err"], 4)}
     if "holdout_physics" in res["holdout_fit"]:  # the scores above include the residual map; these are without it
         hp = res["holdout_fit"]["holdout_physics"]["all"]
-        physics = {"holdout_physics_median_abs_err": round(hp["median_abs_err"], 4),
-                   "holdout_physics_p90_abs_err": round(hp["p90_abs_err"], 4)}
+        own.update(holdout_physics_median_abs_err=round(hp["median_abs_err"], 4),
+                   holdout_physics_p90_abs_err=round(hp["p90_abs_err"], 4))
     if "residual_data" in res:  # the map's data (and the in-sample scores above): more rows than the physics fit
-        physics["residual_rows"] = res["residual_data"]["rows"]
+        own["residual_rows"] = res["residual_data"]["rows"]
+    fit = {**own, **{k: v for k, v in (raw.get("fit") or {}).items() if k not in OWN_FIT_KEYS}}
     prof = dataclasses.replace(
-        final, calibrated=True, families={**mine, **keep},
+        on_disk, calibrated=True, families=families, fit=fit, residuals=final.residuals,
+        launch_overhead_s=final.launch_overhead_s, idle_program_s=final.idle_program_s,
+        hbm_bandwidth_bytes_per_s=final.hbm_bandwidth_bytes_per_s,
         source=(f"fitted by benchmarks/fit_timemodel.py on {res['rows']} H200 measurements ({res['shapes']} shapes"
                 f"{of_steps}) of vLLM 0.33.0 unified_attention and SGLang 0.5.23 decode_attention_fwd; CUDA-graph "
-                f"replay over rotating KV copies" + (f"; residual map: {final.residuals.source}" if final.residuals else "")),
-        fit={"rows": res["rows"], "shapes": res["shapes"], "median_abs_err": round(alls["median_abs_err"], 4),
-             "p90_abs_err": round(alls["p90_abs_err"], 4), "holdout_median_abs_err": round(ho["median_abs_err"], 4),
-             "holdout_p90_abs_err": round(ho["p90_abs_err"], 4), **physics, **kept_fit})
+                f"replay over rotating KV copies" + (f"; residual map: {final.residuals.source}" if final.residuals else "")))
+    dest = dest or SHIPPED_PROFILE
     dest.write_text(dump_profile(prof))
-    if dest == shipped:
+    if dest == SHIPPED_PROFILE:
         from tools.update_profile_cache import refresh
 
         refresh(dest)  # the parsed copy start-up reads
     return dest
+
+
+#: the shipped fit's record: its held-out split and both fitted profiles (physics), as this script wrote them (--out)
+RECORD = RESULTS / "timemodel-fit-h200.json"
+
+
+def rebuilt_fit(record: Path = RECORD) -> tuple[dict, Any]:
+    """This script's part of the shipped profile from the repository alone, without the optimiser: the physics of the
+    committed record (``record``'s all-data profile), the residual map built from the committed data, the scores
+    recomputed on the record's held-out split. Returns the updated record and the all-data profile with its map (what
+    :func:`write_profile` writes; a full refit of the physics is ``--write-profile``, about 25 minutes on 2 CPUs)."""
+    ms, origin = load(shape_files())
+    steps, step_origin = load_steps(step_files())
+    ms += [m for m in steps if m.kernel in ("vllm", "sglang")]  # --steps-engines' default
+    origin.update(step_origin)
+    res = json.loads(record.read_text())
+    hold = set(res["holdout_shapes"])
+    _, final = add_residuals(res, ms, [m for m in ms if m.shape.key not in hold], [m for m in ms if m.shape.key in hold],
+                             origin)
+    return res, final
+
+
+def rebuild(dest: Path, record: Path = RECORD) -> Path:
+    """:func:`rebuilt_fit` written into ``dest`` (the rest of the file: the shipped profile's, see write_profile)."""
+    return write_profile(*rebuilt_fit(record), dest)
+
+
+def check_rebuild() -> list[str]:
+    """The lines where :func:`rebuild` differs from the shipped profile (none: byte for byte the same)."""
+    import difflib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        got = rebuild(Path(tmp) / "h200.yaml").read_text()
+    want = SHIPPED_PROFILE.read_text()
+    return [] if got == want else list(difflib.unified_diff(want.splitlines(), got.splitlines(), "shipped", "rebuilt",
+                                                            lineterm="", n=0))
 
 
 RESOURCES: dict[str, dict] = {}
@@ -336,7 +386,21 @@ def main() -> int:
                     "--out (and the profile with --write-profile)")
     ap.add_argument("--reevaluate", action="store_true",
                     help="no fit: recompute every statistic of --out from the profiles stored in it")
+    ap.add_argument("--rebuild", action="store_true",
+                    help="no fit: rebuild this script's part of the shipped profile from the committed record's physics "
+                    "and the committed data (residual map, scores) into --profile-dest (default: the shipped file)")
+    ap.add_argument("--check", action="store_true",
+                    help="--rebuild into a temporary file and compare it with decodecalc/profiles/h200.yaml byte for "
+                    "byte (exit 1 and the differing lines if they differ)")
     args = ap.parse_args()
+    if args.check:
+        diff = check_rebuild()
+        print("\n".join(diff[:40]) if diff else f"{SHIPPED_PROFILE.relative_to(ROOT)}: rebuilt byte for byte from "
+              f"{RECORD.relative_to(ROOT)} and the committed data")
+        return 1 if diff else 0
+    if args.rebuild:
+        print(f"wrote {rebuild(args.profile_dest or SHIPPED_PROFILE)}")
+        return 0
     if args.profile_from_result:
         from decodecalc.timemodel import profile_from_mapping
 
