@@ -407,7 +407,7 @@ def _request_file(path: Path, limits: Any, trace_format: str | None, columns: st
 
     check_int(max_requests, "--max-requests", 1 << 40)
     table = read_requests(path, fmt=trace_format, columns=columns, tokenizer=tokenizer, model_hint=model_hint,
-                          limit=max_requests)
+                          limit=max_requests, progress=progress)
     if context_len is not None:
         from decodecalc.traffic.traces import within_context
 

@@ -227,3 +227,16 @@ def test_a_gzip_step_trace(tmp_path):
     packed.write_bytes(gzip.compress(text))
     assert repr(load_step_columns(packed)) == repr(load_step_columns(plain)).replace(str(plain), str(packed))
 
+
+
+def test_progress_lines_while_reading(tmp_path, monkeypatch):
+    from decodecalc.traffic.traces import table as table_module
+
+    monkeypatch.setattr(table_module, "PROGRESS_EVERY", 10)
+    p = tmp_path / "t.csv.gz"
+    rows = "".join(f"{i + 1},{i % 7 + 1},{(25 - i) * 0.5}\n" for i in range(25))  # out of order: sorted at the end
+    p.write_bytes(gzip.compress(("prompt_tokens,output_tokens,arrival_s\n" + rows).encode()))
+    lines: list[str] = []
+    t = read_requests(p, progress=lines.append)
+    assert len(t) == 25 and lines == [f"reading {p}: 10 requests", f"reading {p}: 20 requests",
+                                      "sorting 25 requests by arrival"]

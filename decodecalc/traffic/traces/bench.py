@@ -25,7 +25,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
-from decodecalc.traffic.traces.table import RequestTable, TableBuilder
+from decodecalc.traffic.traces.table import Progress, RequestTable, TableBuilder
 from decodecalc.traffic.traces.textio import open_trace, show
 from decodecalc.traffic.traces.values import token_count
 
@@ -96,8 +96,8 @@ def _rate(value: Any) -> float | str | None:
     return None
 
 
-def read_bench(path: Path, schema: BenchSchema, limit: int | None) -> RequestTable:
-    builder = TableBuilder(str(path), schema.format, limit, record_unit="request")
+def read_bench(path: Path, schema: BenchSchema, limit: int | None, progress: Progress = None) -> RequestTable:
+    builder = TableBuilder(str(path), schema.format, limit, record_unit="request", progress=progress)
     with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         if stream.peek() != "{":

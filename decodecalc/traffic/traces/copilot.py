@@ -29,7 +29,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.records import json_objects
-from decodecalc.traffic.traces.table import RequestTable, TableBuilder
+from decodecalc.traffic.traces.table import Progress, RequestTable, TableBuilder
 from decodecalc.traffic.traces.textio import show
 from decodecalc.traffic.traces.values import Clock, token_count
 
@@ -131,9 +131,9 @@ class _Calls:
             self.builder.note(self.clock.describe())
 
 
-def read_copilot(paths: list[Path], source: Path, limit: int | None) -> RequestTable:
+def read_copilot(paths: list[Path], source: Path, limit: int | None, progress: Progress = None) -> RequestTable:
     """The LLM calls of the sessions in ``paths`` (one file, or the shards of the directory ``source``)."""
-    builder = TableBuilder(str(source), FORMAT, limit, record_unit="line")
+    builder = TableBuilder(str(source), FORMAT, limit, record_unit="line", progress=progress)
     calls = _Calls(builder)
     offset = 0  # lines of the shards before this one
     for path in paths:

@@ -18,7 +18,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
-from decodecalc.traffic.traces.table import RequestTable, TableBuilder
+from decodecalc.traffic.traces.table import Progress, RequestTable, TableBuilder
 from decodecalc.traffic.traces.textio import MAX_LINE_BYTES, lines, open_trace
 from decodecalc.traffic.traces.values import Clock, token_count
 
@@ -153,9 +153,10 @@ class _Rows:
                                                             requests=len(self.builder.prompt)))
 
 
-def read_records(path: Path, schema: RecordSchema, container: str, limit: int | None) -> RequestTable:
+def read_records(path: Path, schema: RecordSchema, container: str, limit: int | None,
+                 progress: Progress = None) -> RequestTable:
     unit = "record" if container == "json-array" else "line"
-    builder = TableBuilder(str(path), schema.format, limit, record_unit=unit)
+    builder = TableBuilder(str(path), schema.format, limit, record_unit=unit, progress=progress)
     rows = _Rows(schema, builder)
     if container == "csv":
         has_arrivals, empty = _read_csv(path, schema, rows)

@@ -25,7 +25,7 @@ from typing import Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
-from decodecalc.traffic.traces.table import RequestTable, TableBuilder
+from decodecalc.traffic.traces.table import Progress, RequestTable, TableBuilder
 from decodecalc.traffic.traces.textio import open_trace, show
 from decodecalc.traffic.traces.tokens import Counter, make_counter
 
@@ -50,9 +50,10 @@ def _count(count: Counter, turns: list[Any], i: int, where: str) -> int:
                           f"({str(e).splitlines()[0][:80] if str(e) else type(e).__name__})") from None
 
 
-def read_sharegpt(path: Path, tokenizer: str | None, model_hint: str | None, limit: int | None) -> RequestTable:
+def read_sharegpt(path: Path, tokenizer: str | None, model_hint: str | None, limit: int | None,
+                  progress: Progress = None) -> RequestTable:
     count, estimated, how = make_counter(tokenizer, model_hint)
-    builder = TableBuilder(str(path), "sharegpt", limit, record_unit="record")
+    builder = TableBuilder(str(path), "sharegpt", limit, record_unit="record", progress=progress)
     with open_trace(path) as f:
         stream = JsonStream(f, str(path))
         if stream.peek() != "[":

@@ -13,10 +13,13 @@ import heapq
 import itertools
 import operator
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from decodecalc.errors import ConfigError
+
+#: a callback told what the reading is doing (a line for a progress display), or None
+Progress = Callable[[str], None] | None
 
 # blocks sorted in Python lists before a k-way merge: bounds the sort's transient memory (~70 MB a block)
 _SORT_BLOCK = 1 << 20
@@ -72,6 +75,8 @@ def first_decrease(values: array) -> int | None:
 #: requests one trace may give (a busy server's day is a few hundred thousand): the reading stops there with an
 #: error, so a file of any size costs bounded memory and time (a 2 GB trace holds about 50 million rows)
 MAX_REQUESTS = 2_000_000
+#: requests read between two progress lines (a quarter to half a second of reading)
+PROGRESS_EVERY = 1 << 16
 #: the latest arrival a trace may have, in seconds after its first request (ten years; Azure's traces span a week,
 #: BurstGPT's four months): the batching model counts engine steps up to it in int64
 MAX_ARRIVAL_S = 10 * 365 * 86_400
@@ -81,7 +86,8 @@ class TableBuilder:
     """Collects the rows of one file. ``add`` returns False once ``limit`` rows are kept (the
     reader then stops reading); ``skip`` counts a row left out and why; ``finish`` makes the table."""
 
-    def __init__(self, path: str, fmt: str, limit: int | None, record_unit: str = "line") -> None:
+    def __init__(self, path: str, fmt: str, limit: int | None, record_unit: str = "line",
+                 progress: Callable[[str], None] | None = None) -> None:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"limit must be a positive integer (requests to keep), got {limit!r}")
         self.path = path
@@ -96,6 +102,7 @@ class TableBuilder:
         self.notes: list[str] = []
         self._skipped: dict[str, list[int]] = {}  # reason -> [count, first record]
         self._ignored: list[str] = []
+        self.progress = progress  # told how many requests are read, every PROGRESS_EVERY
 
     def add(self, arrival: float, prompt: int, output: int, record: int) -> bool:
         if len(self.prompt) >= MAX_REQUESTS and (self.limit is None or self.limit > MAX_REQUESTS):
@@ -105,6 +112,8 @@ class TableBuilder:
         self.prompt.append(prompt)
         self.output.append(output)
         self.records.append(record)
+        if self.progress is not None and not len(self.prompt) % PROGRESS_EVERY:
+            self.progress(f"reading {self.path}: {len(self.prompt):,} requests")
         if self.limit is not None and len(self.prompt) >= self.limit:
             self.cut = True
             return False
@@ -149,6 +158,8 @@ class TableBuilder:
             if drop is not None:
                 notes.append(f"the file is out of arrival order ({self.record_unit} {records[drop]} arrives before "
                              f"{self.record_unit} {records[drop - 1]}): requests were sorted by arrival, stably")
+                if self.progress is not None and n > PROGRESS_EVERY:
+                    self.progress(f"sorting {n:,} requests by arrival")
                 order = stable_order(arrival)
                 # one column at a time, so the copy costs one column, not the whole table
                 arrival = array("d", map(arrival.__getitem__, order))
