@@ -240,3 +240,24 @@ def test_progress_lines_while_reading(tmp_path, monkeypatch):
     t = read_requests(p, progress=lines.append)
     assert len(t) == 25 and lines == [f"reading {p}: 10 requests", f"reading {p}: 20 requests",
                                       "sorting 25 requests by arrival"]
+
+
+def test_a_compressed_trace_is_read_as_a_stream(tmp_path):
+    """32 MB of text in a gzip file (a long ignored column) read with a few MB of memory: never held whole."""
+    import random
+
+    rng = random.Random(7)
+    pad = "".join(rng.choice("0123456789abcdef") for _ in range(4000))
+    text = "prompt_tokens,output_tokens,note\n" + "".join(f"{i % 500 + 1},{i % 90 + 1},{pad[i % 97:][:3000]}\n"
+                                                        for i in range(11_000))
+    assert len(text) > 32 * 10**6
+    p = tmp_path / "wide.csv"
+    p.write_bytes(gzip.compress(text.encode(), 1))
+    del text
+    tracemalloc.start()
+    try:
+        t = read_requests(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(t) == 11_000 and peak < 12 * 2**20, peak
