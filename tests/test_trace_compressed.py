@@ -80,6 +80,9 @@ def test_utf16_excel_export_is_read(tmp_path, encoding, bom):
     z = tmp_path / "excel2.csv"
     z.write_bytes(gzip.compress(bom + text.encode(encoding)))
     assert list(read_requests(z).rows()) == list(plain.rows())
+    tsv = tmp_path / "excel.txt"  # Excel's "Unicode text": UTF-16 and tab-separated
+    tsv.write_bytes(bom + text.replace(",", "\t").encode(encoding))
+    assert list(read_requests(tsv).rows()) == list(plain.rows()) and read_requests(tsv).format == "azure"
     broken = tmp_path / "broken.csv"
     broken.write_bytes(bom + text.encode(encoding) + b"\x00")  # an odd byte count: a character cut in half
     assert "UTF-16 text with a broken character (near line 42" in error(broken)

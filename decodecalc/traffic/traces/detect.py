@@ -25,7 +25,7 @@ from decodecalc.traffic.traces.native import NATIVE
 from decodecalc.traffic.traces.qwen_bailian import QWEN_BAILIAN
 from decodecalc.traffic.traces.records import RecordSchema
 from decodecalc.traffic.traces.sglang_bench import SGLANG_BENCH
-from decodecalc.traffic.traces.textio import open_trace, sniff
+from decodecalc.traffic.traces.textio import delimiter_of, open_trace, sniff
 from decodecalc.traffic.traces.vllm_bench import VLLM_BENCH
 
 FORMATS = ("native", "azure", "azure-lmm", "burstgpt", "mooncake", "qwen-bailian", "copilot-agent", "vllm-bench",
@@ -109,7 +109,7 @@ def _csv_header(head: str) -> set[str]:
     for line in head.splitlines():
         if line.strip():
             try:
-                return {c.strip() for c in next(csv.reader([line]))}
+                return {c.strip() for c in next(csv.reader([line], delimiter=delimiter_of(line)))}
             except (csv.Error, StopIteration):
                 return set()
     return set()

@@ -19,7 +19,7 @@ from typing import Any
 from decodecalc.errors import ConfigError
 from decodecalc.traffic.traces.jsonstream import JsonStream
 from decodecalc.traffic.traces.table import Progress, RequestTable, TableBuilder
-from decodecalc.traffic.traces.textio import MAX_LINE_BYTES, lines, open_trace
+from decodecalc.traffic.traces.textio import MAX_LINE_BYTES, delimiter_of, lines, open_trace, sniff
 from decodecalc.traffic.traces.values import Clock, token_count
 
 
@@ -46,7 +46,7 @@ class RecordSchema:
 # ------------------------------------------------------------------------------------------ containers
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(first line of the row, cells) of every CSV row; quoted fields may span lines."""
+    """(first line of the row, cells) of every CSV row (comma- or tab-separated); quoted fields may span lines."""
     current = 0
 
     def texts() -> Iterator[str]:
@@ -56,7 +56,7 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
             yield text
 
     csv.field_size_limit(max(csv.field_size_limit(), MAX_LINE_BYTES))
-    reader = csv.reader(texts(), strict=True)
+    reader = csv.reader(texts(), strict=True, delimiter=delimiter_of(sniff(path)))
     last = 0
     while True:
         try:

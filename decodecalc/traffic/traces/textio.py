@@ -66,6 +66,15 @@ def container_of(path: Path) -> str:
     return "csv"
 
 
+def delimiter_of(head: str) -> str:
+    """The cell separator of a CSV whose text starts with ``head``: a tab when the first non-blank line has tabs and
+    no commas (Excel's "Unicode text" export is tab-separated UTF-16), else a comma."""
+    for line in head.splitlines():
+        if line.strip():
+            return "\t" if "\t" in line and "," not in line else ","
+    return ","
+
+
 def show(value: object, width: int = 40) -> str:
     """repr of a value for an error message, cut to ``width`` characters."""
     r = repr(value)
