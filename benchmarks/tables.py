@@ -173,8 +173,9 @@ def documents() -> list[Path]:
     return [BENCHMARKS, *sorted(LAB.glob("*.md"))]
 
 
-def regenerate(text: str, where: str, cache: dict[str, str]) -> tuple[str, list[str]]:
-    """``text`` with every generated block rewritten, and what was wrong (unknown or unclosed markers)."""
+def regenerate(text: str, where: str, cache: dict[str, str | None]) -> tuple[str, list[str]]:
+    """``text`` with every generated block rewritten, and what was wrong (unknown or unclosed markers, a table whose
+    record cannot be read: that block is left as it is)."""
     problems = []
     for name in OPENING.findall(text):
         if name not in TABLES and name not in CHECKED_ELSEWHERE:
@@ -187,8 +188,13 @@ def regenerate(text: str, where: str, cache: dict[str, str]) -> tuple[str, list[
         if name not in TABLES:
             return m.group(0)
         if name not in cache:
-            cache[name] = TABLES[name]().strip("\n")
-        return f"<!-- {name} -->\n{cache[name]}\n<!-- /{name} -->"
+            try:
+                cache[name] = TABLES[name]().strip("\n")
+            except (OSError, KeyError, ValueError) as e:  # a record missing or not of its script's form
+                problems.append(f"table {name} cannot be rendered from its record: {type(e).__name__}: {e}")
+                cache[name] = None
+        body = cache[name]
+        return m.group(0) if body is None else f"<!-- {name} -->\n{body}\n<!-- /{name} -->"
 
     return BLOCK.sub(body, text), problems
 
@@ -196,7 +202,7 @@ def regenerate(text: str, where: str, cache: dict[str, str]) -> tuple[str, list[
 def run(check: bool, paths: Sequence[Path] | None = None) -> list[str]:
     """Rewrite (or, with ``check``, compare) every document's generated tables; returns the problems found, with those
     of benchmarks/record_checks.py's checks of the records when every document is read."""
-    cache: dict[str, str] = {}
+    cache: dict[str, str | None] = {}
     problems: list[str] = []
     shown: set[str] = set()
     for path in paths if paths is not None else documents():
@@ -209,8 +215,10 @@ def run(check: bool, paths: Sequence[Path] | None = None) -> list[str]:
             continue
         if check:
             old = {m.group(1): m.group(2) for m in BLOCK.finditer(text)}
-            stale = [n for n, b in old.items() if n in TABLES and b != cache[n]]
+            stale = [n for n, b in old.items() if n in TABLES and cache[n] is not None and b != cache[n]]
             problems.append(f"{where}: stale table(s) {', '.join(stale)}: run python -m benchmarks.tables")
+        elif found:
+            continue  # an unknown marker or an unreadable record: write nothing until it is mended
         else:
             tmp = path.with_name(f".{path.name}.tmp")
             tmp.write_text(new, encoding="utf-8")
