@@ -54,6 +54,7 @@ from decodecalc.traffic import StepTrace
 from decodecalc.workload import Workload
 
 if TYPE_CHECKING:
+    from decodecalc.batch.source import StepSource
     from decodecalc.reports.heuristics import HeuristicScore
 
 CHANGE_FRACTION = 0.01  # a step "gains" or "loses" when its time moves by more than this
@@ -86,7 +87,7 @@ def profile_workload(profile: TimeProfile) -> dict[str, Any] | None:
             "sampled_steps": len(wl.get("sampled_steps") or ())}
 
 
-def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: TimeProfile, *,
+def make_context(trace: StepTrace | StepSource, work: Workload, gpu: GPUSpec, profile: TimeProfile, *,
                  vllm: VllmSettings | None = None, sglang: SglangSettings | None = None,
                  max_anchors: int | None = None, target_rel_se: float | None = None,
                  progress: Callable[[str], None] | None = None, cubins: bool = True,
@@ -96,9 +97,7 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     stops at."""
     from decodecalc.batch.estimate import TARGET_REL_SE
     from decodecalc.batch.evaluator import DEFAULT_MAX_ANCHORS, WorkloadTimer
-    from decodecalc.batch.intervals import IntervalSteps
     from decodecalc.batch.population import Population
-    from decodecalc.batch.runs import RunSteps
     from decodecalc.batch.stats import query_keys
     from decodecalc.batch.steps import StepArrays, from_trace
     from decodecalc.batch.summary import workload_summary
@@ -107,15 +106,18 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
     sglang = sglang or SglangSettings()
     anchors = DEFAULT_MAX_ANCHORS if max_anchors is None else (None if max_anchors == 0 else max_anchors)
     target = TARGET_REL_SE if target_rel_se is None else target_rel_se
-    # a request trace's runs are expanded only where every step is timed (a large one is sampled from its runs)
-    runs = isinstance(trace, (RunSteps, IntervalSteps))
-    lazy = runs and anchors is not None and trace.num_steps > MEASURE_STEPS
-    steps = trace if lazy or isinstance(trace, StepArrays) else (trace.expand() if runs else from_trace(trace))
+    steps: StepSource
+    if isinstance(trace, StepTrace):
+        steps = from_trace(trace)
+    elif isinstance(trace, StepArrays) or anchors is not None and trace.num_steps > MEASURE_STEPS:
+        steps = trace
+    else:  # a request trace's runs are expanded only where every step is timed (a large one is sampled from them)
+        steps = trace.expand()
     batch = steps.batch
     over = batch > vllm.max_num_seqs
     if over.any():
         i = int(over.argmax())
-        where = f"{steps.source}, step {i + 1}" if lazy else steps.origin(i)
+        where = steps.origin(i) if isinstance(steps, StepArrays) else f"{steps.source}, step {i + 1}"
         raise ConfigError(f"{where}, field 'seq_lens': {int(batch[i])} sequences in one step, more than "
                           f"max_num_seqs {vllm.max_num_seqs} (raise --max-num-seqs or split the step)")
 
@@ -131,17 +133,20 @@ def make_context(trace: StepTrace | Any, work: Workload, gpu: GPUSpec, profile: 
                            max_seq_len=max_seq_len, sample=sample, population=population, cubins=cubins,
                            max_model_len=max_model_len)
 
-    summary = steps.summary() if lazy else workload_summary(steps)
-    max_seq_len = steps.max_seq_len if lazy else int(steps.seq_lens.max())
+    summary = workload_summary(steps) if isinstance(steps, StepArrays) else steps.summary()
+    max_seq_len = int(steps.seq_lens.max()) if isinstance(steps, StepArrays) else steps.max_seq_len
     if max_seq_len > MAX_SEQ_LEN:  # the same bound as --seq-len: no model or kernel is modeled past it
         raise ConfigError(f"{steps.source}: a KV length of {max_seq_len:,} tokens is over the supported "
                           f"{MAX_SEQ_LEN:,} (decodecalc.limits.MAX_SEQ_LEN)")
-    if anchors is None or steps.num_steps <= SAMPLE_ABOVE:
+    if isinstance(steps, StepArrays) and (anchors is None or steps.num_steps <= SAMPLE_ABOVE):
         return context(steps, summary)
-    measured, population = steps, None
+    population = None
     if steps.num_steps > MEASURE_STEPS:
         measured, m_index = steps.sample(MEASURE_STEPS)
         population = Population.of(steps, m_index, measured)
+    else:  # steps kept as runs or intervals are more than MEASURE_STEPS (above): these are arrays
+        assert isinstance(steps, StepArrays)
+        measured = steps
     ranking, r_index = measured.sample(SAMPLE_STEPS)
     return context(measured, summary, context(ranking, summary), index=r_index, population=population)
 

@@ -132,7 +132,7 @@ def vllm_option(ctx: Any, segments: int, grid: int) -> Option:
         got = ctx.memo[("vllm-gate", grid)] = (shapes, gate_mask([s.use_3d for s in shapes], ctx.query_keys.index))
     shapes, use_3d = got
     label = f"S={segments} grid={grid}" + (" (default)" if (segments, grid) == (d_seg, d_grid) else "")
-    common = dict(setting=vllm_setting(segments, grid), label=label,
+    common: dict[str, Any] = dict(setting=vllm_setting(segments, grid), label=label,
                   scratch_bytes=vtb.build_backend(ctx.work, ctx.gpu, st).scratch_bytes(ctx.work.num_heads),
                   steps_2d=int(ctx.steps.weights[~use_3d].sum()))
     if any(sh.use_3d and sh.segments != d_seg for sh in shapes):  # the backend overrode the count (SM 12.0)
@@ -185,7 +185,7 @@ def sglang_option(ctx: Any, max_kv_splits: int, static: bool) -> Option:
     s = engine_settings(ctx, "sglang", sglang_setting(max_kv_splits, static))
     ctx.timer.sglang(s)
     default = (max_kv_splits, static) == _sglang_defaults(ctx)
-    common = dict(setting=sglang_setting(max_kv_splits, static), recipes=(("sglang", s),),
+    common: dict[str, Any] = dict(setting=sglang_setting(max_kv_splits, static), recipes=(("sglang", s),),
                   label=f"{'static' if static else 'adaptive'} {max_kv_splits}" + (" (default)" if default else ""),
                   scratch_bytes=sg.scratch_bytes(ctx.vllm.max_num_seqs, ctx.work.num_heads, max_kv_splits,
                                                  ctx.work.head_size_v))
