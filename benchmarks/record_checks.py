@@ -165,7 +165,7 @@ def leaveout_report_is_its_rows() -> None:
     for line in head.splitlines():
         if line.startswith("| ") and not line.startswith("| left out"):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            key = (cells[0], cells[1]) if cells[1] in ("vllm", "sglang", "reference") else (cells[0],)
+            key: tuple[str, ...] = (cells[0], cells[1]) if cells[1] in ("vllm", "sglang", "reference") else (cells[0],)
             need(key not in got, f"{LEAVEOUT_MD}: row {key} appears twice")
             got[key] = _line(cells)
     want: dict[tuple[str, ...], str] = {}
@@ -286,10 +286,13 @@ def one_command_h200_calls_are_the_notes() -> None:
     el = first["elapsed"]
     log = (RESULTS / "calibrate-grid-map-h200-backends.log").read_text(encoding="utf-8")
     took = re.search(r"took (\d+) s: the Triton kernels \d+ s, the backends (\d+) s", log)
-    need(bool(took) and round(second["elapsed"]["backends_s"]) == int(took.group(2)) == 198, "the backends' time")
+    if took is None:
+        raise RecordError("calibrate's timing line is missing from calibrate-grid-map-h200-backends.log")
+    backends_s = int(took.group(2))
+    need(round(second["elapsed"]["backends_s"]) == backends_s == 198, "the backends' time")
     note = (LAB / "2026-12-04-calibrate-h200.md").read_text(encoding="utf-8")
     text = f"**the plan's kernels {el['triton_s']:.0f} s, the map steps {el['map_s']:.0f} s**"
-    need(text in note and f"**the backends {int(took.group(2))} s**" in note, "the lab note's times")
+    need(text in note and f"**the backends {backends_s} s**" in note, "the lab note's times")
     need(el["triton_s"] + el["map_s"] + second["elapsed"]["backends_s"] > 0.9 * 600, "not over ten minutes")
 
 
