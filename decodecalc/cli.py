@@ -130,7 +130,7 @@ def run(app: Any, command: str | None) -> int:
     try:  # typer >= 0.20 carries its own click
         from typer._click import exceptions as cx
     except ImportError:  # pragma: no cover - older typer on the real click
-        from click import exceptions as cx  # type: ignore[no-redef]
+        from click import exceptions as cx  # type: ignore[no-redef]  # the same module, from the real click
 
     try:
         rv = app(standalone_mode=False)

@@ -102,6 +102,7 @@ class KernelArrays:
 
 
 def cost_of(ka: KernelArrays, profile: TimeProfile, occupancy_delta: int = 0) -> IterationCost:
+    # a KernelArrays has the fields of the KernelWork iteration_cost reads (as arrays)
     return iteration_cost(ka, profile.family(ka.family), profile.num_sms, profile.idle_program_s,  # type: ignore[arg-type]
                           profile.hbm_bandwidth_bytes_per_s, occupancy_delta)
 

@@ -168,7 +168,7 @@ def install_flag_help() -> bool:
         _install_unbroken_names()
         return None if getattr(self, "is_flag", False) else original(self, ctx)
 
-    display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
+    display_type_rich.flags_untyped = True  # type: ignore[attr-defined]  # marks the patch (installed once)
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]  # typer's own, patched once
     return True
 

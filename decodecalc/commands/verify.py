@@ -22,6 +22,7 @@ KERNELS = ("auto", "upstream", "reference", "both")
 #: backends verify captures through the CUDA profiler (launchers/registry.py: those with profiler roles)
 PROFILED = tuple(b.value for b in PROFILED_BACKENDS)
 
+# (an Enum made from a computed table of members, which mypy cannot read)
 VerifySystem = Enum("VerifySystem", {n: n for n in ("vllm", "sglang") + PROFILED}, type=str)  # type: ignore[misc]
 VerifySystemOpt = Annotated[Optional[VerifySystem], typer.Option(
     "--system", help="Only one system: vllm or sglang (default both), or a backend captured through the CUDA "

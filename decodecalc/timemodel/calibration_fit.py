@@ -74,6 +74,7 @@ def _calibration_grid() -> tuple[tuple[tuple[int, int, int, tuple[int, ...]], tu
     from importlib.resources import files
 
     doc = json.loads(files("decodecalc.data").joinpath("calibration_grid.json").read_text(encoding="utf-8"))
+    # (the starred map is the 3 head numbers, which mypy cannot count)
     return tuple(((*map(int, e["heads"]), tuple(int(x) for x in e["seq_lens"])), tuple(e["variants"]))  # type: ignore[misc]
                  for e in doc["shapes"])
 

@@ -142,8 +142,8 @@ class ShapeBench:
                 self.sk, q=self.q, k_buffer=kv.k_buffer, v_buffer=kv.v_buffer, o=self.out, kv_indptr=self.indptr,
                 kv_indices=kv.kv_indices[c], attn_logits=po, attn_lse=pl, num_kv_splits=ns, max_kv_splits=maxs,
                 sm_scale=self.scale, use_pdl=dev == "cuda")
-        sstep.out = self.out  # type: ignore[attr-defined]
-        sstep.num_kv_splits = ns  # type: ignore[attr-defined]
+        sstep.out = self.out  # type: ignore[attr-defined]  # what the step writes, read by the caller
+        sstep.num_kv_splits = ns  # type: ignore[attr-defined]  # as vstep.out above
         return sstep
 
 

@@ -142,7 +142,7 @@ def _make_wrapper(cls: type) -> Callable[..., Any]:
             return None
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
-    run.__wrapped__ = original  # type: ignore[attr-defined]
+    run.__wrapped__ = original  # type: ignore[attr-defined]  # functools' convention: the method it wraps
     return run
 
 

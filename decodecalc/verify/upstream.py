@@ -317,12 +317,12 @@ def load_vllm(
     platform = _Platform(capability)
     envs = _vllm_envs_module(src.root)
     logger_mod = types.ModuleType("vllm.logger")
-    logger_mod.init_logger = lambda name: _OnceLogger(logging.getLogger(name))  # type: ignore[attr-defined]
+    # stand-in modules: their attributes are set through __dict__ (a ModuleType declares none)
+    logger_mod.__dict__.update(init_logger=lambda name: _OnceLogger(logging.getLogger(name)))
     platforms_mod = types.ModuleType("vllm.platforms")
-    platforms_mod.current_platform = platform  # type: ignore[attr-defined]
+    platforms_mod.__dict__.update(current_platform=platform)
     tu = types.ModuleType("vllm.triton_utils")
-    tu.triton, tu.tl = triton, tl  # type: ignore[attr-defined]
-    tu.HAS_TRITON = True  # type: ignore[attr-defined]
+    tu.__dict__.update(triton=triton, tl=tl, HAS_TRITON=True)
     kvi = _kv_quant_mode_module(src.file("vllm/v1/kv_cache_interface.py"))
 
     mods: dict[str, types.ModuleType] = {
@@ -415,12 +415,10 @@ def load_sglang(
     _prepare_triton(interp)
 
     utils = types.ModuleType("sglang.srt.utils")
-    utils.is_hip = lambda: False  # type: ignore[attr-defined]
-    utils.is_gfx95_supported = lambda: False  # type: ignore[attr-defined]
-    utils.is_gfx1250_supported = lambda: False  # type: ignore[attr-defined]
-    utils.get_device_core_count = _device_core_count  # type: ignore[attr-defined]
+    utils.__dict__.update(is_hip=lambda: False, is_gfx95_supported=lambda: False, is_gfx1250_supported=lambda: False,
+                          get_device_core_count=_device_core_count)
     environ = types.ModuleType("sglang.srt.environ")
-    environ.envs = _SglangEnvs()  # type: ignore[attr-defined]
+    environ.__dict__.update(envs=_SglangEnvs())
     mods: dict[str, types.ModuleType] = {
         "sglang": _package("sglang"),
         "sglang.srt": _package("sglang.srt"),
