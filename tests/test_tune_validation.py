@@ -150,3 +150,18 @@ def test_four_more_head_layouts_no_fit_saw():
     # of a layout no fit saw; predicted 9.7% faster, measured 8.7% slower), while test_head_layouts_no_fit_saw gains
     # one (3 -> 4 of 6): 17 of 22 either way
     assert rep["picks_within_3pct"] >= 13
+
+
+@pytest.mark.parametrize("name", ["fresh5", "range", "layouts", "layouts3"])
+def test_the_committed_comparisons_are_todays_predictions(name):
+    """BENCHMARKS.md's table of these runs is rendered from their committed comparisons (benchmarks/tables.py): each is
+    what today's model and tune predict for its run. A change to either fails here until the comparison is re-run
+    (`python -m benchmarks.validate_tune_h200 --repredict RUN --out RUN_compare.json`, then `python -m benchmarks.tables`)."""
+    import json
+
+    rep = _repredict(f"validate_tune_h200_{name}.json")
+    committed = json.loads((RESULTS / f"validate_tune_h200_{name}_compare.json").read_text())
+    for key in ("settings", "within_5pct", "picks_within_3pct", "engines"):
+        assert rep[key] == committed[key], key
+    for key in ("median_abs_error", "max_abs_error"):
+        assert rep[key] == pytest.approx(committed[key], abs=5e-4), key
