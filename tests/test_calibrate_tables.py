@@ -100,9 +100,6 @@ def test_the_validation_cells_are_the_committed_re_predictions(name):
 def test_the_steps_alone_and_in_sequence_table():
     """BENCHMARKS.md "Steps alone and in sequence": every row recomputed from the committed per-step and workload
     timings (benchmarks/steps_in_sequence.py), and the transfer table as the script recorded it."""
-    import sys
-
-    sys.path.insert(0, str(ROOT))
     from benchmarks.steps_in_sequence import PER_STEP, SEQUENCE, compare
 
     section = _section("2026-12-02-steps-in-sequence")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
@@ -45,13 +44,9 @@ def test_fp8_is_not_the_halved_bytes_the_model_predicts(data):
 def test_the_report_is_what_the_data_give():
     """benchmarks/results/kv-formats-h200.md is the report of the committed data and the packaged profile, and
     its lab note shows its tables."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import kv_formats_report
-    finally:
-        sys.path.pop(0)
+    from benchmarks import kv_formats_report
     text = kv_formats_report.report(json.loads(DATA.read_text()))
-    assert text == MD.read_text(), "re-run benchmarks/kv_formats_report.py"
+    assert text == MD.read_text(), "re-run python -m benchmarks.kv_formats_report"
     bench = NOTE.read_text()
     table = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(table) > 15 and [line for line in table if line not in bench] == []
@@ -59,11 +54,7 @@ def test_the_report_is_what_the_data_give():
 
 def test_report_recomputes_the_measured_ratios():
     """The report's measured-ratio medians equal this file's own pairing of the rows."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import kv_formats_report
-    finally:
-        sys.path.pop(0)
+    from benchmarks import kv_formats_report
     d = json.loads(DATA.read_text())
     rows = kv_formats_report.paired_rows(d)
     for kv, block, engine in (("fp8", 16, "vllm"), ("fp8", 16, "sglang"), ("bfloat16", 32, "vllm")):
@@ -77,11 +68,7 @@ def test_the_profile_records_the_measured_miss(data):
     """decodecalc/profiles/h200.yaml's fit.outside_domain is benchmarks/kv_formats_report.py's record of this data."""
     from decodecalc.timemodel.profile_sources import packaged_profile
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import kv_formats_report
-    finally:
-        sys.path.pop(0)
+    from benchmarks import kv_formats_report
     assert packaged_profile("h200").fit["outside_domain"] == kv_formats_report.outside_domain(data)
 
 
@@ -127,11 +114,7 @@ def test_warnings_outside_the_domain_name_the_measured_miss():
 def test_the_lab_note_shows_the_fp8_leave_out_folds():
     """The fp8 lab note carries benchmarks/leaveout_fp8.py's fold table as its stored results give it, and every fold
     left out one whole layout of the twelve."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import leaveout_fp8
-    finally:
-        sys.path.pop(0)
+    from benchmarks import leaveout_fp8
     res = json.loads((ROOT / "benchmarks" / "results" / "leaveout-fp8-h200.json").read_text())
     assert len(res["layouts"]) == 12 and len(res["folds"]) == 24
     for f in res["folds"]:
@@ -165,11 +148,9 @@ UNSEEN = ROOT / "benchmarks" / "results" / "kv-formats-h200-unseen.json"
 
 
 def _bench(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.pop(0)
+    import importlib
+
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def test_the_shipped_fp8_family_is_the_one_fitted_without_the_unseen_layouts():
