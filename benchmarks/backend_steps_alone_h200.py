@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 
 ROOT = Path(__file__).resolve().parents[1]

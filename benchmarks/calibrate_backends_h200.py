@@ -34,7 +34,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import load_profile_file, packaged_profile
 from decodecalc.timemodel.backend_fit import main_family

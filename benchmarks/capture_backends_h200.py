@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.workload import make_workload

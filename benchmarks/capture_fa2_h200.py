@@ -27,7 +27,6 @@ import time
 import traceback
 from pathlib import Path
 
-
 from benchmarks.build_fa2_h200 import build
 from benchmarks.capture_backends_h200 import worked_examples, workload
 

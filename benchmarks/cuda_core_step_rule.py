@@ -30,7 +30,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.backend_fit import layout_of

@@ -45,7 +45,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.accuracy import GOAL_MEDIAN, GOAL_P90, check_block, class_of_key, layout_key
 from decodecalc.timemodel.fit import Measurement, error_summary, percentile

@@ -36,7 +36,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks.fit_backends_h200 import PROFILE, measurements_from
 from benchmarks.measure_backends_fp8_h200 import FIT_LAYOUTS, UNSEEN_LAYOUTS
 from decodecalc.timemodel import packaged_profile

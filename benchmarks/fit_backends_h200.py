@@ -32,7 +32,6 @@ import hashlib
 import json
 from pathlib import Path
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import KERNEL_FAMILIES, packaged_profile
 from decodecalc.timemodel.backend_fit import BACKEND_OCCUPANCY, NEUTRAL_BACKEND_FAMILY, hbm_ceilings

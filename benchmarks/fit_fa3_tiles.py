@@ -25,7 +25,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from benchmarks.fit_backends_h200 import held_out, measurements_from
 from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.fit import error_summary, log_loss, recommendation_quality

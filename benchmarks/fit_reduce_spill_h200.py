@@ -22,7 +22,6 @@ import math
 import sys
 from pathlib import Path
 
-
 from decodecalc.derived import next_power_of_2
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import resolve_profile

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.timemodel.calibration_fit import TRITON_PREFIXES
 from decodecalc.timemodel.fit import (
     Measurement,

@@ -22,7 +22,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import packaged_profile
 from decodecalc.timemodel.backend_fit import layout_label, layout_of, main_family

@@ -36,7 +36,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import backends as B
 from decodecalc.timemodel import packaged_profile

@@ -40,7 +40,6 @@ import statistics
 import time
 from pathlib import Path
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
 from decodecalc.workload import make_workload

@@ -24,7 +24,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.timemodel.domain import profile_domain
 from decodecalc.timemodel.fit import measurements_from_rows
 from decodecalc.timemodel.profile import FAMILY_FALLBACKS

@@ -22,7 +22,6 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.timemodel.fit import fit_profile, measurements_from_rows
 from decodecalc.timemodel.predict import model_launch_time_s
 from decodecalc.timemodel.profile_sources import packaged_profile

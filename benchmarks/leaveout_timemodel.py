@@ -62,7 +62,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks import fit_timemodel as ft
 from decodecalc.timemodel import (
     FAMILY_FALLBACKS,

@@ -24,7 +24,6 @@ import os
 import time
 from pathlib import Path
 
-
 from benchmarks.capture_backends_h200 import summarize_occupancy, workload
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel.backend_fit import BACKEND_LAYOUTS, backend_plan

@@ -25,7 +25,6 @@ import json
 import time
 from pathlib import Path
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel.backend_fit import backend_plan
 from decodecalc.verify.backend_calibration import run_backend_calibration

@@ -39,7 +39,6 @@ import os
 import time
 from pathlib import Path
 
-
 from decodecalc.launchers.sglang_triton import DEFAULT_MAX_KV_SPLITS
 from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS
 

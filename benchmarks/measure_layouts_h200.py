@@ -20,7 +20,6 @@ import json
 import time
 from pathlib import Path
 
-
 from decodecalc.timemodel.calibration_fit import THOROUGH_BATCHES, THOROUGH_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,6 @@ import math
 import time
 from pathlib import Path
 
-
 from benchmarks.measure_splits_h200 import compiled_resources
 
 ROOT = Path(__file__).resolve().parents[1]

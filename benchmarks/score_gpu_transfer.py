@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import load_profile_file, packaged_profile
 from decodecalc.timemodel.calibration_fit import workload_measurements

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import load_profile_file
 from decodecalc.timemodel.profile_sources import datasheet_profile

@@ -23,7 +23,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.timemodel import load_profile_file
 from decodecalc.timemodel.calibration_fit import map_name, workload_measurements

@@ -14,7 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-
 from benchmarks.fit_backends_h200 import measurements_from
 from decodecalc.timemodel import launch_time_s, packaged_profile
 from decodecalc.timemodel.fit import percentile

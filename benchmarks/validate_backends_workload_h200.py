@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from decodecalc.launchers.flashinfer import engine_uses_tensor_cores
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model

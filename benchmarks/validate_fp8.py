@@ -24,7 +24,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks.kv_formats_report import unfitted_profile, write_report
 
 from decodecalc.timemodel.domain import profile_domain

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from decodecalc.timemodel.profile_sources import parsed_copy
 from decodecalc.yamlio import safe_load
 
