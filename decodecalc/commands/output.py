@@ -108,8 +108,8 @@ INPUT_OPTIONS = {"model": "--model", "requests": "--requests", "steps": "--steps
 
 def refuse_outputs_naming_inputs(params: Mapping[str, Any]) -> None:
     """ConfigError, before anything is read or written, where an output option names a file an input option reads
-    (``tune --requests t.csv --plot t.csv`` replaced the trace with a PNG; ``calibrate --from-measurements m.json -o
-    m.json`` the GPU's timings with a profile). ``params``: a command's parameters by name (what typer hands it).
+    (``tune --requests t.csv --plot t.csv`` would replace the trace with a PNG; ``calibrate --from-measurements m.json
+    -o m.json`` the GPU's timings with a profile). ``params``: a command's parameters by name (what typer hands it).
     Files are compared as the system resolves them (links, ``..``, hard links: os.path.samefile where both exist)."""
     outputs = [(option, Path(params[k])) for k, option in OUTPUT_OPTIONS.items() if isinstance(params.get(k), (str, Path))]
     if not outputs:

@@ -61,8 +61,8 @@ class Guard:
     """What a candidate may cost on the steps it slows, against the engine's default: the ``quantile`` of its per-step
     time ratio (weighted by steps) at most ``1 + tolerance``, where the tolerance is ``--max-regression`` plus the
     time model's median error of one launch of this kernel and layout (a predicted slowdown smaller than that is
-    within the model's noise). A single worst step decided it before: on a sampled or million-step workload that is
-    a lottery (issue 43)."""
+    within the model's noise). A quantile, not the single worst step: on a sampled or million-step workload the
+    worst step is a lottery."""
 
     max_regression: float
     model_error: float  # the profile's median launch error (0 without one)

@@ -258,7 +258,7 @@ def fit_bf16_families(ms: Sequence[Measurement], base: TimeProfile, *, cold: boo
     if flash:
         # both FlashInfer paths run the same merge kernel: fit them as one group, so that its family is fitted once
         prof = fit([dataclasses.replace(m, kernel="flashinfer") for m in flash], prof)
-        # then each main family alone on its own rows, the shared merge family held: the tensor-core rows no longer
+        # then each main family alone on its own rows, the shared merge family held: the tensor-core rows do not
         # pull the CUDA-core kernel's numbers, nor the other way round
         for kernel, family in (("flashinfer-tc", "flashinfer_tc"), ("flashinfer", "flashinfer_decode")):
             sub = [m for m in flash if m.kernel == kernel]

@@ -99,12 +99,9 @@ def cuda_core_step_factor(group_size: int, kv_bytes_per_element: int) -> float:
     kv_bytes_per_element bytes, which reaches a bf16 step's bytes at CUDA_CORE_G0 heads per KV head (an e4m3 cache
     at half of it: the same arithmetic on half the bytes).
 
-    Until 2026-12-04 the rule was the group size over the SM's resident threads (occupancy x block), relative to
-    9 x 128 threads: it charged the 256- and 512-thread CTAs of group 16 (3 CTAs per SM) ~40% too much on bf16, and
-    six bf16 head layouts no fit saw go from 14.5% / 52.4% (median / p90) to 3.7% / 12.7% without it
-    (benchmarks/flashinfer_wide_ctas.py). On an e4m3 cache that rule's resident-thread term (7 CTAs of 128 threads)
-    had stood in for the halved bytes: the group size alone fits the fp8 family's left-out layouts at 13.8% / 43.5%,
-    arithmetic per byte at 4.7% / 15.6% (benchmarks/fit_backends_fp8_h200.py, BENCHMARKS.md)."""
+    Source: scored on head layouts no fit saw, bf16 by benchmarks/flashinfer_wide_ctas.py and
+    benchmarks/cuda_core_step_rule.py (benchmarks/results/flashinfer-wide-ctas-h200.json, cuda-core-step-rule-h200.json),
+    e4m3 by benchmarks/fit_backends_fp8_h200.py (benchmarks/results/fit-backends-fp8-h200.json)."""
     return max(1.0, group_size * 2 / (kv_bytes_per_element * CUDA_CORE_G0))
 
 
