@@ -320,7 +320,7 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
                   draft_acceptance_rate: float | None = None, trace_format: str | None = None,
                   columns: str | None = None, tokenizer: str | None = None, model_hint: str | None = None,
                   max_requests: int | None = None, metrics_model: str | None = None, context_len: int | None = None,
-                  progress: Callable[[str], None] | None = None) -> Any:
+                  progress: Callable[[str], None] | None = None, arrival_rate: float | None = None) -> Any:
     """The decode steps of exactly one of ``steps`` (a step-trace file, or a list of steps: lists of KV lengths,
     ``{"seq_lens": ..., "query_lens": ..., "weight": ...}`` mappings or DecodeSteps), ``requests`` (a request trace
     in any format of docs/traces.md, detected unless ``trace_format`` names it or ``columns`` maps it; or a list
@@ -352,7 +352,7 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
     if draft_acceptance_rate is not None and not num_speculative_tokens:
         raise ConfigError("--draft-acceptance-rate needs --num-speculative-tokens k > 0")
     reading = [n for n, v in (("--format", trace_format), ("--columns", columns), ("--tokenizer", tokenizer),
-                              ("--max-requests", max_requests)) if v is not None]
+                              ("--max-requests", max_requests), ("--rate", arrival_rate)) if v is not None]
     if reading and not isinstance(requests, (str, Path)):
         raise ConfigError(f"{reading[0]} applies to a --requests file only")
     if metrics_model is not None and metrics is None:
@@ -370,7 +370,7 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
     if requests is not None:
         if isinstance(requests, (str, Path)):
             return _request_file(Path(requests), limits, trace_format, columns, tokenizer, model_hint, max_requests,
-                                 progress, context_len)
+                                 progress, context_len, arrival_rate)
         return requests_from_items(requests, limits)
     if metrics is not None:
         from decodecalc.traffic.metrics import workload_from_metrics
@@ -397,12 +397,13 @@ def _check_width(trace: StepTrace, max_num_seqs: int, what: str, concurrency: in
 
 def _request_file(path: Path, limits: Any, trace_format: str | None, columns: str | None, tokenizer: str | None,
                   model_hint: str | None, max_requests: int | None,
-                  progress: Callable[[str], None] | None = None, context_len: int | None = None) -> Any:
-    """A request trace file read (any format), less the requests past ``context_len``, batched into runs of decode
-    steps, as arrays."""
+                  progress: Callable[[str], None] | None = None, context_len: int | None = None,
+                  rate: float | None = None) -> Any:
+    """A request trace file read (any format), less the requests past ``context_len``, given Poisson arrivals at
+    ``rate`` (or, without arrival times, at the rate that keeps max_num_seqs busy), batched into decode steps."""
     from decodecalc.batch.intervals import request_steps
     from decodecalc.limits import check_int
-    from decodecalc.traffic.requests import batching_notes
+    from decodecalc.traffic.requests import arrivals_of, batching_notes
     from decodecalc.traffic.traces import read_requests
 
     check_int(max_requests, "--max-requests", 1 << 40)
@@ -412,13 +413,15 @@ def _request_file(path: Path, limits: Any, trace_format: str | None, columns: st
         from decodecalc.traffic.traces import within_context
 
         table = within_context(table, context_len)
+    arrival, arrivals, said = arrivals_of(table, limits, rate)
     notes = (f"{table.format} trace: {len(table):,} requests" + (" (token counts estimated)"
                                                                   if table.tokens_estimated else ""),
-             *table.notes, *batching_notes(limits, len(table)))
+             *(n for n in table.notes if not (arrivals and n.startswith("no arrival times"))), *said,
+             *batching_notes(limits, len(table)))
     if progress is not None:
         progress(f"batching {len(table):,} requests")
-    return request_steps(table.prompt_tokens, table.output_tokens, table.arrival_s, limits,
-                         max_steps=MAX_WORKLOAD_STEPS, source=str(path), notes=notes, progress=progress)
+    return request_steps(table.prompt_tokens, table.output_tokens, arrival, limits, max_steps=MAX_WORKLOAD_STEPS,
+                         source=str(path), notes=notes, progress=progress, arrivals=arrivals)
 
 
 def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regression: str | float | None = "5%",
@@ -463,7 +466,7 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
          max_regression: str | float | None = "5%",
          heuristics: str | Sequence[str] | None = None, rule: str | Path | None = None, engine: str | None = None,
          profile: str | Path | None = None, max_shapes: int | None = None, exact: bool = False,
-         regime: str = "back-to-back", **options: Unpack[TuneParams]) -> TuneResult:
+         regime: str = "back-to-back", rate: float | None = None, **options: Unpack[TuneParams]) -> TuneResult:
     """`decodecalc tune`: the best global engine setting for a whole decode workload, and what-if heuristics.
 
     Give exactly one workload: ``steps`` (a file, or a list of steps), ``requests`` (a file, or a list of requests)
@@ -472,14 +475,16 @@ def tune(model: str = "llama3-8b", *, steps: StepsArg = None, requests: StepsArg
     accepted (deterministic model, decodecalc/traffic/requests.py). ``heuristics``: names
     (a list or a comma string; default all, ``[]`` or ``"none"`` for none); ``rule``: a Python file defining
     ``splits(step)`` and/or ``segments(step)``; ``max_regression``: ``"5%"``, ``0.05`` or ``None`` (no guard);
-    ``regime``: ``"back-to-back"`` or ``"in-graph"`` (what the times are for: docs/recommend.md, "Regimes").
+    ``regime``: ``"back-to-back"`` or ``"in-graph"`` (what the times are for: docs/recommend.md, "Regimes");
+    ``rate``: Poisson arrivals (requests/s) for a ``requests`` file (default: its own, or for a file without arrival
+    times the rate that keeps ``max_num_seqs`` busy).
     """
     inputs = tune_inputs(model, **options)
     trace = load_workload(steps=steps, requests=requests, workload=workload, concurrency=concurrency,
                           max_num_seqs=options.get("max_num_seqs", 1024),
                           max_num_batched_tokens=options.get("max_num_batched_tokens", 8192),
                           num_speculative_tokens=options.get("num_speculative_tokens", 0),
-                          draft_acceptance_rate=draft_acceptance_rate,
+                          draft_acceptance_rate=draft_acceptance_rate, arrival_rate=rate,
                           context_len=inputs.max_model_len or inputs.work.model.context_length)
     return tune_for(inputs, trace, objective=objective, max_regression=max_regression, heuristics=heuristics,
                     rule=rule, engine=engine, profile=profile, max_shapes=max_shapes, exact=exact, regime=regime)

@@ -41,9 +41,11 @@ class IntervalSteps:
     engine_offset: np.ndarray  # int64 [requests]: engine step = decode step + this (the idle engine steps before it)
     source: str
     notes: tuple[str, ...] = ()
+    arrivals: dict[str, Any] | None = None  # the JSON's workload.arrivals: Poisson arrivals given to the trace
 
     @classmethod
-    def of(cls, iv: Any, source: str, notes: tuple[str, ...] = ()) -> IntervalSteps:
+    def of(cls, iv: Any, source: str, notes: tuple[str, ...] = (), *,
+           arrivals: dict[str, Any] | None = None) -> IntervalSteps:
         """From :class:`decodecalc.traffic.requests.RequestIntervals` (at least one interval)."""
         start = np.frombuffer(iv.start, dtype=np.int64) if len(iv.start) else np.zeros(0, dtype=np.int64)
         base = np.frombuffer(iv.base, dtype=np.int64) if len(iv.base) else np.zeros(0, dtype=np.int64)
@@ -55,7 +57,8 @@ class IntervalSteps:
         gap = np.maximum(start - before, 0)
         gap[:1] = start[:1]
         offset = np.cumsum(gap)
-        return cls(first=start - offset, base=base, count=count, engine_offset=offset, source=source, notes=notes)
+        return cls(first=start - offset, base=base, count=count, engine_offset=offset, source=source, notes=notes,
+                   arrivals=arrivals)
 
     # per step ---------------------------------------------------------------------------------------------------------
 
@@ -158,9 +161,10 @@ class IntervalSteps:
         from decodecalc.batch.summary import summary_block
 
         values, counts = self.length_counts()
-        return summary_block(source=self.source, batch=self.batch, weights=self.weights, lengths=values,
-                             length_weights=counts, hashes=self.hashes(), generated_tokens=int(self.count.sum()),
-                             query_tokens=self.query_tokens(), speculative=False, notes=self.notes)
+        block = summary_block(source=self.source, batch=self.batch, weights=self.weights, lengths=values,
+                              length_weights=counts, hashes=self.hashes(), generated_tokens=int(self.count.sum()),
+                              query_tokens=self.query_tokens(), speculative=False, notes=self.notes)
+        return block | ({"arrivals": self.arrivals} if self.arrivals is not None else {})
 
     def covariates(self) -> np.ndarray:
         """:func:`decodecalc.batch.population.covariates` of every step."""
@@ -202,7 +206,8 @@ class IntervalSteps:
 
 
 def request_steps(prompt: Any, output: Any, arrival: Any, limits: Any, *, max_steps: int, source: str,
-                  notes: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Any:
+                  notes: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
+                  arrivals: dict[str, Any] | None = None) -> Any:
     """The decode steps of requests (columns sorted by arrival) under the batching model: as intervals
     (:class:`IntervalSteps`) where the model allows (no speculation, ``max_num_seqs`` within the token budget), else
     as runs (:class:`decodecalc.batch.runs.RunSteps`). ConfigError: no decode step, or more than ``max_steps``."""
@@ -214,10 +219,10 @@ def request_steps(prompt: Any, output: Any, arrival: Any, limits: Any, *, max_st
         br = batching_runs(prompt, output, arrival, limits, max_steps=max_steps, source=source)
         if not br.runs:
             raise ConfigError(f"{source}: the workload is empty (no decode steps: every request has output_tokens 1)")
-        return RunSteps.of(br.runs, source, notes)
+        return RunSteps.of(br.runs, source, notes, arrivals=arrivals)
     if not len(iv.start):
         raise ConfigError(f"{source}: the workload is empty (no decode steps: every request has output_tokens 1)")
-    steps = IntervalSteps.of(iv, source, notes)
+    steps = IntervalSteps.of(iv, source, notes, arrivals=arrivals)
     if steps.num_steps > max_steps:
         raise ConfigError(f"{source}: more than {max_steps:,} decode steps ({steps.num_steps:,} from "
                           f"{iv.requests:,} requests); tune a part of the trace (--max-requests N)")

@@ -34,9 +34,11 @@ class RunSteps:
     first_engine_step: np.ndarray  # int64 [R]
     source: str
     notes: tuple[str, ...] = ()
+    arrivals: dict[str, Any] | None = None  # the JSON's workload.arrivals: Poisson arrivals given to the trace
 
     @classmethod
-    def of(cls, runs: Sequence[Any], source: str, notes: tuple[str, ...] = ()) -> RunSteps:
+    def of(cls, runs: Sequence[Any], source: str, notes: tuple[str, ...] = (), *,
+           arrivals: dict[str, Any] | None = None) -> RunSteps:
         """From :class:`decodecalc.traffic.requests.StepRun` s."""
         R = len(runs)
 
@@ -47,7 +49,8 @@ class RunSteps:
         return cls(steps=col(r.steps for r in runs), batch_of_run=B,
                    bases=col((L for r in runs for L in r.base), int(B.sum())), query=col(r.query_len for r in runs),
                    tokens_of_run=col(r.tokens if r.tokens is not None else -1 for r in runs),
-                   first_engine_step=col(r.first_engine_step for r in runs), source=source, notes=notes)
+                   first_engine_step=col(r.first_engine_step for r in runs), source=source, notes=notes,
+                   arrivals=arrivals)
 
     # per run ------------------------------------------------------------------------------------------------------
 
@@ -135,10 +138,11 @@ class RunSteps:
         from decodecalc.batch.summary import summary_block
 
         values, counts = self.length_counts()
-        return summary_block(source=self.source, batch=self.batch, weights=self.weights, lengths=values,
-                             length_weights=counts, hashes=self.hashes(), generated_tokens=int(self.tokens.sum()),
-                             query_tokens=self.query_tokens(), speculative=bool((self.query > 1).any()),
-                             notes=self.notes)
+        block = summary_block(source=self.source, batch=self.batch, weights=self.weights, lengths=values,
+                              length_weights=counts, hashes=self.hashes(), generated_tokens=int(self.tokens.sum()),
+                              query_tokens=self.query_tokens(), speculative=bool((self.query > 1).any()),
+                              notes=self.notes)
+        return block | ({"arrivals": self.arrivals} if self.arrivals is not None else {})
 
     def covariates(self) -> np.ndarray:
         """:func:`decodecalc.batch.population.covariates` of every step."""

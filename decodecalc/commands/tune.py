@@ -74,6 +74,11 @@ TokenizerOpt = Annotated[Optional[Path], typer.Option("--tokenizer", help="A tok
                                                       "ShareGPT file (default: the model's from the local Hugging Face "
                                                       "cache, else an estimate; needs the 'tokens' extra).",
                                                       rich_help_panel=TRAFFIC)]
+RateOpt = Annotated[Optional[float], typer.Option("--rate", help="Poisson arrivals at R requests/s for the --requests "
+                                                "file (seeded), instead of its own arrival times. A file without "
+                                                "arrival times (ShareGPT) gets the rate that keeps --max-num-seqs "
+                                                "busy: max_num_seqs / (mean output tokens x 0.025 s a step).",
+                                                rich_help_panel=TRAFFIC, show_default=False)]
 MaxRequestsOpt = Annotated[Optional[int], typer.Option("--max-requests", help="Read only the first N requests of "
                                                        "the --requests file.", rich_help_panel=TRAFFIC)]
 MetricsOpt = Annotated[Optional[str], typer.Option("--metrics", help="A running vLLM server's Prometheus metrics (a "
@@ -139,6 +144,7 @@ def register(app: typer.Typer) -> None:
         columns: ColumnsOpt = None,
         tokenizer: TokenizerOpt = None,
         max_requests: MaxRequestsOpt = None,
+        rate: RateOpt = None,
         metrics_model: MetricsModelOpt = None,
         concurrency: ConcurrencyOpt = None,
         draft_acceptance_rate: AcceptanceOpt = None,
@@ -216,7 +222,7 @@ def register(app: typer.Typer) -> None:
                                   num_speculative_tokens=num_speculative_tokens,
                                   draft_acceptance_rate=draft_acceptance_rate, trace_format=trace_format,
                                   columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
-                                  model_hint=inputs.work.model.hf_id, max_requests=max_requests,
+                                  model_hint=inputs.work.model.hf_id, max_requests=max_requests, arrival_rate=rate,
                                   metrics_model=metrics_model, progress=report,
                                   context_len=inputs.max_model_len or inputs.work.model.context_length)
             result = tune_for(inputs, trace, objective=objective, max_regression=max_regression,
