@@ -63,8 +63,8 @@ def calibration_grid() -> list[tuple[tuple[int, int, int, tuple[int, ...]], tupl
     a quarter of the shapes behind the shipped H200 profile, drawn by a stable hash, each at the static launches it
     was timed under there (vLLM 2D and 3D at 2-128 segments, SGLang at 1-64 splits): 75 shapes, 509 timings. Chosen
     because calibrate's cold recipe fitted on these shapes' shipped timings holds within 1.5x of the shipped profile
-    on six workload validations no fit saw, where ten shapes or the 550 timings of ``--thorough`` do not (BENCHMARKS.md,
-    "Physics or map?")."""
+    on six workload validations, where ten shapes or the 550 timings of ``--thorough`` do not
+    (benchmarks/calibrate_map_experiment.py, benchmarks/results/calibrate-map-experiment-h200.json)."""
     return list(_calibration_grid())
 
 
@@ -82,9 +82,8 @@ def _calibration_grid() -> tuple[tuple[tuple[int, int, int, tuple[int, ...]], tu
 #: calibrate's map steps (``--map-steps``; with ``--grid`` by default): sampled steps of the workloads whose per-step
 #: H200 timings built the shipped map (benchmarks/validate_tune_h200.py --per-step: these models and presets, 200 steps
 #: each), each under the launches of tune's leading candidates (:func:`decodecalc.reports.step_launches.
-#: reference_samples`). Their timings are map data only (group cells of g4 and g8 at d128), not physics. Simulated on
-#: the shipped map's 6,691 step timings over the grid run's physics (BENCHMARKS.md, "Physics or map?"): 100 steps put
-#: the grid's profile within 1.5x of the shipped one on five of six validations, 50 steps on three
+#: reference_samples`). Their timings are map data only (group cells of g4 and g8 at d128), not physics; what 50, 100
+#: and 300 such steps add to the grid's physics: benchmarks/results/calibrate-map-experiment-h200.json
 MAP_MODELS: tuple[tuple[str, int], ...] = (("llama3.1-8b", 1), ("llama3.1-70b", 8))
 MAP_WORKLOADS: tuple[str, ...] = ("chat", "long-doc-qa", "agentic")
 MAP_WORKLOAD_STEPS = 200
@@ -237,7 +236,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
             phys = fit_physics(train, start, recipe, launch_overhead_s=launch_overhead_s) if train else start
             spilled = 0
             if cold:  # from scratch its spilling reduce has no numbers but what the map steps time (a warm start
-                # keeps the start's: on the H100 the H200's, transferred, did as well; BENCHMARKS.md)
+                # keeps the start's, which did as well on the H100: benchmarks/results/spill-fit-h100.json)
                 phys, spilled = fit_spill_family(phys, [*train, *train_map])
                 seen = {k.family for m in train for k in m.work.kernels} | ({REDUCE_SPILL_FAMILY} if spilled else set())
                 # a family it did not fit holds the fit's starting guesses, not a prediction (listed uncalibrated)
@@ -265,7 +264,7 @@ def fit_calibration_rows(rows: Sequence[Mapping[str, Any]], *, gpu: Any, base: T
                                              restarts=1, progress=progress)
             physics = dataclasses.replace(backend_fit.profile, residuals=None)
         # the shipped profile's second half too: the map of the physics' errors on the same timings (in sample here,
-        # as it is for the shipped map; BENCHMARKS.md reports what it does on workloads no fit saw)
+        # as it is for the shipped map; on workloads no fit saw: benchmarks/results/score-gpu-workloads-h100-sxm.json)
         map_where = (f" and {len(map_ms)} timings of {sum(len(r['sampled_steps']) for r in map_steps)} sampled steps "
                      f"of {len(map_steps)} reference workloads" if map_ms else "")
         fitted = before_cells = (with_residuals(physics, [*ms, *map_ms], source=where + map_where)
