@@ -20,9 +20,9 @@ smoothed local mean of the residuals of nearby measured launches, shrunk toward 
 measured (``prior_launches``), and exactly 1 far from every measurement or in a cell nobody measured. A launch
 reads its layout cell where the map has one, else its (family, group, head dim) cell: the group-size cell pools
 every layout of that group (8:1 and 64:8 alike), which on the H200 differ by up to 18% in SGLang's stage 1
-(BENCHMARKS.md, "SGLang's stage 1 by head layout"). A layout cell's correction is its group cell's, moved by one
-offset for the layout: the mean log residual of the layout's timings over what the group cell predicts at each,
-shrunk by ``layout_prior_launches``. Layout cells made from sampled steps of a user's traffic (``calibrate
+(benchmarks/results/calibrate-h200-thorough-measurements.json, layouts-h200-group-sweep.json). A layout cell's
+correction is its group cell's, moved by one offset for the layout: the mean log residual of the layout's timings
+over what the group cell predicts at each, shrunk by ``layout_prior_launches``. Layout cells made from sampled steps of a user's traffic (``calibrate
 --workload``) add a local term: the same smoothing as a group cell's, of what group cell and offset leave
 (``layout_local_bandwidth_octaves``, ``layout_local_prior_launches``). The fit writes the map
 (:func:`decodecalc.timemodel.recipe.with_residuals`); ``--explain`` shows the factor and its support.
@@ -71,16 +71,18 @@ DEFAULT_BANDWIDTH_OCTAVES = 0.35
 #: pseudo-launches of zero residual every correction is pooled with (shrinkage toward the physics)
 DEFAULT_PRIOR_LAUNCHES = 4.0
 #: ... of a layout cell's offset (calibrate --model): its points are single timings of one layout (a median of
-#: CUDA-graph replays, 1-3% apart between runs) set against a layout bias of 5-18% (BENCHMARKS.md, "SGLang's stage 1
-#: by head layout"), so the offset is shrunk by one pseudo-timing of none; chosen before it was scored
+#: CUDA-graph replays, 1-3% apart between runs) set against a layout bias of 5-18%
+#: (benchmarks/results/calibrate-h200-thorough-measurements.json), so the offset is shrunk by one pseudo-timing of
+#: none; chosen before it was scored
 DEFAULT_LAYOUT_PRIOR_LAUNCHES = 1.0
 #: a layout cell made from sampled steps of the user's own traffic (calibrate --workload) also gets a local term: the
 #: Gaussian-smoothed mean, in (u, v), of its timings' residuals over group cell and offset, so that the correction can
 #: differ between the traffic's regimes (vLLM 2D and 3D, SGLang's small and large splits), which one offset cannot
-#: follow (Llama-3-405B's chat error changes sign between settings). The bandwidth is the group cells'; the prior was
-#: chosen on two of four H200 models' later steps (Gemma-2-9B, Llama-3-405B: 0.1 of 2, 1, 0.5, 0.25, 0.1 launches)
-#: and reported on the other two (BENCHMARKS.md, "calibrate --workload"). Dense samples of one traffic support it;
-#: calibrate --model's 40 uniform timings do not (a local mean of them moved no prediction), so they keep the offset
+#: follow (Llama-3-405B's chat error changes sign between settings). The bandwidth is the group cells'; the prior (of
+#: 2, 1, 0.5, 0.25, 0.1 launches) was chosen on Gemma-2-9B's and Llama-3-405B's later H200 steps and scored on the
+#: other models (benchmarks/calibrate_workload_h200.py, benchmarks/results/calibrate-workload-h200.json). Dense
+#: samples of one traffic support it; calibrate --model's 40 uniform timings do not (a local mean of them moved no
+#: prediction), so they keep the offset
 WORKLOAD_LOCAL_BANDWIDTH_OCTAVES = DEFAULT_BANDWIDTH_OCTAVES
 WORKLOAD_LOCAL_PRIOR_LAUNCHES = 0.1
 #: bins further than this many bandwidths away do not count (their weight is below 1e-2)
@@ -236,7 +238,8 @@ class ResidualMap:
         """(offset, launches) of a layout cell: the mean log residual of its timings over what its group cell
         predicts at each of them, shrunk by ``layout_prior_launches``. One number for the whole layout, because its
         timings are a few dozen launches spread over the (u, v) plane, each far from the next: a local mean of them
-        moved no prediction of another batch of the same layout (BENCHMARKS.md, "calibrate --model")."""
+        moved no prediction of another batch of the same layout (each batch of
+        benchmarks/results/layouts-h200-unseen.json left out in turn; docs/lab/2026-12-02-calibrate-model.md)."""
         key = (cell, _OFFSET, 0)
         hit = self._memo.get(key)
         if hit is None:
