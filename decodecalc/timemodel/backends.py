@@ -100,8 +100,9 @@ def cuda_core_step_factor(group_size: int, kv_bytes_per_element: int) -> float:
     at half of it: the same arithmetic on half the bytes).
 
     Source: scored on head layouts no fit saw, bf16 by benchmarks/flashinfer_wide_ctas.py and
-    benchmarks/cuda_core_step_rule.py (benchmarks/results/flashinfer-wide-ctas-h200.json, cuda-core-step-rule-h200.json),
-    e4m3 by benchmarks/fit_backends_fp8_h200.py (benchmarks/results/fit-backends-fp8-h200.json)."""
+    benchmarks/cuda_core_step_rule.py (benchmarks/results/flashinfer-wide-ctas-h200.json,
+    cuda-core-step-rule-h200.json), e4m3 by benchmarks/fit_backends_fp8_h200.py
+    (benchmarks/results/fit-backends-fp8-h200.json)."""
     return max(1.0, group_size * 2 / (kv_bytes_per_element * CUDA_CORE_G0))
 
 

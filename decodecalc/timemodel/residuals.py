@@ -22,10 +22,10 @@ reads its layout cell where the map has one, else its (family, group, head dim) 
 every layout of that group (8:1 and 64:8 alike), which on the H200 differ by up to 18% in SGLang's stage 1
 (benchmarks/results/calibrate-h200-thorough-measurements.json, layouts-h200-group-sweep.json). A layout cell's
 correction is its group cell's, moved by one offset for the layout: the mean log residual of the layout's timings
-over what the group cell predicts at each, shrunk by ``layout_prior_launches``. Layout cells made from sampled steps of a user's traffic (``calibrate
---workload``) add a local term: the same smoothing as a group cell's, of what group cell and offset leave
-(``layout_local_bandwidth_octaves``, ``layout_local_prior_launches``). The fit writes the map
-(:func:`decodecalc.timemodel.recipe.with_residuals`); ``--explain`` shows the factor and its support.
+over what the group cell predicts at each, shrunk by ``layout_prior_launches``. Layout cells made from sampled
+steps of a user's traffic (``calibrate --workload``) add a local term: the same smoothing as a group cell's, of what
+group cell and offset leave (``layout_local_bandwidth_octaves``, ``layout_local_prior_launches``). The fit writes the
+map (:func:`decodecalc.timemodel.recipe.with_residuals`); ``--explain`` shows the factor and its support.
 
 Pure Python, no numpy: ``tune`` evaluates tens of thousands of launches, so lookups are memoized on a
 1/16-octave grid of (u, v) (a 4% step, far below the bandwidth).
