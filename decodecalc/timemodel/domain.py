@@ -20,7 +20,7 @@ launches take the same time (the model's prediction does not depend on the block
 sizes 2-8 with several KV heads runs up to 18% faster at block 32 and at 32:8 d128 up to 5% slower, which the model
 does not see. SGLang's Triton backend reads token slots (page size 1), so the block size never takes its prediction
 outside. The same run timed an fp8 KV cache: it runs at 0.77-0.92x the bf16 time where the model predicts
-0.61-0.76x, and stays outside (BENCHMARKS.md, "fp8 KV cache and 32-token blocks").
+0.61-0.76x, and stays outside (the same results file; benchmarks/kv_formats_report.py summarises it).
 """
 
 from __future__ import annotations

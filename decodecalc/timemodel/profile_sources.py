@@ -69,7 +69,7 @@ def _packaged_mapping(key: str, folder: Any = None, *, use_copy: bool = True) ->
     """The mapping of ``decodecalc/profiles/<key>.yaml``, None where there is none. The YAML is the source; its parsed
     copy ``<key>.json`` is read instead (unless not ``use_copy``) when it was parsed from exactly this text (its
     SHA-256) and holds a mapping, because the H200 profile's residual map takes 60 ms of CPU to parse as YAML and 2 ms
-    as JSON (BENCHMARKS.md, "grid start-up")."""
+    as JSON (grid's start-up: benchmarks/bench_cli_startup.py)."""
     folder = folder or resources.files("decodecalc.profiles")
     ref = folder.joinpath(f"{key}.yaml")
     if not ref.is_file():

@@ -41,7 +41,8 @@ class FitRecipe:
     own_idle_kernels: tuple[str, ...] = ("vllm", "sglang")
     #: kernels whose main families get their own ``sm_saturation_gap``
     saturating_kernels: tuple[str, ...] = ("vllm", "sglang")
-    #: kernels fitted with a cost per contiguous KV run (none: BENCHMARKS.md "SGLang's stage 1 by head layout")
+    #: kernels fitted with a cost per contiguous KV run (none: benchmarks/results/layouts-h200-unseen.json rules out
+    #: its cause; :func:`decodecalc.timemodel.work.kv_runs_per_iter`)
     run_kernels: tuple[str, ...] = ()
     restarts: int = 2
     max_evals: int = 2500
@@ -54,9 +55,8 @@ SHIPPED = FitRecipe()
 #: seconds, not minutes
 CALIBRATE_COLD = dataclasses.replace(SHIPPED, restarts=1, max_evals=1500)
 #: calibrate from a calibrated profile (the default): the families' own idle-program costs and saturation gaps keep
-#: the starting profile's values, because ten shapes do not pin them. Measured on the same 80 H200 timings against
-#: six workload validations (BENCHMARKS.md, "calibrate on the H200 against the shipped profile"): from the packaged
-#: start, freeing them lost 48 of 1,613 totals within 5%; from scratch, freeing them gained 50
+#: the starting profile's values, because ten shapes do not pin them (benchmarks/results/calibrate-recipe-choice.json:
+#: 80 H200 timings, both recipes from both starts, six workload validations; tests/test_calibrate_refit.py)
 CALIBRATE = dataclasses.replace(CALIBRATE_COLD, own_idle_kernels=(), saturating_kernels=())
 
 
@@ -98,8 +98,8 @@ def fit_spill_family(physics: TimeProfile, ms: Sequence[Measurement], *,
     :data:`SPILL_MIN_LAUNCHES`. calibrate's plan shapes stop at 128 segments, so its spilling launches are the map
     steps' (the reference workloads' long contexts under tune's leading settings, 512-4,096 segments). Left out whole
     on the H100 (each reference workload's spilling launches predicted by a fit on the other workloads'), the fit
-    takes a from-scratch profile's error on them from 36% to 9% median (BENCHMARKS.md, "The spilling reduce in a
-    calibration")."""
+    takes a from-scratch profile's error on them from 36% to 9% median (benchmarks/spill_fit_h100.py,
+    benchmarks/results/spill-fit-h100.json)."""
     rows = [m for m in ms if any(k.family == REDUCE_SPILL_FAMILY for k in m.work.kernels)]
     if len(rows) < SPILL_MIN_LAUNCHES:
         return physics, 0

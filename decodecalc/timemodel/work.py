@@ -333,14 +333,11 @@ def kv_runs_per_iter(num_kv_heads: int, tokens_per_iter: int, page_tokens: int) 
     """Contiguous runs of memory one iteration of an attention program reads for its K and V tiles. Both engines
     lay a KV cache out as [slots, num_kv_heads, head_dim] in pages of ``page_tokens`` adjacent slots: with one KV head
     per rank a page of the program's tile is one run, else each token's row of the program's head is its own run of
-    head_dim elements, the other heads' rows between them. Measured on the H200
-    (benchmarks/results/calibrate-h200-thorough-measurements.json): at one long sequence (one program per KV head,
-    far from any bandwidth limit) SGLang's stage 1 takes 2.49 us an iteration for 8:1 heads and 2.93-2.98 us for
-    12:2, 32:8, 40:8 and 96:8 at d128 (the same bytes); 1.46 and 1.98 us for 8:1 and 20:4 at d64. The interleaving
-    is not the cause, though: 16:1 and 4:1 heads (one KV head, contiguous pages) take 3.06-3.12 ms where 8:1 takes
-    2.63 (benchmarks/results/layouts-h200-unseen.json, the same session), and the same 8:1 launches with every token on
-    a random slot take 6-8% longer, not 18%. The count is kept for profiles that fit a cost to it
-    (``FamilyParams.run_s``); the shipped H200 profile does not (benchmarks/fit_timemodel.py RUN_KERNELS)."""
+    head_dim elements, the other heads' rows between them. The count is kept for profiles that fit a cost to it
+    (``FamilyParams.run_s``); the shipped H200 profile does not (benchmarks/fit_timemodel.py RUN_KERNELS), because the
+    interleaving does not explain SGLang's stage 1 by layout on the H200: 16:1 and 4:1 heads, one KV head and no
+    interleaving, are as slow as 32:8; only 8:1 is fast (benchmarks/results/layouts-h200-unseen.json,
+    calibrate-h200-thorough-measurements.json)."""
     if num_kv_heads == 1:
         return 2 * cdiv(tokens_per_iter, page_tokens)
     return 2 * tokens_per_iter
@@ -361,7 +358,7 @@ def sglang_stage1_family(mha: bool, kv_bytes_per_element: int, prefix: str = "sg
     """The time-model family of SGLang's stage 1: ``_fwd_kernel_stage1`` (MHA) or ``_fwd_grouped_kernel_stage1``, the
     grouped kernel with a 1-byte (fp8) KV cache its own family (``sglang_stage1_fp8``): Triton compiles it for fp8
     loads, and on the H200 it runs at 0.65-1.0x its bf16 time where halving the bytes predicts 0.6-0.76x
-    (benchmarks/measure_kv_formats_h200.py, BENCHMARKS.md "fp8 KV cache and 32-token blocks"). decodecalc's reference
+    (benchmarks/measure_kv_formats_h200.py, benchmarks/results/kv-formats-h200.json). decodecalc's reference
     kernels (``prefix`` ref_sglang) keep one stage-1 family."""
     if prefix != "sglang":
         return f"{prefix}_stage1"
