@@ -41,7 +41,7 @@ from decodecalc.batch.steps import Block, StepArrays
 #: exactly timed steps a recipe may take when tightened (None: every step that needs one: exact); the anchors of the
 #: engines' own recipes come from their array launches (decodecalc/batch/dispatch.py: 20-100 us a step). Chosen on
 #: 20,000 chat steps (768: a setting's total up to 0.1% off, stated; 3,072: 0.03%), checked on the other bench_tune
-#: cases and a day-like trace against --exact (BENCHMARKS.md, "Speed and memory")
+#: cases and a day-like trace against --exact (benchmarks/bench_tune.py, benchmarks/results/bench_tune.json)
 DEFAULT_MAX_ANCHORS = 3072
 #: ... of a recipe without array launches (the other backends, a few ms a step through the scalar work)
 STEPWISE_MAX_ANCHORS = 768

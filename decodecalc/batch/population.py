@@ -14,8 +14,8 @@ the size alone would leave the jump in the residuals) and ``beta`` the weighted 
 steps' times on them. The fit takes out what the
 step's size explains, so the sampling error is that of the residuals only (a few times less than the plain weighted
 sum's for vLLM's kernels on a 100,000-step trace). Its standard error comes from the successive differences of the
-weighted residuals in workload order (neighbouring strata paired); on that trace it errs high by 1.3-1.9x
-(BENCHMARKS.md).
+weighted residuals in workload order (neighbouring strata paired); on that trace it errs high by 1.3-1.9x (measured
+with benchmarks/bench_tune.py's 100,000-step case when the estimator was written, commit 3ef5909).
 """
 
 from __future__ import annotations

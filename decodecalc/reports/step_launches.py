@@ -4,11 +4,12 @@ replays; SGLang: the per-sequence split counts, computed on the device by the en
 the rule is adaptive) with the settings that decide tune's pick: each engine's default, the pick and the next best
 candidates (global layers; a sliding-window model's window layers are not sampled).
 
-Why these launches and not calibrate's static shapes: simulated from H200 per-step timings, layout cells from six
-sampled steps under the engines' own launches put 50 of 87 later workload totals within 5% (19 with the shipped
-profile), cells from static launches only 35 (benchmarks/steps_in_sequence.py ``--sampled``); built and run on the
-H200, 78 -> 177 of 219 over six models (BENCHMARKS.md, "calibrate --workload"). The launches come from the launcher modules (:func:`~decodecalc.launchers.vllm_unified.plan_vllm`,
-:func:`~decodecalc.launchers.sglang_triton.plan_sglang`); this module only reads their plans.
+Why these launches and not calibrate's static shapes: layout cells from sampled steps under the engines' own
+launches predict the same traffic's later totals better than cells from static launches (simulated on H200 per-step
+timings by ``benchmarks/steps_in_sequence.py --sampled``; measured by ``benchmarks/calibrate_workload_h200.py``,
+``benchmarks/results/calibrate-workload-h200.json``). The launches come from the launcher modules
+(:func:`~decodecalc.launchers.vllm_unified.plan_vllm`, :func:`~decodecalc.launchers.sglang_triton.plan_sglang`); this
+module only reads their plans.
 
 A launch is a JSON-ready mapping (the ``launch`` of a per-step timing row, as
 ``benchmarks/validate_tune_h200.py --per-step`` and ``calibrate --save-measurements`` store it):
@@ -29,7 +30,7 @@ from decodecalc.launchers.vllm_unified import plan_vllm
 from decodecalc.reports.tune_space import engine_settings
 from decodecalc.timemodel.step_rows import StepLaunch, WorkloadSample
 
-#: steps calibrate --workload samples by default: six gave 50 of 87 totals within 5%, twelve 53 (module doc)
+#: steps calibrate --workload samples by default: twelve did little better (benchmarks/steps_in_sequence.py --sampled)
 DEFAULT_SAMPLE_STEPS = 6
 #: per engine, the leading candidates timed besides the default and the pick: the settings whose times decide the
 #: pick (the simulation's data timed the same: validate_tune_h200.py --top 6). The whole range would add kernels of

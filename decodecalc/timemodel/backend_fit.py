@@ -9,7 +9,8 @@ The plan is an experiment over head layouts, not the models at hand: twelve per-
 ragged) on a bf16 and an fp8 (e4m3) KV cache back to back (so a session's drift cancels in their ratio), plus
 twelve chat-like steps (8-96 sequences of 50-800 tokens) under the plans the engines' CUDA graphs use. It is the
 plan of ``benchmarks/measure_backends_fp8_h200.py``, whose H200 runs are committed: ``calibrate --from-measurements``
-on them is the H200 calibrated from scratch without a GPU (BENCHMARKS.md).
+on them is the H200 calibrated from scratch without a GPU (``benchmarks/calibrate_backends_h200.py
+--build-measurements``; ``benchmarks/results/calibrate-backends-h200-committed-runs.yaml``).
 
 Whether a fitted family is calibrated is decided on whole head layouts a fit left out (three folds of the plan's
 layouts, each layout predicted by the fit that did not see it), never on a random split of shapes; the families
@@ -74,8 +75,8 @@ BACKEND_OCCUPANCY = {"fa3_combine": 5, "flashmla_combine": 5, "fa2_fwd": 2, "fa2
                      # in the last CTA; mha_sm90.cu: 384 threads, 35-63 KiB, about 44 registers -> 3
                      "xqa": 1, "xqa_wide": 1, "xqa_merge": 1, "xqa_sm90": 3, "xqa_sm90_merge": 1}
 #: calibrate's simplex budget per family group, against the shipped fits' 1,500: chosen for the fit's time (26 s on the
-#: H200's 16 host cores, 4 minutes on 2); the left-out figures it gives are the calibrate run's (BENCHMARKS.md,
-#: "calibrate --backends from scratch"), not compared here with a 1,500-evaluation fit of the same runs
+#: H200's 16 host cores, 4 minutes on 2); the left-out figures it gives are the calibrate run's
+#: (benchmarks/results/calibrate-backends-h200.log), not compared with a 1,500-evaluation fit of the same runs
 CALIBRATE_MAX_EVALS = 600
 #: FA3's persistent tiles: what a CTA's further tiles cost is chosen among these (us) by the fit's loss on its
 #: training rows (benchmarks/fit_fa3_tiles.py chose 2.25 of 0-4.5 on the H200)
