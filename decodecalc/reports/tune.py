@@ -79,7 +79,7 @@ TIMED_SYSTEMS = ("vllm", "sglang", "flashinfer", "flashinfer-tc", "fa3")
 def profile_workload(profile: TimeProfile) -> dict[str, Any] | None:
     """The traffic a profile's layout cells were sampled from (``calibrate --workload``): source, model, TP degree and
     steps sampled; None for other profiles. Those cells predict that traffic best and another of the same layout can
-    be worse (BENCHMARKS.md, "calibrate --workload"), so tune says whose they are."""
+    be worse (benchmarks/results/calibrate-workload-h200.json), so tune says whose they are."""
     wl = profile.fit.get("workload") if isinstance(profile.fit, Mapping) else None
     if not isinstance(wl, Mapping):
         return None
