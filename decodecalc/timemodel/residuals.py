@@ -239,7 +239,7 @@ class ResidualMap:
         predicts at each of them, shrunk by ``layout_prior_launches``. One number for the whole layout, because its
         timings are a few dozen launches spread over the (u, v) plane, each far from the next: a local mean of them
         moved no prediction of another batch of the same layout (each batch of
-        benchmarks/results/layouts-h200-unseen.json left out in turn; docs/lab/2026-12-02-calibrate-model.md)."""
+        benchmarks/results/layouts-h200-unseen.json left out in turn, against the other batches' layout cells)."""
         key = (cell, _OFFSET, 0)
         hit = self._memo.get(key)
         if hit is None:
