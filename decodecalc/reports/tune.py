@@ -134,8 +134,9 @@ def make_context(trace: StepTrace | StepSource, work: Workload, gpu: GPUSpec, pr
                            max_model_len=max_model_len)
 
     summary = workload_summary(steps) if isinstance(steps, StepArrays) else steps.summary()
-    if getattr(trace, "arrivals", None) is not None:  # Poisson arrivals given to a request trace (--rate)
-        summary = summary | {"arrivals": trace.arrivals}
+    arrivals = getattr(trace, "arrivals", None)  # Poisson arrivals given to a request trace (--rate)
+    if arrivals is not None:
+        summary = summary | {"arrivals": arrivals}
     max_seq_len = int(steps.seq_lens.max()) if isinstance(steps, StepArrays) else steps.max_seq_len
     if max_seq_len > MAX_SEQ_LEN:  # the same bound as --seq-len: no model or kernel is modeled past it
         raise ConfigError(f"{steps.source}: a KV length of {max_seq_len:,} tokens is over the supported "
