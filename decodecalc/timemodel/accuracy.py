@@ -29,6 +29,7 @@ Either figure may be absent (no such evidence); a launch then gets no expected e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,16 @@ GOAL_TOTALS_WITHIN_5PCT = 0.95
 GOAL_TOTALS_MAX = 0.10
 FIGURES = ("fitted_layout", "new_layout")
 _FIGURE_KEYS = ("rows", "layouts", "median_abs_err", "p90_abs_err", "evidence")
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` with linear interpolation between ranks (NaN of none): every error figure's."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def layout_key(num_heads: int, num_kv_heads: int, head_size: int) -> str:
@@ -275,8 +286,6 @@ def leave_one_layout_out(rows: Sequence[tuple[float, str]]) -> list[LayoutCheck]
     """Whether a printed p90 holds on a layout no fit saw: each layout of ``rows`` (``(|error|, layout key)``) is
     judged against the p90 of the other layouts' rows, printed only where another layout of its class is among them
     (the rule of :func:`expected_error`)."""
-    from decodecalc.timemodel.fit import percentile
-
     out = []
     for lay in sorted({x for _, x in rows}):
         others = sorted(e for e, x in rows if x != lay)

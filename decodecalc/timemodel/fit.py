@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from decodecalc.errors import ConfigError, DecodecalcError
+from decodecalc.timemodel.accuracy import percentile  # one home for the error figures' quantile
 from decodecalc.timemodel.predict import TIE_FRACTION, launch_time_s, model_launch_time_s, robust_time_s
 from decodecalc.timemodel.profile import FamilyParams, TimeProfile
 from decodecalc.launchers.sglang_triton import get_num_kv_splits
@@ -379,15 +380,6 @@ def fit_profile(ms: Sequence[Measurement], base: TimeProfile, *, occupancy: Mapp
 
 def abs_pct_errors(profile: TimeProfile, ms: Sequence[Measurement]) -> list[float]:
     return [abs(launch_time_s(m.work, profile) / m.time_s - 1.0) for m in ms]
-
-
-def percentile(xs: Sequence[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def recommendation_quality(profile: TimeProfile, ms: Sequence[Measurement], *, robust: bool = True) -> dict[str, Any]:
