@@ -6,7 +6,8 @@
 Writes three seeded traces in the public formats (Azure LLM inference 2023 code, BurstGPT v1.1, Mooncake; 1,500
 requests each, arrival rates that keep 20-60 sequences decoding) under DIR/traces, runs ``decodecalc tune --requests
 ... --measure --json`` on each with one model per trace (Llama-3.1-8B TP1, Llama-3.1-70B TP8, Qwen2.5-7B TP2: three
-head layouts), and keeps each run's JSON (DIR/<case>-tune.json) and timings (DIR/<case>-timings.json).
+head layouts; ``--cases`` adds the backend cases: Llama-3-405B TP8, Gemma-2-9B, Mistral-7B on the chat preset),
+and keeps each run's JSON (DIR/<case>-tune.json) and timings (DIR/<case>-timings.json).
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-#: (case, trace format, model, TP)
+#: (case, trace format, model, TP): three real-format traces, three head layouts
 CASES = (("azure-code", "azure", "llama3.1-8b", 1), ("burstgpt", "burstgpt", "llama3.1-70b", 8),
          ("mooncake", "mooncake", "qwen2.5-7b", 2))
+#: the backends' totals on head layouts the backend fits were short of (issue 42: group 16, head dim 256, Mistral),
+#: on the seeded chat preset: (case, preset, model, TP)
+BACKEND_CASES = (("405b-chat", "chat", "llama3-405b", 8), ("gemma2-chat", "chat", "gemma-2-9b", 1),
+                 ("mistral-chat", "chat", "mistral-7b", 1))
 REQUESTS = 1500
 
 
@@ -58,18 +63,22 @@ def write_trace(case: str, fmt: str, path: Path, seed: int = 0) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def measure(out: Path, steps: int) -> None:
+def measure(out: Path, steps: int, cases: list[str]) -> None:
     import torch
 
     from decodecalc.specs.gpus import resolve_gpu
 
     gpu = resolve_gpu(torch.cuda.get_device_name(0)).name
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    for case, fmt, model, tp in CASES:
-        trace = out / "traces" / f"{case}.{'jsonl' if fmt == 'mooncake' else 'csv'}"
-        write_trace(case, fmt, trace)
+    for case, fmt, model, tp in [c for c in CASES + BACKEND_CASES if c[0] in cases]:
+        if fmt in ("azure", "burstgpt", "mooncake"):
+            trace = out / "traces" / f"{case}.{'jsonl' if fmt == 'mooncake' else 'csv'}"
+            write_trace(case, fmt, trace)
+            source = ["--requests", str(trace)]
+        else:
+            source = ["--workload", fmt]
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "decodecalc", "tune", "--requests", str(trace), "-m", model, "--tp", str(tp),
+        cmd = [sys.executable, "-m", "decodecalc", "tune", *source, "-m", model, "--tp", str(tp),
                "--gpu", gpu, "--heuristics", "none", "--measure", "--measure-steps", str(steps),
                "--save-measurements", str(out / f"{case}-timings.json"), "--json"]
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -101,19 +110,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--cases", default=",".join(c[0] for c in CASES),
+                    help="comma list of: " + ", ".join(c[0] for c in CASES + BACKEND_CASES))
     ap.add_argument("--summarize", type=Path, help="print the table of a finished run's folder (no GPU)")
     args = ap.parse_args()
     if args.summarize:
         print("| trace | engine | setting | role | predicted µs | measured µs (95%) | measured vs predicted |")
         print("|---|---|---|---|---|---|---|")
-        for case, *_ in CASES:
+        for case, *_ in CASES + BACKEND_CASES:
             f = args.summarize / f"{case}-tune.json"
             if f.is_file():
                 summarize_one(case, json.loads(f.read_text(encoding="utf-8")))
         return
     if args.out is None:
         ap.error("--out DIR (on the GPU) or --summarize DIR")
-    measure(args.out, args.steps)
+    measure(args.out, args.steps, [c for c in args.cases.split(",") if c])
 
 
 if __name__ == "__main__":

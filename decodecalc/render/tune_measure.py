@@ -27,7 +27,7 @@ def _row(m: MeasuredItem) -> list[str]:
     flag = " !" if m.outside_stated_error else ""
     role = ", ".join(r for r in i.roles if r in ("pick", "engine default"))
     return [escape(f"{_ENGINE.get(i.engine, i.engine)} {i.label}") + (f" [dim]({role})[/]" if role else ""),
-            fmt_us(i.predicted_mean_step_s, 100.0),
+            ("" if i.calibrated else "~") + fmt_us(i.predicted_mean_step_s, 100.0),
             (fmt_us(m.measured_mean_step_s, 100.0) + ci) if ok else "not timed",
             f"{m.ratio.value:.3f}{flag}" if ok else "-", stated, str(m.steps)]
 
@@ -43,6 +43,9 @@ def print_measured(mt: MeasuredTune, console: Console | None = None) -> None:
     for m in mt.items:
         t.add_row(*_row(m))
     c.print(t)
+    if not all(m.item.calibrated for m in mt.items):
+        print_wrapped(c, "~ an uncalibrated prediction (tune does not compare that backend): measured all the same",
+                      indent="  ", style="dim")
     if any(m.outside_stated_error for m in mt.items):
         print_wrapped(c, "! measured total outside the p90 error tune states for it", indent="  ", style="dim")
     for v in mt.verdicts:

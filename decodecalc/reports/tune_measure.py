@@ -78,11 +78,11 @@ def _backend_predictions(ctx: Any, kernel: str, engine: str, planner: Any, idx: 
 def runner_knobs(kernel: str, plan: Any) -> dict[str, Any]:
     """The arguments the backend's runner needs to launch what ``plan`` (the launcher's plan as the engine drives the
     kernel) says: FA3's num_splits, XQA's block-table width; the other runners take the engine's defaults."""
-    d = plan.details or {}
+    d = plan.details
     if kernel == Backend.FA3.value:
-        return {"num_splits": int(d.get("num_splits_arg", 0))}
+        return {"num_splits": int(d.num_splits_arg)}
     if kernel in (Backend.XQA.value, Backend.XQA_FP8.value):
-        return {"max_seq_len": int(d["maxSeqLen"])}
+        return {"max_seq_len": int(d.maxSeqLen)}
     return {}
 
 
@@ -133,9 +133,6 @@ def plan_measurement(result: TuneResult, *, steps: int = DEFAULT_MEASURE_STEPS,
     for d in result.defaults:
         if d.triton or d.selection is None or d.selection.backend is None:
             continue
-        if d.stats is None:
-            skipped.append(f"{Engine(d.engine).display_name}'s default {d.selection.name}: {d.note}")
-            continue
         backends.append((d.engine, d.selection.name, d.selection.backend, ("engine default",),
                          d.stats, "", d.expected_error))
         best = d.best_cap
@@ -143,7 +140,7 @@ def plan_measurement(result: TuneResult, *, steps: int = DEFAULT_MEASURE_STEPS,
             backends.append((d.engine, f"{d.selection.name} cap {best[0]}", d.selection.backend, ("backend",),
                              best[1], f"cap{best[0]}", d.expected_error))
     for b in result.backends:
-        if b.stats is None or not b.kernel:
+        if not b.kernel:  # the engine cannot run it for this model (the note says why)
             continue
         backends.append((b.engine, b.backend, Backend(b.kernel), ("backend",), b.stats, "", b.expected_error))
     runs: dict[tuple, BackendRun] = {}
@@ -155,13 +152,17 @@ def plan_measurement(result: TuneResult, *, steps: int = DEFAULT_MEASURE_STEPS,
         planner = engine_planner(backend, Engine(engine), o)
         try:
             pred = _backend_predictions(ctx, backend.value, engine, planner, idx, variant)
+            calibrated = st is not None
+            if st is None:  # tune does not compare it (uncalibrated, or outside the profile's domain): measured all
+                # the same, against the model's uncalibrated prediction
+                st = ctx.stats(ctx.timer.backend(backend.value, engine, planner, variant=variant).time)
         except (UnsupportedError, ConfigError) as exc:
             skipped.append(f"{Engine(engine).display_name} {label}: {exc}")
             continue
         item = MeasureItem(engine=engine, label=label, kind="backend", kernel=backend.value, roles=roles,
                            allowed=True, predicted_total_s=st.total_s, predicted_mean_step_s=st.mean_step_s,
-                           predicted_step_s=pred,
-                           stated_error=_stated(ee))
+                           predicted_step_s=pred, stated_error=_stated(ee) if calibrated else None,
+                           calibrated=calibrated)
         items.append(item)
         for i, (seq, q) in zip(idx, lens):
             wi = dataclasses.replace(w, seq_lens=tuple(int(x) for x in seq), query_lens=tuple(int(x) for x in q))
@@ -252,7 +253,8 @@ class MeasuredItem:
         i = self.item
         ok = math.isfinite(self.ratio.value)
         return {"engine": i.engine, "label": i.label, "kind": i.kind, "kernel": i.kernel, "roles": list(i.roles),
-                "within_guard": i.allowed, "predicted_total_s": i.predicted_total_s,
+                "within_guard": i.allowed, "predicted_calibrated": i.calibrated,
+                "predicted_total_s": i.predicted_total_s,
                 "measured_total_s": self.measured_total_s if ok else None,
                 "predicted_mean_step_s": i.predicted_mean_step_s,
                 "measured_mean_step_s": self.measured_mean_step_s if ok else None,

@@ -28,6 +28,9 @@ class MeasureItem:
     predicted_step_s: tuple[float, ...]
     #: the error tune states for this total (median, p90), None where it states none
     stated_error: tuple[float, float] | None = None
+    #: the prediction is a calibrated one (False: a backend tune does not compare, measured against the model's
+    #: uncalibrated prediction)
+    calibrated: bool = True
 
     @property
     def key(self) -> str:
