@@ -1,6 +1,6 @@
 """Checks of the committed records that run no decodecalc code, and the leave-out tables rendered from their rows.
 
-Each check reads benchmarks/results/ only: a record is complete, its parts agree with each other, and a report written
+Each check reads benchmarks/results/ and docs/lab/ only: a record is complete, its parts agree with each other, and a report written
 from it is what its rows give. They were test functions that recomputed committed arithmetic; ``benchmarks.tables``
 runs them with the tables, so one test (tests/test_benchmarks_tables.py) checks every document and record at once.
 A check raises ``RecordError`` saying what differs.
@@ -296,6 +296,151 @@ def one_command_h200_calls_are_the_notes() -> None:
     need(el["triton_s"] + el["map_s"] + second["elapsed"]["backends_s"] > 0.9 * 600, "not over ten minutes")
 
 
+# ---- the calibrate lab notes' sentences and tables, as the scripts recorded them ------------------------------------
+
+
+def _note(name: str) -> str:
+    return (LAB / f"{name}.md").read_text(encoding="utf-8")
+
+
+def _pct1(x: float) -> str:
+    return f"{x:.1%}"
+
+
+def calibrate_validation_cells_are_the_re_predictions() -> None:
+    """The calibrate profiles' cells of the six validations (docs/lab/2026-12-04-calibrate-h200.md) are their committed
+    re-predictions (validate_tune_h200.py --repredict --profile)."""
+    note = _note("2026-12-04-calibrate-h200")
+    columns = {"calibrate-h200": 3, "calibrate-h200-from-scratch": 4, "calibrate-h200-thorough": 5,
+               "calibrate-backends-h200": 6, "calibrate-grid-h200": 7}
+    for name, col in columns.items():
+        for v in ("heldout", "range", "fresh5", "layouts", "layouts2", "layouts3"):
+            line = next((ln for ln in note.splitlines() if ln.startswith(f"| `{v}`:")), None)
+            if line is None:
+                raise RecordError(f"the note has no row of `{v}`")
+            d = _json(f"{name}-repredict-{v}.json")
+            want = (f"{d['within_5pct']} / {_pct1(d['median_abs_error'])} / {_pct1(d['max_abs_error'])}; "
+                    f"{d['picks_within_3pct']}/{d['engines']}")
+            need(line.split(" | ")[col].strip(" |") == want, f"{name} on `{v}`: the note has not {want}")
+
+
+def steps_in_sequence_table_is_its_timings() -> None:
+    """docs/lab/2026-12-02-steps-in-sequence.md: every row recomputed from the committed per-step and workload timings
+    (benchmarks/steps_in_sequence.py's arithmetic), and the transfer table as the script recorded it."""
+    from benchmarks.steps_in_sequence import PER_STEP, SEQUENCE, compare
+
+    note = _note("2026-12-02-steps-in-sequence")
+    table = note[note.index("<!-- steps-in-sequence -->"):note.index("<!-- /steps-in-sequence -->")]
+    shown = [ln.split(" | ") for ln in table.splitlines() if ln.startswith(("| gemma", "| llama"))]
+    sequence = _json(SEQUENCE)
+    rows = [r for name in PER_STEP for r in compare(_json(name), sequence)]
+    need(len(shown) == len(rows) == 8, "not eight rows")
+    for cells, r in zip(shown, rows):
+        need(cells[0] == f"| {r['model']}" and cells[2] == r["engine"] and cells[3] == str(r["settings"]), str(cells))
+        need(cells[4] == (f"{r['alone_vs_sequence_median']:+.1%} ({r['alone_vs_sequence_min']:+.1%} to "
+                          f"{r['alone_vs_sequence_max']:+.1%})"), f"{cells}: steps alone / in sequence")
+        need((cells[5], cells[6].rstrip(" |")) == (f"{r['predicted_vs_alone_median']:+.1%}",
+                                                     f"{r['predicted_vs_sequence_median']:+.1%}"), f"{cells}: predicted")
+    need(all(abs(r["alone_vs_sequence_median"]) < 0.02 for r in rows), "the regime's effect is not small")
+    recorded = _json("steps-in-sequence-h200.json")
+    need(recorded["rows"] == rows, "steps-in-sequence-h200.json's rows are not the timings'")
+    for t in recorded["transfer"]:
+        line = next((ln for ln in note.splitlines() if ln.startswith(f"| {t['model']} |")
+                     and f"({t['step_timings']:,} step timings)" in ln), "")
+        need(line.endswith(f"| {t['shipped']['within_5pct']} / {t['shipped']['median_abs_error']:.1%} | "
+                           f"{t['with_cells']['within_5pct']} / {t['with_cells']['median_abs_error']:.1%} |"),
+             f"the transfer row of {t['model']} ({t['step_timings']} step timings)")
+
+
+def steps_in_sequence_sentences_are_the_record() -> None:
+    """The same note's "sample of a user's own traffic" table and its sentences on sampled steps, as
+    steps_in_sequence.py --next / --sampled recorded them (the re-predictions take minutes)."""
+    note = _note("2026-12-02-steps-in-sequence")
+    flat = " ".join(note.split())
+    rec = _json("steps-in-sequence-h200.json")
+    nxt = rec["next"]
+    need(len(nxt) == 4, "not four next-steps rows")
+    for t in nxt:
+        wl = "chat" if t["workload"] == "chat" else "mix (prompt 6,000, output 400)"
+        a, b = t["shipped"], t["with_cells"]
+        need(f"| {t['model']} | {wl} | {a['within_5pct']}/{a['totals']} / {a['median_abs_error']:.1%} | "
+             f"{b['within_5pct']}/{b['totals']} / {b['median_abs_error']:.1%} |" in note, f"next steps of {t['model']}")
+    before, after = (sum(t[k]["within_5pct"] for t in nxt) for k in ("shipped", "with_cells"))
+    total = sum(t["shipped"]["totals"] for t in nxt)
+    need(f"{before} of {total} totals within 5% before, **{after} after**" in flat and after > before, "next total")
+    sampled = rec["sampled"]
+    s_before = {k: sum(t["shipped"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
+    s_after = {k: sum(t["with_cells"]["within_5pct"] for t in rows) for k, rows in sampled.items()}
+    s_total = sum(t["shipped"]["totals"] for t in sampled["12"])
+    need(f"**{s_before['12']} -> {s_after['12']} of {s_total}**" in flat, "the sampled calibrate sentence")
+    need(f"24 steps the same {s_after['24']}" in flat and s_after["24"] == s_after["12"], "24 sampled steps")
+    eng = rec["sampled_engine_launches"]
+    e_after = {k: sum(t["with_cells"]["within_5pct"] for t in rows) for k, rows in eng.items()}
+    e_before = sum(t["shipped"]["within_5pct"] for t in eng["6"])
+    e_total = sum(t["shipped"]["totals"] for t in eng["6"])
+    need(f"give **{e_before} -> {e_after['6']} of {e_total}**, and on 12 steps {e_after['12']}" in flat,
+         "the sampled engine launches sentence")
+
+
+def calibrate_workload_note_is_the_record() -> None:
+    """docs/lab/2026-12-02-calibrate-workload.md: every row and total from results/calibrate-workload-h200.json (the
+    re-predictions take minutes), whose in-sample figures are the committed profiles' own fit records."""
+    from decodecalc.yamlio import safe_load  # the package's safe loader (libyaml's when present: ten profiles)
+
+    doc = _json("calibrate-workload-h200.json")
+    note = _note("2026-12-02-calibrate-workload")
+    table = note[note.index("<!-- calibrate-workload -->"):note.index("<!-- /calibrate-workload -->")]
+    need(len(doc["cases"]) == 10 and table.count("\n| ") == 1 + 10, "not ten cases")
+
+    def wl(w: str) -> str:
+        return "chat" if w == "chat" else "mix (prompt 6,000, output 400)" if w.startswith("mix") else "Azure code trace"
+
+    def cell(x: dict[str, Any]) -> str:
+        a, o, b = x["shipped"], x["offset_only"], x["calibrated"]
+        return (f"{a['within_5pct']} -> {o['within_5pct']} -> {b['within_5pct']} of {a['totals']} (worst "
+                f"{a['max_abs_error']:.1%} -> {b['max_abs_error']:.1%})")
+
+    for r in doc["cases"]:
+        fit = safe_load((ROOT / r["profile"]).read_text(encoding="utf-8"))["fit"]["workload"]
+        need(fit == r["calibrate"] and fit["model"] == r["model"], f"{r['profile']}: its fit record")
+        other = cell(r["other_workload"]) if "other_workload" in r else "-"
+        need(f"| {r['model']} | {wl(r['cells_from'])} | {fit['timings']} | {fit['median_abs_err_before']:.1%} -> "
+             f"{fit['median_abs_err_after']:.1%} | {cell(r['next_steps'])} | {other} |" in table, f"row {r['model']}")
+    flat = " ".join(note.split())
+    whos = ("shipped", "offset_only", "calibrated")
+    for kind in ("next_steps", "other_workload"):
+        rows = [r[kind] for r in doc["cases"] if kind in r]
+        t = doc["totals"][kind]
+        need([t[w] for w in whos] == [sum(x[w]["within_5pct"] for x in rows) for w in whos], f"{kind} totals")
+        need(t["of"] == sum(x["shipped"]["totals"] for x in rows), f"{kind} count")
+    n, o = doc["totals"]["next_steps"], doc["totals"]["other_workload"]
+    need(f"**{n['shipped']} -> {n['offset_only']} -> {n['calibrated']} of {n['of']} totals within 5%**" in flat, "next")
+    nxt = [r["next_steps"] for r in doc["cases"]]
+    w10 = [sum(x[w]["within_10pct"] for x in nxt) for w in whos]
+    worst = [max(x[w]["max_abs_error"] for x in nxt) for w in whos]
+    need(f"(within 10%: {w10[0]} -> {w10[1]} -> {w10[2]}; worst {worst[0]:.1%} -> {worst[1]:.1%} -> "
+         f"{worst[2]:.1%})" in flat, "within 10% and worst")
+    need("22 of 219 beyond 10%" in flat and n["of"] - w10[2] == 22, "22 of 219 beyond 10%")
+    # the prior was chosen on two models' rows; the other four are reported apart
+    chosen_on = ("gemma-2-9b", "llama3-405b")
+    sel = [sum(r["next_steps"][w]["within_5pct"] for r in doc["cases"] if r["model"] in chosen_on) for w in whos]
+    held = [sum(r["next_steps"][w]["within_5pct"] for r in doc["cases"] if r["model"] not in chosen_on) for w in whos]
+    held_of = sum(r["next_steps"]["shipped"]["totals"] for r in doc["cases"] if r["model"] not in chosen_on)
+    need(f"prior 1: {sel[0]} shipped -> {sel[1]} offset only -> {sel[2]} of 87)" in flat, "the prior's rows")
+    need(f"**{held[0]} -> {held[1]} -> {held[2]} of {held_of}** ({held[2] / held_of:.0%})" in flat, "the other four")
+    need(f"On the other kind of traffic: {o['shipped']} -> {o['offset_only']} -> {o['calibrated']} of {o['of']}" in flat,
+         "the other kind of traffic")
+    need(n["calibrated"] > n["offset_only"] > n["shipped"], "the cells do not improve the next steps")
+    st = doc["settings_totals"]["next_steps"]
+    need(st["of"] == sum(r["next_steps"]["shipped"]["settings"]["totals"] for r in doc["cases"]) == 159, "159 settings")
+    need(f"go {st['shipped']} -> {st['offset_only']} -> {st['calibrated']} of {st['of']}**" in flat, "the settings")
+    s10 = [sum(r["next_steps"][w]["settings"]["within_10pct"] for r in doc["cases"]) for w in whos]
+    s_worst = [max(r["next_steps"][w]["settings"]["max_abs_error"] for r in doc["cases"]) for w in whos]
+    need(f"({st['calibrated'] / st['of']:.0%}; within 10%: {s10[0]} -> {s10[1]} -> {s10[2]}; worst {s_worst[0]:.1%} "
+         f"-> {s_worst[1]:.1%} -> {s_worst[2]:.1%})" in flat and f"({st['of'] - s10[2]} of the {st['of']} settings)" in flat,
+         "the settings' within 10% and worst")
+
+
 CHECKS: dict[str, Callable[[], None]] = {
     "leaveout report": leaveout_report_is_its_rows,
     "leaveout folds": leaveout_folds_are_whole_groups,
@@ -305,6 +450,10 @@ CHECKS: dict[str, Callable[[], None]] = {
     "kv-formats short and workload runs": kv_formats_short_and_workload_runs_are_complete,
     "backend captures": captured_default_times_are_graph_timed,
     "one command on the H200": one_command_h200_calls_are_the_notes,
+    "calibrate validation cells": calibrate_validation_cells_are_the_re_predictions,
+    "steps in sequence": steps_in_sequence_table_is_its_timings,
+    "steps in sequence, sentences": steps_in_sequence_sentences_are_the_record,
+    "calibrate --workload": calibrate_workload_note_is_the_record,
 }
 
 

@@ -26,10 +26,13 @@ def test_a_stale_an_unknown_or_an_unclosed_table_is_named(tmp_path):
     assert any("stale table(s) " + name in p for p in problems)
     assert any("no-such-table" in p and "names no table" in p for p in problems)
     assert any("<!-- expected-error --> is never closed" in p for p in problems)
-    # check mode writes nothing; the write mode puts the record's table in
+    # check mode writes nothing, nor does the write mode while a marker is wrong; once mended, it puts the table in
     assert "| stale |" in doc.read_text()
-    tables.run(check=False, paths=[doc])
+    assert tables.run(check=False, paths=[doc]) and "| stale |" in doc.read_text()
+    doc.write_text(f"# x\n\n<!-- {name} -->\n| stale |\n<!-- /{name} -->\n")
+    assert tables.run(check=False, paths=[doc]) == []
     assert "| stale |" not in doc.read_text() and tables.TABLES[name]().strip() in doc.read_text()
+    assert tables.run(check=True, paths=[doc]) == []
 
 
 def test_benchmarks_md_is_a_short_document_of_claims():
