@@ -94,21 +94,13 @@ def main() -> int:
         print(f"  {n:4d} programs, {s:5d} segments: measured {t * 1e6:7.1f} us, fitted {p * 1e6:7.1f} us "
               f"({p / t - 1:+.1%})")
     if args.write:
-        import re
+        from decodecalc.timemodel import FamilyParams
+        from tools.update_profile_cache import as_written, write
 
-        path = Path(__file__).resolve().parents[1] / "decodecalc" / "profiles" / "h200.yaml"
-        text = path.read_text()
-        block = (f"  {FAMILY}:\n" + "".join(f"    {k}: {float(params[k]):.10e}\n" for k in KEYS) +
-                 "    max_programs_per_sm: 16\n")
-        if f"  {FAMILY}:\n" in text:
-            text = re.sub(rf"  {FAMILY}:\n(    .*\n)+", block, text)
-        else:
-            text = text.replace("  sglang_stage1:\n", block + "  sglang_stage1:\n", 1)
-        path.write_text(text)
-        from tools.update_profile_cache import refresh
-
-        refresh(path)  # the parsed copy start-up reads
-        print(f"wrote {path}")
+        prof = as_written(ROOT / "decodecalc" / "profiles" / "h200.yaml")
+        # 11 significant digits: the precision this family has been written with, so that a re-run keeps the bytes
+        fam = FamilyParams(**{k: float(f"{params[k]:.10e}") for k in KEYS}, max_programs_per_sm=16)
+        print(f"wrote {write(Path(prof.path), dataclasses.replace(prof, families={**prof.families, FAMILY: fam}))}")
     return 0
 
 

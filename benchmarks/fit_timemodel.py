@@ -34,7 +34,6 @@ from decodecalc.timemodel.fit import (
 from decodecalc.timemodel.recipe import RESIDUAL_KERNELS, SHIPPED, fit_physics, with_residuals  # noqa: F401
 from decodecalc.timemodel import (
     FAMILY_FALLBACKS,
-    dump_profile,
     launch_time_s,
     occupancy,
     packaged_profile,
@@ -160,18 +159,16 @@ def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
     profile (``dest``: elsewhere). This script's part of the file is replaced, the rest kept as the file has it: the
     Triton families it fits (TRITON_PREFIXES, less FITTED_ELSEWHERE), the GPU-wide numbers, the residual map, the
     source line and the fit entries in OWN_FIT_KEYS. Families the loader fills in (a backend the file predates) are
-    not written, and the file's order is kept, so a rebuild from the same result writes the same bytes."""
-    from decodecalc.timemodel import load_profile_file
-    from decodecalc.yamlio import safe_load
+    not written, and the file's order is kept (tools.update_profile_cache.as_written), so a rebuild from the same
+    result writes the same bytes."""
+    from tools.update_profile_cache import as_written, write
 
-    on_disk = load_profile_file(SHIPPED_PROFILE)
-    raw = safe_load(SHIPPED_PROFILE.read_text()) or {}  # the file as written, before the loader fills anything in
-    written = list(raw.get("families") or {})
+    on_disk = as_written(SHIPPED_PROFILE)
     ho, alls = res["holdout_fit"]["holdout"]["all"], res["all_fit"]["all"]["all"]
     steps = len({r["shape"] for r in res["rows_detail"] if r["source"].startswith("validate_tune_h200_steps")})
     of_steps = f", {steps} of them sampled workload steps" if steps else ""
     mine = {f: p for f, p in final.families.items() if f.startswith(TRITON_PREFIXES) and f not in FITTED_ELSEWHERE}
-    families = {f: mine.get(f, on_disk.families[f]) for f in written}
+    families = {f: mine.get(f, p) for f, p in on_disk.families.items()}
     families.update({f: p for f, p in mine.items() if f not in families})
     own: dict[str, Any] = {"rows": res["rows"], "shapes": res["shapes"], "median_abs_err": round(alls["median_abs_err"], 4),
                            "p90_abs_err": round(alls["p90_abs_err"], 4),
@@ -183,7 +180,7 @@ def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
                    holdout_physics_p90_abs_err=round(hp["p90_abs_err"], 4))
     if "residual_data" in res:  # the map's data (and the in-sample scores above): more rows than the physics fit
         own["residual_rows"] = res["residual_data"]["rows"]
-    fit = {**own, **{k: v for k, v in (raw.get("fit") or {}).items() if k not in OWN_FIT_KEYS}}
+    fit = {**own, **{k: v for k, v in on_disk.fit.items() if k not in OWN_FIT_KEYS}}
     prof = dataclasses.replace(
         on_disk, calibrated=True, families=families, fit=fit, residuals=final.residuals,
         launch_overhead_s=final.launch_overhead_s, idle_program_s=final.idle_program_s,
@@ -191,13 +188,7 @@ def write_profile(res: dict, final: Any, dest: Path | None = None) -> Path:
         source=(f"fitted by benchmarks/fit_timemodel.py on {res['rows']} H200 measurements ({res['shapes']} shapes"
                 f"{of_steps}) of vLLM 0.33.0 unified_attention and SGLang 0.5.23 decode_attention_fwd; CUDA-graph "
                 f"replay over rotating KV copies" + (f"; residual map: {final.residuals.source}" if final.residuals else "")))
-    dest = dest or SHIPPED_PROFILE
-    dest.write_text(dump_profile(prof))
-    if dest == SHIPPED_PROFILE:
-        from tools.update_profile_cache import refresh
-
-        refresh(dest)  # the parsed copy start-up reads
-    return dest
+    return write(dest or SHIPPED_PROFILE, prof)
 
 
 #: the shipped fit's record: its held-out split and both fitted profiles (physics), as this script wrote them (--out)

@@ -177,22 +177,12 @@ PROFILE = ROOT / "decodecalc" / "profiles" / "h200.yaml"
 
 
 def write_in_graph_block(fitted: dict[str, float], source: str, path: Path = PROFILE) -> None:
-    """Replace (or add) the profile's ``in_graph`` block, the YAML's last, and refresh its parsed copy."""
-    import subprocess
-    import sys
+    """Replace (or add) the profile's ``in_graph`` block, the rest of the file as it is (and its parsed copy)."""
+    import dataclasses
 
-    text = path.read_text(encoding="utf-8")
-    cut = text.find("\nin_graph:")
-    if cut >= 0:
-        text = text[:cut + 1]
-    elif not text.endswith("\n"):
-        text += "\n"
-    text += ("in_graph:\n  source: " + json.dumps(source) + "\n  launch_s:\n"
-             + "".join(f"    {k}: {v!r}\n" for k, v in fitted.items()))
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    subprocess.run([sys.executable, str(ROOT / "tools" / "update_profile_cache.py")], check=True)
+    from tools.update_profile_cache import as_written, write
+
+    write(path, dataclasses.replace(as_written(path), in_graph_launch_s=dict(fitted), in_graph_source=source))
 
 
 def compare(path: Path, write_profile: bool = False) -> int:

@@ -6,16 +6,26 @@ profile._packaged_mapping). A copy that does not match its YAML is ignored at ru
 tests/test_profile_cache.py fails until this script is run again.
 
     python -m tools.update_profile_cache
+
+The fit scripts that each write one part of a packaged profile read it with :func:`as_written` and write it with
+:func:`write`, so that a re-run from the same data leaves the file's bytes as they are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from decodecalc.timemodel import dump_profile, load_profile_file
 from decodecalc.timemodel.profile_sources import parsed_copy
 from decodecalc.yamlio import safe_load
 
+if TYPE_CHECKING:
+    from decodecalc.timemodel import TimeProfile
+
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGED = ROOT / "decodecalc" / "profiles"
 
 
 def refresh(src: Path) -> bool:
@@ -30,6 +40,27 @@ def refresh(src: Path) -> bool:
     tmp.write_text(new)
     tmp.replace(dest)
     return True
+
+
+def as_written(path: Path) -> TimeProfile:
+    """The profile in ``path`` as its file has it: the loader fills in the families a file predates (and lists them
+    uncalibrated in ``fit``); a script that rewrites one part of the file must not write those out, so only the
+    families the file lists are kept, and ``fit`` is the file's own."""
+    prof = load_profile_file(path)
+    raw = safe_load(path.read_text()) or {}
+    return dataclasses.replace(prof, families={f: prof.families[f] for f in raw.get("families") or {}},
+                               fit=dict(raw.get("fit") or {}))
+
+
+def write(path: Path, prof: TimeProfile) -> Path:
+    """``prof`` written to ``path`` by the package's dump (whole or not at all), and, for a packaged profile, its
+    parsed copy refreshed."""
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(dump_profile(prof))
+    tmp.replace(path)
+    if path.parent.resolve() == PACKAGED.resolve():
+        refresh(path)  # the parsed copy start-up reads
+    return path
 
 
 def main() -> int:
