@@ -92,3 +92,29 @@ def test_the_cli_says_so_in_the_json():
     assert wl["arrivals"] == {"kind": "poisson", "rate_per_s": 4.0, "seed": RATE_SEED, "given": True,
                               "replaced_file_arrivals": False, "formula": None}
     assert math.isfinite(wl["steps"]) and wl["steps"] > 0
+
+
+@pytest.mark.parametrize("gpu,model,grid,mode,max_seqs", [
+    ("h200", "llama3-8b", None, "FULL_AND_PIECEWISE", 1024),
+    ("h200", "llama3-8b", 64, "FULL_AND_PIECEWISE", 300),
+    ("h100-sxm", "llama3.1-70b", 8, "PIECEWISE", 256),
+    ("l4", "llama3-8b", 512, "NONE", 256),
+])
+def test_the_decode_shapes_bisected_are_every_batch_planned(gpu, model, grid, mode, max_seqs):
+    """VllmRecipe plans a few batches of one-token decodes and fills the sizes between two that plan alike: the same
+    shape (2D or 3D, segments, tile) as planning every size up to max_num_seqs (what made 3,000 ShareGPT requests
+    plan 11,000 wide batches)."""
+    from decodecalc.batch.launches import VllmRecipe
+    from decodecalc.launchers.vllm_unified import VllmSettings
+    from decodecalc.specs.gpus import resolve_gpu
+    from decodecalc.specs.models import resolve_model
+    from decodecalc.workload import make_workload
+
+    settings = VllmSettings(min_launch_grid_size_2d=grid, cudagraph_mode=mode, max_num_seqs=max_seqs)
+    work, g = make_workload(resolve_model(model), tp=8 if "70b" in model else 1), resolve_gpu(gpu)
+    fast, slow = VllmRecipe(work, g, settings), VllmRecipe(work, g, settings)
+    got = [fast.shape_of((1,) * b) for b in range(1, max_seqs + 1)]
+    want = [slow._planned_shape((1,) * b) for b in range(1, max_seqs + 1)]
+    assert got == want
+    assert len(fast._plans) < max_seqs // 4  # planned a few batches only
+    assert len({s.use_3d for s in want}) == 2 or grid is None  # the gate switches inside the range

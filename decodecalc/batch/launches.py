@@ -153,6 +153,7 @@ class VllmRecipe(Recipe):
         self.base, self.gpu, self.settings = base, gpu, settings
         self.key = ("vllm", settings)
         self._plans: dict[tuple, Any] = {}
+        self._decode_shapes: list[_VllmShape | None] = []
 
     def _running_plan(self, query_lens: tuple[int, ...]) -> Any:
         got = self._plans.get(query_lens)
@@ -164,6 +165,35 @@ class VllmRecipe(Recipe):
         return got
 
     def shape_of(self, query_lens: tuple[int, ...]) -> _VllmShape:
+        if query_lens and query_lens[0] == 1 and query_lens.count(1) == len(query_lens):
+            return self._decode_shape(len(query_lens))
+        return self._planned_shape(query_lens)
+
+    def _decode_shape(self, batch: int) -> _VllmShape:
+        """The shape of a batch of one-token decodes. It changes with the batch at a few points only (the 2D/3D gate's
+        snapped threshold, SM 12.0's 64-segment view), and once each way, so the batches between two that plan alike
+        plan alike too: a bisection plans a few dozen batches instead of every size up to max_num_seqs (a ShareGPT
+        burst holds every size from 1 to 1,024, and a plan of a wide batch walks every sequence)."""
+        table = self._decode_shapes
+        if batch >= len(table):
+            n = max(batch, self.settings.max_num_seqs, 1)
+            table = self._decode_shapes = [None] * (n + 1)
+            plan = lambda b: self._planned_shape((1,) * b)  # noqa: E731 - the bisection's one probe
+            todo = [(1, n, plan(1), plan(n))]
+            while todo:
+                lo, hi, s_lo, s_hi = todo.pop()
+                table[lo], table[hi] = s_lo, s_hi
+                if s_lo == s_hi:
+                    table[lo + 1:hi] = [s_lo] * (hi - lo - 1)
+                elif hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    s_mid = plan(mid)
+                    todo += [(lo, mid, s_lo, s_mid), (mid, hi, s_mid, s_hi)]
+        got = table[batch]
+        assert got is not None
+        return got
+
+    def _planned_shape(self, query_lens: tuple[int, ...]) -> _VllmShape:
         plan = self._running_plan(query_lens)
         main = next(k for k in plan.kernels if k.kind in (KernelKind.VLLM_UNIFIED_2D, KernelKind.VLLM_UNIFIED_3D))
         is_3d = main.kind is KernelKind.VLLM_UNIFIED_3D
