@@ -93,3 +93,16 @@ def test_outputs_apart_from_the_inputs_are_written(tmp_path: Path) -> None:
     # a model id that is not a file loses nothing, whatever the output is called
     r = run(["grid", "-o", "llama3-8b"], cwd=tmp_path)
     assert r.exit_code == 0 and (tmp_path / "llama3-8b").is_file(), r.stderr
+
+
+def test_every_path_option_is_an_input_or_an_output() -> None:
+    """A new option taking a file is classified, so the check above covers it (source folders are read-only inputs
+    that no output can name as a file)."""
+    from decodecalc.commands.output import INPUT_OPTIONS, OUTPUT_OPTIONS
+    from test_hostile_inputs import COMMANDS
+
+    folders = {"vllm_src", "sglang_src"}
+    for name, command in COMMANDS.items():
+        for p in command.params:
+            if "Path" in str(p.bare_type()):
+                assert p.name in INPUT_OPTIONS or p.name in OUTPUT_OPTIONS or p.name in folders, (name, p.name)
