@@ -394,19 +394,10 @@ def replace_between(text: str, body: str) -> str:
 def write_profile(block: dict[str, Any]) -> None:
     import dataclasses
 
-    from decodecalc.timemodel import dump_profile, load_profile_file
-    from tools.update_profile_cache import refresh
+    from tools.update_profile_cache import as_written, write
 
-    import yaml
-
-    raw = yaml.safe_load(PROFILE.read_text(encoding="utf-8"))
-    on_disk = load_profile_file(PROFILE)
-    # the families the loader borrows for an older profile (timemodel.profile) stay borrowed, not written out
-    families = {k: v for k, v in on_disk.families.items() if k in raw["families"]}
-    fit = {**on_disk.fit, "expected_error": block,
-           "uncalibrated_families": list(raw["fit"].get("uncalibrated_families") or ())}
-    PROFILE.write_text(dump_profile(dataclasses.replace(on_disk, families=families, fit=fit)), encoding="utf-8")
-    refresh(PROFILE)
+    on_disk = as_written(PROFILE)  # the families the loader borrows for an older profile stay borrowed, not written
+    write(PROFILE, dataclasses.replace(on_disk, fit={**on_disk.fit, "expected_error": block}))
 
 
 def main() -> int:

@@ -188,9 +188,9 @@ def markdown(doc: dict[str, Any]) -> str:
 def write_profile(prof: Any, doc: dict[str, Any], dest: Path = PROFILE) -> None:
     """The shipped profile with the fp8 families, their record and the fp8 scopes of the three kernels' domains;
     everything else as the file has it."""
-    from decodecalc.timemodel import dump_profile, load_profile_file
+    from tools.update_profile_cache import as_written, write
 
-    on_disk = load_profile_file(dest)
+    on_disk = as_written(dest)
     fams = {**on_disk.families, **{f: prof.families[f] for f in doc["params"]}}
     fit = dict(on_disk.fit)
     fit["backend_fp8_families"] = {
@@ -209,14 +209,7 @@ def write_profile(prof: Any, doc: dict[str, Any], dest: Path = PROFILE) -> None:
         rec["note"] = ("fp8: the layouts benchmarks/fit_backends_fp8_h200.py fitted and judged its families on "
                        "(fit.backend_fp8_families)")
     fit["kernel_domains"] = kd
-    text = dump_profile(dataclasses.replace(on_disk, families=fams, fit=fit))
-    tmp = dest.with_suffix(".yaml.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(dest)
-    if dest == PROFILE:
-        from tools.update_profile_cache import refresh
-
-        refresh(dest)
+    write(dest, dataclasses.replace(on_disk, families=fams, fit=fit))
 
 
 def main() -> int:

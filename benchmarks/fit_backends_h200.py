@@ -163,8 +163,6 @@ REFIT_FAMILY = {"flashinfer": "flashinfer_decode", "flashinfer-tc": "flashinfer_
 def refit(kernel: str, max_evals: int, write: bool) -> int:
     """``--refit``: ``kernel``'s main family refitted from the shipped values on its training rows; the record's and
     (with ``write``) the profile's entries of that kernel replaced, everything else kept."""
-    from decodecalc.timemodel import dump_profile, load_profile_file
-
     family = REFIT_FAMILY[kernel]
     ms = [m for m in measurements() if m.kernel == kernel]
     train = [m for m in ms if not held_out(m.shape.key)]
@@ -190,7 +188,9 @@ def refit(kernel: str, max_evals: int, write: bool) -> int:
     tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     tmp.replace(OUT)
     if write:
-        on_disk = load_profile_file(PROFILE)
+        from tools.update_profile_cache import as_written, write as write_file
+
+        on_disk = as_written(PROFILE)
         fit = dict(on_disk.fit)
         rec = dict(fit["backend_families"])
         rec["heldout"] = {**rec["heldout"], kernel: heldout}
@@ -200,25 +200,19 @@ def refit(kernel: str, max_evals: int, write: bool) -> int:
         rec["source"] = rec["source"] if note in rec["source"] else rec["source"] + note
         fit["backend_families"] = rec
         fams = {**on_disk.families, family: prof.families[family]}
-        text = dump_profile(dataclasses.replace(on_disk, families=fams, fit=fit))
-        tmp = PROFILE.with_suffix(".yaml.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(PROFILE)
-        from tools.update_profile_cache import refresh
-
-        refresh(PROFILE)
+        write_file(PROFILE, dataclasses.replace(on_disk, families=fams, fit=fit))
     return 0
 
 
 def write_profile(prof, doc: dict, dest: Path | None = None) -> None:
     """The shipped H200 profile with the new families and their fit statistics (``fit.backend_families``) put in;
     every other family, fit entry and the residual map stay as the file has them."""
-    from decodecalc.timemodel import dump_profile, load_profile_file
+    from tools.update_profile_cache import as_written, write
 
     dest = dest or PROFILE
-    on_disk = load_profile_file(dest)
+    on_disk = as_written(dest)
     fams = {**on_disk.families, **{f: prof.families[f] for f in NEW_FAMILIES}}
-    fit = {k: v for k, v in on_disk.fit.items() if k not in ("backend_families", "uncalibrated_families")}
+    fit = dict(on_disk.fit)  # replaced in place: the file's order of entries stays
     fit["backend_families"] = {"source": "benchmarks/fit_backends_h200.py on " + ", ".join(doc["data"]),
                                "heldout": doc["heldout"], "recommendation_heldout": doc["recommendation_heldout"],
                                "domain": doc["domain"]}
@@ -227,11 +221,9 @@ def write_profile(prof, doc: dict, dest: Path | None = None) -> None:
     uncal = sorted({*(f for f in old if f not in NEW_FAMILIES), *doc["uncalibrated_families"]})
     if uncal:
         fit["uncalibrated_families"] = uncal
-    dest.write_text(dump_profile(dataclasses.replace(on_disk, families=fams, fit=fit)), encoding="utf-8")
-    if dest == PROFILE:
-        from tools.update_profile_cache import refresh
-
-        refresh(dest)  # the parsed copy start-up reads
+    else:
+        fit.pop("uncalibrated_families", None)
+    write(dest, dataclasses.replace(on_disk, families=fams, fit=fit))
 
 if __name__ == "__main__":
     raise SystemExit(main())

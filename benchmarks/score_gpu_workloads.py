@@ -165,11 +165,10 @@ def totals_records(profile: Any, runs: Sequence[Path]) -> dict[str, dict[str, An
 def write_totals(path: Path, runs: Sequence[Path]) -> dict[str, dict[str, Any]]:
     """``path``'s profile with :func:`totals_records` in its ``fit.expected_error`` (its vLLM and SGLang records must
     exist: ``calibrate --left-out-folds`` writes them), and its parsed copy refreshed where it is a packaged one."""
-    from decodecalc.commands.output import write_atomic
-    from decodecalc.timemodel import dump_profile
     from decodecalc.timemodel.accuracy import check_block
+    from tools.update_profile_cache import as_written, write
 
-    prof = load_profile_file(path)
+    prof = as_written(path)
     block = (prof.fit or {}).get("expected_error")
     if not block or not all(e in block["kernels"] for e in ("vllm", "sglang")):
         raise SystemExit(f"Error: {path} has no vLLM and SGLang expected error; make it with calibrate --left-out-folds")
@@ -177,11 +176,7 @@ def write_totals(path: Path, runs: Sequence[Path]) -> dict[str, dict[str, Any]]:
     block = {**block, "kernels": {**block["kernels"], **{e: {**block["kernels"][e], "workload_totals": t}
                                                           for e, t in totals.items() if t}}}
     check_block(block)
-    write_atomic(path, dump_profile(dataclasses.replace(prof, fit={**prof.fit, "expected_error": block})))
-    if path.resolve().parent == (ROOT / "decodecalc" / "profiles").resolve():
-        from tools.update_profile_cache import refresh
-
-        refresh(path)
+    write(path, dataclasses.replace(prof, fit={**prof.fit, "expected_error": block}))
     return totals
 
 

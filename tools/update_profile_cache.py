@@ -56,7 +56,7 @@ def write(path: Path, prof: TimeProfile) -> Path:
     """``prof`` written to ``path`` by the package's dump (whole or not at all), and, for a packaged profile, its
     parsed copy refreshed."""
     tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(dump_profile(prof))
+    tmp.write_text(dump_profile(prof), encoding="utf-8")
     tmp.replace(path)
     if path.parent.resolve() == PACKAGED.resolve():
         refresh(path)  # the parsed copy start-up reads
