@@ -471,6 +471,6 @@ def test_the_flashinfer_step_cost_table_is_the_committed_record():
     (None, False, True, False),      # --keep-physics fits nothing
 ])
 def test_which_runs_time_the_backends(backends, quick, keep_physics, timed):
-    from decodecalc.commands.calibrate import times_backends
+    from decodecalc.reports.calibrate_request import times_backends
 
     assert times_backends(backends, quick=quick, keep_physics=keep_physics) is timed
