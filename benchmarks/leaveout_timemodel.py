@@ -45,7 +45,7 @@ folds it finished and a rerun skips them unless ``--redo``)::
 
 Outputs: benchmarks/results/leaveout-timemodel-h200.json (the row table once, then per fold its definition, the
 left-out row indices, every row's physics-only and with-map prediction, the fitted physics and the statistics) and
-benchmarks/results/leaveout-timemodel-h200.md (the tables; tests/test_leaveout_tables.py recomputes them). Besides the
+benchmarks/results/leaveout-timemodel-h200.md (the tables; benchmarks/record_checks.py recomputes them). Besides the
 fold tables the report scores each fold's left-out rows once more *in sample*, with the fit of another fold that trained
 on them: training-row figures mix in other rows (grid and sweep rows err more than workload steps), this does not.
 """
@@ -366,7 +366,7 @@ def render_markdown(res: dict[str, Any]) -> str:
         "# Time model accuracy on left-out groups (H200)",
         "",
         "Written by `benchmarks/leaveout_timemodel.py` (`--report` rewrites this file from "
-        "`leaveout-timemodel-h200.json`; `tests/test_leaveout_tables.py` recomputes every number below from the "
+        "`leaveout-timemodel-h200.json`; `benchmarks/record_checks.py` recomputes every number below from the "
         "per-row data there). Error: |predicted / measured - 1| per row (one launch or one workload step). "
         "*phys*: the fold's physics fit alone; *map*: physics x the residual map built from the fold's training rows "
         "only. *train*: the same fold's fit scored on its own training rows (in sample). *map moved*: the share of "
