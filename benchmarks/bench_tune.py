@@ -11,7 +11,13 @@ Every case runs the installed CLI in a fresh process (``python -m decodecalc tun
 * ``long-context-distinct``: a request trace that batches into about 100,000 steps of 1-64 sequences up to 64K
   tokens (every step distinct), ``--max-num-seqs 64``;
 * ``requests-500``: 500 requests (lognormal prompts around 2,000 tokens, outputs around 300, Poisson arrivals);
-* ``day-1m``: a request trace of about 1,000,000 steps (``--max-num-seqs 256``), read as a stream.
+* ``day-1m-requests``: a day of one server, 1,000,000 requests in the Azure 2024 CSV format (:func:`azure_day`:
+  11.6 requests/s, prompts and outputs drawn like the conversation trace; about 3.4 million decode steps), on
+  Llama-3.1-70B at TP8 as issue 43 ran it; wall and CPU seconds and peak memory (goals: 60 s of CPU, 2 GB).
+
+The day is sampled (16,384 measured steps whose totals are estimated over every step): on a smaller day
+(``--check-day-requests``, 100,000 requests) the sampled run is compared with every step measured (the sampling
+thresholds raised in the child), candidate by candidate against the standard error it states, and the picks.
 
 The baseline, measured in the same run: ``--exact`` (every step of every candidate timed by the scalar model) on the
 first ``--exact-steps`` steps of ``chat-distinct``, scaled per step to the case, twice: with the Python reference of
@@ -31,6 +37,7 @@ import json
 import math
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -58,19 +65,30 @@ sys.exit(code or 0)
 """
 
 
-def run_tune(args: list[str], out: Path, env: dict[str, str] | None = None) -> dict:
-    """One ``decodecalc tune ... --json`` in a fresh process: wall seconds, peak RSS, the JSON."""
-    cmd = [sys.executable, "-c", CHILD, "tune", "--model", MODEL, "--gpu", GPU, "--json", *args]
+#: the same child with every step of the workload measured (no sample): the reference a sampled day is checked
+#: against (decodecalc.reports.tune's sampling thresholds raised past any workload)
+EVERY_STEP = "import decodecalc.reports.tune as T; T.SAMPLE_ABOVE = T.MEASURE_STEPS = 10**12\n"
+
+
+def run_tune(args: list[str], out: Path, env: dict[str, str] | None = None, *, model: tuple[str, ...] = (),
+             every_step: bool = False) -> dict:
+    """One ``decodecalc tune ... --json`` in a fresh process: wall and CPU seconds, peak RSS, the JSON. ``model``:
+    other ``--model`` / ``--tp`` arguments; ``every_step``: no sample (the reference)."""
+    child = (EVERY_STEP if every_step else "") + CHILD
+    cmd = [sys.executable, "-c", child, "tune", *(model or ("--model", MODEL)), "--gpu", GPU, "--json", *args]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with open(out, "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"tune failed ({' '.join(args)}):\n{proc.stderr}")
     rss = next(int(x.split()[1]) for x in proc.stderr.splitlines() if x.startswith("MAXRSS_KB"))
-    return {"wall_s": wall, "peak_rss_mb": rss / 1024, "result": json.loads(out.read_text())}
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss / 1024, "result": json.loads(out.read_text())}
 
 
 # ------------------------------------------------------------------------------------------------ workloads
@@ -116,6 +134,7 @@ def requests(path: Path, n: int, seed: int, prompt_median: float, prompt_sigma: 
 #: requests/s (Poisson), ContextTokens lognormal with median 1,000 (sigma 1.0, capped at 16,000), GeneratedTokens
 #: lognormal with median 200 (sigma 0.8, capped at 2,000): decodecalc's stand-in, generated here, not committed
 DAY_RATE, DAY_SECONDS = 11.6, 86_400.0
+DAY_MODEL = ("--model", "llama3.1-70b", "--tp", "8")
 
 
 def azure_day(path: Path, n: int, seed: int = 2024, rate: float = DAY_RATE) -> Path:
@@ -147,6 +166,29 @@ def subset(src: Path, dst: Path, n: int) -> Path:
 # ------------------------------------------------------------------------------------------------ checks
 
 
+def against_every_step(sampled: dict, full: dict) -> dict:
+    """A sampled day against every step measured: per candidate, the difference of the totals and its ratio to the
+    standard error the sampled run states (``total_rel_se``); the picks, and where they differ, the sampled pick's
+    total in the full run against the full run's best (within the stated error: the expected error of the totals)."""
+    worst, worst_z, rows, picks = 0.0, 0.0, 0, {}
+    for engine, e in sampled["engines"].items():
+        ref = {c["label"]: c for c in full["engines"][engine]["candidates"]}
+        for c in e["candidates"]:
+            err = abs(c["total_s"] / ref[c["label"]]["total_s"] - 1)
+            worst = max(worst, err)
+            worst_z = max(worst_z, err / max(c["total_rel_se"], 1e-12))
+            rows += 1
+        fb = full["engines"][engine]["best"]
+        got = ref[e["best"]["label"]]["total_s"]
+        stated = (e.get("predicted_error") or {}).get("median_abs_err", 0.0)
+        picks[engine] = {"sampled": e["best"]["label"], "every_step": fb["label"],
+                         "sampled_pick_vs_best_every_step": got / fb["total_s"] - 1, "stated_error": stated,
+                         "within": got <= fb["total_s"] * (1 + stated)}
+    return {"candidates_compared": rows, "max_total_difference": worst, "max_difference_in_stated_se": worst_z,
+            "picks": picks, "picks_agree": all(p["sampled"] == p["every_step"] for p in picks.values()),
+            "picks_within_stated_error": all(p["within"] for p in picks.values())}
+
+
 def compare(fast: dict, exact: dict) -> dict:
     """Largest relative difference of any candidate's total, and whether the picks agree."""
     worst, picks_agree, rows = 0.0, True, 0
@@ -164,6 +206,9 @@ def main() -> int:
     ap.add_argument("--out", help="write the figures as JSON here")
     ap.add_argument("--quick", action="store_true", help="a tenth of every size (a smoke run)")
     ap.add_argument("--exact-steps", type=int, default=2000)
+    ap.add_argument("--day-requests", type=int, default=1_000_000, help="requests of the day case (issue 43)")
+    ap.add_argument("--check-day-requests", type=int, default=100_000,
+                    help="requests of the day whose sampled evaluation is checked against every step measured")
     ap.add_argument("--check-exact", action="store_true",
                     help="time every candidate of requests-500 exactly on every step and compare (a minute or two)")
     args = ap.parse_args()
@@ -175,14 +220,15 @@ def main() -> int:
         "long-context-distinct": (["--requests", str(requests(tmp / "long.jsonl", 14_000 // scale, 7, 3000, 1.0, 300,
                                                               0.9, None)), "--max-num-seqs", "64"], 64),
         "requests-500": (["--requests", str(requests(tmp / "r500.jsonl", 500, 5, 2000, 0.6, 300, 0.5, 2.0))], None),
-        "day-1m": (["--requests", str(requests(tmp / "day.jsonl", 150_000 // scale, 9, 1500, 1.0, 300, 1.0, 6.0)),
-                    "--max-num-seqs", "256"], 256),
+        # issue 43's day: the Azure 2024 conversation trace's shape at 11.6 requests/s, 70B at TP8 as the issue ran it
+        "day-1m-requests": (["--requests", str(azure_day(tmp / "day.csv", args.day_requests // scale))], DAY_MODEL),
     }
     report: dict = {"python": sys.version.split()[0], "cpu_count": os.cpu_count(), "cases": {}}
-    for name, (cli, _) in cases.items():
-        got = run_tune(cli, tmp / f"{name}.json")
+    for name, (cli, model) in cases.items():
+        got = run_tune(cli, tmp / f"{name}.json", model=model if isinstance(model, tuple) else ())
         res = got["result"]
-        row = {"wall_s": round(got["wall_s"], 2), "peak_rss_mb": round(got["peak_rss_mb"]),
+        row = {"wall_s": round(got["wall_s"], 2), "cpu_s": round(got["cpu_s"], 2),
+               "peak_rss_mb": round(got["peak_rss_mb"]),
                "steps": res["workload"]["steps"], "distinct_shapes": res["workload"]["distinct_shapes"],
                "candidates": sum(len(e["candidates"]) for e in res["engines"].values()),
                "exact_evaluations": res["estimate"]["exact_evaluations"],
@@ -190,7 +236,25 @@ def main() -> int:
                "picks": {e: v["best"]["label"] for e, v in res["engines"].items()}}
         report["cases"][name] = row
         print(f"{name:24s} {row['steps']:>9,} steps ({row['distinct_shapes']:,} distinct) x {row['candidates']} "
-              f"candidates: {row['wall_s']:6.2f} s, {row['peak_rss_mb']:,} MB", flush=True)
+              f"candidates: {row['wall_s']:6.2f} s wall, {row['cpu_s']:6.2f} s CPU, {row['peak_rss_mb']:,} MB",
+              flush=True)
+
+    # the sampled day against every step measured, on a smaller day (every step of 100,000 requests: ~345,000 steps)
+    small = azure_day(tmp / "day_small.csv", args.check_day_requests // scale, seed=2025)
+    sampled = run_tune(["--requests", str(small)], tmp / "day_small.json", model=DAY_MODEL)
+    full = run_tune(["--requests", str(small)], tmp / "day_small_full.json", model=DAY_MODEL, every_step=True)
+    check = {"requests": args.check_day_requests // scale, "steps": sampled["result"]["workload"]["steps"],
+             "sampled": {k: round(sampled[k], 2) for k in ("wall_s", "cpu_s", "peak_rss_mb")},
+             "every_step": {k: round(full[k], 2) for k in ("wall_s", "cpu_s", "peak_rss_mb")},
+             **against_every_step(sampled["result"], full["result"])}
+    report["day_sampled_vs_every_step"] = check
+    print(f"day of {check['requests']:,} requests ({check['steps']:,} steps), sampled against every step measured "
+          f"({full['wall_s']:.0f} s, {full['peak_rss_mb']:,.0f} MB): every candidate's total within "
+          f"{check['max_total_difference']:.3%} ({check['max_difference_in_stated_se']:.1f} stated standard errors at "
+          f"most; {check['candidates_compared']} compared), picks "
+          + ("the same" if check["picks_agree"] else "different, " + ("within" if check["picks_within_stated_error"]
+                                                                       else "NOT within") + " the stated error"),
+          flush=True)
 
     # the baseline: every step timed exactly, on the first steps of chat-distinct
     n = args.exact_steps // scale

@@ -121,3 +121,18 @@ def test_ties_go_to_less_scratch_then_fewer_programs():
     slower = _option("small", np.full(200, 0.900 * (1 + 3 * TIE_FRACTION)), 1 << 20, knob=8)
     _, best, _ = _best(ctx, "vllm", d, [big, slower], "mean", GUARD)
     assert best.label == "big" and best.tie_break == ""
+
+
+def test_the_text_output_states_the_rule():
+    from typer.testing import CliRunner
+
+    from decodecalc.cli import app
+
+    res = CliRunner().invoke(app, ["tune", "--requests", "examples/traces/azure-code-2023.csv", "-m", "llama3.1-70b",
+                                   "--tp", "8", "--engine", "vllm", "--heuristics", "none"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert "(objective mean, guard 6.9%)" in out and "p99 ratio" in out
+    assert "Guard: a setting is eligible when 99% of the steps (weighted) are at most" in out
+    assert "--max-regression 5% plus the time model's median launch error" in out
+    assert "scores within 0.2% are a tie, which goes to the default, then to less split-K scratch" in out

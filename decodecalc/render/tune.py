@@ -45,8 +45,7 @@ def _shown(e: EngineTune, objective: str) -> list[Candidate]:
 def _candidate_table(name: str, e: EngineTune, result: TuneResult, guard: str) -> tuple[Table, bool]:
     from decodecalc.reports.tune import per_1k_tokens
 
-    t = Table(title=f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
-              box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1))
     rows = _shown(e, result.objective)
     # a setting is what a user copies: never cut; figures of absurd workloads (KV lengths of 1e9) fold instead
     label_width = 2 + max(len(c.label.replace(" (default)", "")) for c in rows)
@@ -72,6 +71,9 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
 
     console.print()
     table, over = _candidate_table(name, e, result, guard)
+    # the title as a line of its own: a table's title wraps at the table's width, narrower than the terminal
+    _say(console, f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
+         style="italic")
     console.print(table)
     if e.guard is not None:
         _say(console, f"p99 ratio: the 99th percentile over the steps of the candidate's time against the default's"

@@ -78,7 +78,8 @@ class Guard:
         return ratio_at_quantile <= 1.0 + self.tolerance + 1e-12
 
     def label(self) -> str:
-        return f"p{self.quantile * 100:g} +{self.tolerance:.1%}"
+        """The table title's: the tolerance (the rule line under the table says at which quantile)."""
+        return f"{self.tolerance:.1%}"
 
     def rule(self) -> str:
         err = (f"the time model's median launch error {self.model_error:.1%} ({self.model_error_source})"
