@@ -72,8 +72,8 @@ def test_more_timings_than_one_fit_takes_are_refused_at_once(tmp_path: Path) -> 
 
 
 def test_a_long_refit_shows_a_progress_line_on_a_terminal(tmp_path: Path) -> None:
-    """A fit of a few hundred timings takes many seconds: on a terminal its line comes at once (within 2 s of the
-    start, the interpreter's own start-up included with some slack for a loaded machine), while it still runs."""
+    """A fit of a few hundred timings takes many seconds: on a terminal its line comes at once, while it still runs
+    (it printed nothing there until the end)."""
     data = json.loads(ROWS.read_text())
     data["cases"] = data["cases"] * 20  # 480 timings: about 10 s of fitting
     path = _saved(tmp_path, "m.json", data)
@@ -99,4 +99,6 @@ def test_a_long_refit_shows_a_progress_line_on_a_terminal(tmp_path: Path) -> Non
         proc.wait()
         os.close(master)
     assert when is not None, seen[-300:]
-    assert running and when < 3.0, f"first line after {when:.1f} s"
+    # the line is drawn as the command starts (about 1.2 s after the spawn on an idle core, the interpreter's start-up
+    # included); the bound leaves room for a loaded machine and still fails the old code, silent for the whole fit
+    assert running and when < 4.0, f"first line after {when:.1f} s"
