@@ -86,9 +86,10 @@ def test_records_are_the_pooled_errors_and_the_block_reads_them_back():
         fit = {"expected_error": block}
 
     fitted = expected_error(P(), "vllm", 8, 1, 128, 2)
-    new = expected_error(P(), "vllm", 16, 1, 128, 2)
+    new = expected_error(P(), "vllm", 24, 3, 128, 2)  # a new layout of a class the folds left out (g5-8 d128)
     assert fitted.layout_fitted and fitted.median_abs_err == 0.01
     assert not new.layout_fitted and new.median_abs_err == 0.04 and not new.meets_goal
+    assert expected_error(P(), "vllm", 16, 1, 128, 2) is None  # g9-16 d128: no left-out layout of its class
     assert expected_error(P(), "sglang", 8, 1, 128, 2) is None  # a fitted layout with no shape fold behind it
 
 
