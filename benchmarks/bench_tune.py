@@ -11,6 +11,8 @@ Every case runs the installed CLI in a fresh process (``python -m decodecalc tun
 * ``long-context-distinct``: a request trace that batches into about 100,000 steps of 1-64 sequences up to 64K
   tokens (every step distinct), ``--max-num-seqs 64``;
 * ``requests-500``: 500 requests (lognormal prompts around 2,000 tokens, outputs around 300, Poisson arrivals);
+* ``sharegpt-3000``: 3,000 ShareGPT-format conversations (no arrival times: Poisson arrivals at the rate that keeps
+  ``--max-num-seqs`` busy; token counts estimated from the text);
 * ``day-1m-requests``: a day of one server, 1,000,000 requests in the Azure 2024 CSV format (:func:`azure_day`:
   11.6 requests/s, prompts and outputs drawn like the conversation trace; about 3.4 million decode steps), on
   Llama-3.1-70B at TP8 as issue 43 ran it; wall and CPU seconds and peak memory (goals: 60 s of CPU, 2 GB).
@@ -156,6 +158,23 @@ def azure_day(path: Path, n: int, seed: int = 2024, rate: float = DAY_RATE) -> P
     return path
 
 
+def sharegpt(path: Path, n: int, seed: int = 3) -> Path:
+    """``n`` ShareGPT-format conversations (a human turn, a gpt turn) of words, lognormal lengths (prompt median ~150
+    words, output ~250): no arrival times, so tune gives them the rate that keeps --max-num-seqs busy."""
+    rng = random.Random(seed)
+    words = ("the of and to in is you that it was for on are as with they at be this have from or one had by word but "
+             "not what all were we when your can said there use an each which she do how their if will up other").split()
+
+    def text(k: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(k))
+
+    convs = [{"id": f"c{i}", "conversations": [
+        {"from": "human", "value": text(max(1, int(rng.lognormvariate(5.0, 1.0))))},
+        {"from": "gpt", "value": text(max(2, int(rng.lognormvariate(5.5, 0.8))))}]} for i in range(n)]
+    path.write_text(json.dumps(convs))
+    return path
+
+
 def subset(src: Path, dst: Path, n: int) -> Path:
     with open(src) as f, open(dst, "w") as g:
         for _, line in zip(range(n), f):
@@ -220,6 +239,8 @@ def main() -> int:
         "long-context-distinct": (["--requests", str(requests(tmp / "long.jsonl", 14_000 // scale, 7, 3000, 1.0, 300,
                                                               0.9, None)), "--max-num-seqs", "64"], 64),
         "requests-500": (["--requests", str(requests(tmp / "r500.jsonl", 500, 5, 2000, 0.6, 300, 0.5, 2.0))], None),
+        # issue 43's ShareGPT case (goal 10 s): 3,000 conversations, arrivals at the busy rate
+        "sharegpt-3000": (["--requests", str(sharegpt(tmp / "sharegpt.json", 3000 // scale))], None),
         # issue 43's day: the Azure 2024 conversation trace's shape at 11.6 requests/s, 70B at TP8 as the issue ran it
         "day-1m-requests": (["--requests", str(azure_day(tmp / "day.csv", args.day_requests // scale))], DAY_MODEL),
     }
