@@ -13,6 +13,7 @@ and keeps each run's JSON (DIR/<case>-tune.json) and timings (DIR/<case>-timings
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import random
@@ -106,6 +107,53 @@ def summarize_one(case: str, doc: dict) -> None:
         print(f"  {len(m['errors'])} failures, first: {m['errors'][0]}")
 
 
+#: the committed runs (python -m benchmarks.tables renders BENCHMARKS.md's table from them)
+RESULTS = Path(__file__).resolve().parent / "results" / "measure-tune-h100-sxm"
+#: the MHA head-dim-64 case (issue 43: SGLang's MHA path at d64): ``tune -w chat -m benchmarks/configs/mha64-config.json``
+#: (a Llama-style config with 32 query and 32 KV heads of 64), timed with --measure as the cases above
+EXTRA_CASES = ("mha64",)
+MODEL_NAMES = {"mha64": "MHA d64 config"}
+
+
+def load_case(folder: Path, case: str) -> dict | None:
+    for name in (f"{case}-tune.json", f"{case}-tune.json.gz"):
+        f = folder / name
+        if f.is_file():
+            raw = gzip.decompress(f.read_bytes()) if name.endswith(".gz") else f.read_bytes()
+            return json.loads(raw)
+    return None
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def markdown(folder: Path = RESULTS) -> str:
+    """Per case: how many of the measured settings' totals lie within 5% of the prediction (tune's Triton settings;
+    the backends apart), the engines' default backend and XQA predicted against measured, and each engine's pick."""
+    rows = ["| case | model (per-rank layout) | Triton settings within 5% | worst | FA3 default: meas. vs pred. "
+            "| vLLM FlashInfer (XQA): meas. vs pred. | picks (by) |", "|---|---|---|---|---|---|---|"]
+    for case in [c[0] for c in CASES + BACKEND_CASES] + list(EXTRA_CASES):
+        doc = load_case(folder, case)
+        if doc is None:
+            continue
+        m = doc["measured"]
+        tri = [x for x in m["settings"] if x["kind"] == "triton" and x["measured_vs_predicted"] is not None]
+        errs = [x["measured_vs_predicted"] - 1 for x in tri]
+        within = sum(abs(e) <= 0.05 for e in errs)
+        worst = max(errs, key=abs)
+        fa3 = next((x for x in m["settings"] if "engine default" in x["roles"] and x["engine"] == "vllm"), None)
+        xqa = next((x for x in m["settings"] if x["engine"] == "vllm" and x["kernel"] == "xqa"), None)
+        picks = "; ".join(f"{e}: {v['pick']} ({v['pick_by']})" for e, v in m["engines"].items())
+        layout = f"{doc['num_heads']}:{doc['num_kv_heads']} d{doc['head_size']}"
+        rows.append(f"| {case} | {MODEL_NAMES.get(case, doc['model'])} TP{doc['tp']} ({layout}) | {within} / {len(tri)} | {_pct(worst)} | "
+                    + (_pct(fa3["measured_vs_predicted"] - 1) + ("" if fa3["predicted_calibrated"] else " ~")
+                       if fa3 else "-") + " | "
+                    + (_pct(xqa["measured_vs_predicted"] - 1) + ("" if xqa["predicted_calibrated"] else " ~")
+                       if xqa else "-") + f" | {picks} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -117,10 +165,12 @@ def main() -> None:
     if args.summarize:
         print("| trace | engine | setting | role | predicted µs | measured µs (95%) | measured vs predicted |")
         print("|---|---|---|---|---|---|---|")
-        for case, *_ in CASES + BACKEND_CASES:
-            f = args.summarize / f"{case}-tune.json"
-            if f.is_file():
-                summarize_one(case, json.loads(f.read_text(encoding="utf-8")))
+        for case in [c[0] for c in CASES + BACKEND_CASES] + list(EXTRA_CASES):
+            doc = load_case(args.summarize, case)
+            if doc is not None:
+                summarize_one(case, doc)
+        print()
+        print(markdown(args.summarize))
         return
     if args.out is None:
         ap.error("--out DIR (on the GPU) or --summarize DIR")

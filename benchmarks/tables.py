@@ -138,7 +138,15 @@ def tune_validations() -> str:
     return "\n".join(lines)
 
 
+def measure_tune() -> str:
+    # benchmarks/measure_tune.py's committed runs of tune --measure (tests/test_tune_measure.py tests the summary)
+    from benchmarks.measure_tune import markdown
+
+    return markdown()
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "measure-tune-h100": measure_tune,
     "tune-validations": tune_validations,
     "bench-tune": bench_tune,
     "expected-error": expected_error,
