@@ -75,9 +75,9 @@ def _engine(console: Console, name: str, e: EngineTune, result: TuneResult, wl: 
     _say(console, f"{name}: decode attention of one layer per step (objective {result.objective}, guard {guard})",
          style="italic")
     console.print(table)
-    if e.guard is not None:
-        _say(console, f"p99 ratio: the 99th percentile over the steps of the candidate's time against the default's"
-             f"{'; over: not eligible' if over else ''}. Guard: {e.guard.rule()}", style="dim")
+    guard_rule = e.guard.rule() if e.guard is not None else "none (--max-regression none)"
+    _say(console, f"p99 ratio: the 99th percentile over the steps of the candidate's time against the default's"
+         f"{'; over: not eligible' if over else ''}. Guard: {guard_rule}", style="dim")
     _say(console, f"*: the pick: the lowest ranking score (the predicted {result.objective} step time averaged over "
          "occupancy +-1, as recommend ranks; the table shows the plain prediction) among the settings within the "
          f"guard whose plain prediction also beats the default's; scores within {TIE_FRACTION:.1%} are a tie, which "
