@@ -74,3 +74,17 @@ def fit_without_inherited(fit: dict) -> dict:
     if "uncalibrated_families" in out:
         out["uncalibrated_families"] = sorted(set(out["uncalibrated_families"]) - backend)
     return out
+
+
+def trace_error(path, **kw) -> str:
+    """The one-line ConfigError message reading the request trace ``path`` raises (it names the file)."""
+    import pytest
+
+    from decodecalc.errors import ConfigError
+    from decodecalc.traffic.traces import read_requests
+
+    with pytest.raises(ConfigError) as e:
+        read_requests(path, **kw)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg, msg
+    return msg

@@ -4,22 +4,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from decodecalc.cli import app
-from decodecalc.errors import ConfigError
+from helpers import trace_error as error
 from decodecalc.traffic.traces import read_requests
 
 
-def error(path: Path, **kw) -> str:
-    with pytest.raises(ConfigError) as e:
-        read_requests(path, **kw)
-    msg = str(e.value)
-    assert "\n" not in msg and str(path) in msg, msg
-    return msg
 
 
 @pytest.mark.parametrize("rate, shown", [(0, "0"), (-2.5, "-2.5"), (float("nan"), "nan"), ("fast", "'fast'"),

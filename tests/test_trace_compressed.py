@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from decodecalc import textfiles
 from decodecalc.cli import app
+from helpers import trace_error as error
 from decodecalc.errors import ConfigError
 from decodecalc.textfiles import compression_of
 from decodecalc.traffic.traces import read_requests
@@ -29,12 +30,6 @@ FILES = ["azure-code-2023.csv", "burstgpt.csv", "mooncake.jsonl", "native.csv", 
 PACK = {"gzip": gzip.compress, "xz": lzma.compress, "bz2": bz2.compress}
 
 
-def error(path: Path, **kw) -> str:
-    with pytest.raises(ConfigError) as e:
-        read_requests(path, **kw)
-    msg = str(e.value)
-    assert "\n" not in msg and str(path) in msg, msg
-    return msg
 
 
 def same(a, b) -> bool:

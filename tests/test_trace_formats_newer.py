@@ -6,23 +6,16 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from decodecalc.cli import app
-from decodecalc.errors import ConfigError
+from helpers import trace_error as error
 from decodecalc.traffic.traces import read_requests
 from decodecalc.traffic.traces.detect import detect
 
 
-def error(path: Path, **kw) -> str:
-    with pytest.raises(ConfigError) as e:
-        read_requests(path, **kw)
-    msg = str(e.value)
-    assert "\n" not in msg and str(path) in msg, msg
-    return msg
 
 
 # -------------------------------------------------------------------------------------------- Azure LMM 2025

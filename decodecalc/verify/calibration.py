@@ -201,6 +201,18 @@ def variant_launch(variant: str, batch: int) -> dict[str, Any]:
     return {"engine": "sglang", "splits": [S] * batch, "max_kv_splits": S, "adaptive": False}
 
 
+def local_gpu(torch: Any, gpu: Any, why_no_sms: str) -> tuple[Any, int]:
+    """The local GPU's properties and SM count, checked against ``gpu`` (the name, then the SMs: ``why_no_sms`` says
+    why the command cannot take another count)."""
+    props = torch.cuda.get_device_properties(0)
+    check_device_is(str(props.name), gpu)
+    sms = int(props.multi_processor_count)
+    if sms != gpu.num_sms:
+        raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
+                              f"pass the --gpu that is installed ({why_no_sms})")
+    return props, sms
+
+
 def check_device_is(device_name: str, gpu: Any) -> None:
     """Refuse to write ``gpu``'s profile from another GPU: an H200 and an H100 SXM both have 132 SMs, so the SM
     count alone let an H200 calibrate as ``--gpu h100-sxm``. A device name the GPU table does not know is taken at
@@ -248,12 +260,7 @@ def run_calibration(gpu: Any, *, base: TimeProfile, quick: bool = False, vllm_sr
 
     t0 = time.monotonic()
 
-    props = torch.cuda.get_device_properties(0)
-    check_device_is(str(props.name), gpu)
-    sms = int(props.multi_processor_count)
-    if sms != gpu.num_sms:
-        raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
-                              "pass the --gpu that is installed (calibrate has no --sms: a MIG slice cannot be calibrated)")
+    props, sms = local_gpu(torch, gpu, "calibrate has no --sms: a MIG slice cannot be calibrated")
     x = torch.zeros(1, device="cuda")  # per-kernel overhead of a graph replay: tiny kernels back to back
     launch_s = graph_seconds(lambda c: x.add_(1.0), 1)
     vk = load_vllm(vllm_src, capability=tuple(torch.cuda.get_device_capability(0)), interpret=False)

@@ -23,16 +23,11 @@ from decodecalc.timemodel.measure_plan import MeasurePlan
 def preflight(plan: MeasurePlan, gpu: Any, *, vllm_src: Any = None, sglang_src: Any = None) -> tuple[Any, Any, Any, int]:
     """torch with CUDA on the GPU the plan was made for, and the engines' Triton kernels the plan launches: (torch,
     vLLM kernels, SGLang kernels, SMs), or a one-line error naming what is missing. Fast: nothing is compiled."""
-    from decodecalc.verify.calibration import check_device_is, cuda_or_error
+    from decodecalc.verify.calibration import cuda_or_error, local_gpu
     from decodecalc.verify.upstream import load_sglang, load_vllm
 
     torch = cuda_or_error("tune --measure")
-    props = torch.cuda.get_device_properties(0)
-    check_device_is(str(props.name), gpu)
-    sms = int(props.multi_processor_count)
-    if sms != gpu.num_sms:
-        raise DecodecalcError(f"the local GPU ({props.name}) has {sms} SMs but --gpu {gpu.name} has {gpu.num_sms}: "
-                              "pass the --gpu that is installed")
+    _, sms = local_gpu(torch, gpu, "tune --measure times the whole GPU")
     engines = {x.engine for x in plan.sample.launches}
     cap = tuple(torch.cuda.get_device_capability(0))
     vk = load_vllm(vllm_src, capability=cap, interpret=False) if "vllm" in engines else None
