@@ -306,8 +306,9 @@ StepsArg = Union[str, Path, Sequence[Any], None]
 
 def tune_inputs(model: str = "llama3-8b", **options: Unpack[TuneParams]) -> Inputs:
     """The model, GPU and engine settings `tune` runs under (one decode token per sequence as the base shape)."""
-    k = int(options.get("num_speculative_tokens", 0) or 0)
-    return build_inputs(model=model, batch=1, seq_len=1 + max(k, 0), **options)
+    from decodecalc.reports.tune_request import base_inputs
+
+    return base_inputs(model, **options)
 
 
 #: decode steps a request trace may make (about a day of one busy server is a million; tune's memory grows with it)
@@ -339,24 +340,12 @@ def load_workload(*, steps: StepsArg = None, requests: StepsArg = None, workload
     )
     from decodecalc.traffic import workload as preset_workload
 
-    given = [n for n, v in (("--steps", steps), ("--requests", requests), ("--workload", workload),
-                            ("--metrics", metrics)) if v is not None]
-    if len(given) != 1:
-        raise ConfigError("give exactly one workload: --steps FILE, --requests FILE, --workload NAME or --metrics "
-                          "FILE|URL" + (f" (got {', '.join(given)})" if given else ""))
-    if concurrency is not None and workload is None and metrics is None:
-        raise ConfigError("--concurrency applies to --workload and --metrics only (a trace has its own batches)")
-    if draft_acceptance_rate is not None and steps is not None:
-        raise ConfigError("--draft-acceptance-rate applies to --requests, --workload and --metrics (a step trace has "
-                          "its own query_lens)")
-    if draft_acceptance_rate is not None and not num_speculative_tokens:
-        raise ConfigError("--draft-acceptance-rate needs --num-speculative-tokens k > 0")
-    reading = [n for n, v in (("--format", trace_format), ("--columns", columns), ("--tokenizer", tokenizer),
-                              ("--max-requests", max_requests), ("--rate", arrival_rate)) if v is not None]
-    if reading and not isinstance(requests, (str, Path)):
-        raise ConfigError(f"{reading[0]} applies to a --requests file only")
-    if metrics_model is not None and metrics is None:
-        raise ConfigError("--metrics-model applies to --metrics only")
+    from decodecalc.reports.tune_request import check_traffic
+
+    check_traffic(steps=steps, requests=requests, workload=workload, metrics=metrics, concurrency=concurrency,
+                  draft_acceptance_rate=draft_acceptance_rate, num_speculative_tokens=num_speculative_tokens,
+                  trace_format=trace_format, columns=columns, tokenizer=tokenizer, max_requests=max_requests,
+                  arrival_rate=arrival_rate, metrics_model=metrics_model)
     rate = DEFAULT_ACCEPTANCE_RATE if draft_acceptance_rate is None else draft_acceptance_rate
     limits = BatchingLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             num_speculative_tokens=num_speculative_tokens, acceptance_rate=rate)
@@ -435,25 +424,20 @@ def tune_for(inputs: Inputs, trace: Any, *, objective: str = "mean", max_regress
     import dataclasses
 
     from decodecalc.reports.heuristics import score_heuristics, select_heuristics
-    from decodecalc.reports.tune import ENGINES, OBJECTIVES, make_context, parse_regression
+    from decodecalc.reports.tune import make_context, parse_regression
     from decodecalc.reports.tune import tune as _tune
+    from decodecalc.reports.tune_request import check_max_shapes, parse_engines, parse_objective
     from decodecalc.timemodel import resolve_profile
 
-    objective = str(getattr(objective, "value", objective)).lower()
-    if objective not in OBJECTIVES:
-        raise ChoiceError(f"--objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
-    engine = getattr(engine, "value", engine)
-    engines = ENGINES if engine is None else (str(engine).lower(),)
-    if engines[0] not in (*ENGINES, "trtllm"):
-        raise ChoiceError(f"--engine {engine!r}; valid: {', '.join((*ENGINES, 'trtllm'))}")
+    objective = parse_objective(objective)
+    engines = parse_engines(engine)
     guard = parse_regression(max_regression)
     names = heuristics if heuristics is None or isinstance(heuristics, str) else ",".join(heuristics)
     if names is not None and not isinstance(heuristics, str) and not names:
         names = "none"  # heuristics=[]
     chosen = select_heuristics(names, Path(rule) if rule is not None else None)
     prof = resolve_profile(inputs.gpu, profile_path=Path(profile) if profile is not None else None).in_regime(regime)
-    if max_shapes is not None and (isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1):
-        raise ConfigError(f"--max-shapes must be a positive integer, got {max_shapes!r}")
+    check_max_shapes(max_shapes)
     ctx = make_context(trace, inputs.work, inputs.gpu, prof, vllm=inputs.vllm, sglang=inputs.sglang,
                        max_anchors=0 if exact else max_shapes, progress=progress, cubins=inputs.cubins,
                        max_model_len=inputs.max_model_len)

@@ -1,4 +1,8 @@
-"""`decodecalc tune`: the best engine settings for a whole decode workload, and what-if split heuristics."""
+"""`decodecalc tune`: the best engine settings for a whole decode workload, and what-if split heuristics.
+
+The command parses its options into a :class:`~decodecalc.reports.tune_request.TuneRequest` (which refuses bad or
+conflicting options), has :mod:`decodecalc.commands.tune_run` carry out its plan while a progress line runs on stderr,
+and prints the result."""
 
 from __future__ import annotations
 
@@ -47,7 +51,6 @@ from decodecalc.commands.tune_measure import (
     MeasureStepsOpt,
     SaveTimingsOpt,
 )
-from decodecalc.extras import install_hint
 
 TRAFFIC = "Workload (one of --steps, --requests, --workload, --metrics)"
 StepsOpt = Annotated[Optional[Path], typer.Option("--steps", help="Step trace: JSON Lines (or .csv), one decode step "
@@ -188,72 +191,41 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Best engine settings for a whole decode workload (vLLM segments x 2D/3D threshold, SGLang max KV
         splits x static switch), which steps gain and lose, how to apply it, and what-if split heuristics."""
-        from decodecalc.api import load_workload, tune_for, tune_inputs
-        from decodecalc.commands.output import check_writable, to_json, write_files
+        from decodecalc.commands.output import to_json
+        from decodecalc.commands.tune_run import prepare, run_tune, write_outputs
+        from decodecalc.reports.tune_request import (MeasureOptions, SearchOptions, ServingOptions, TuneRequest,
+                                                     TuneTraffic)
 
-        from decodecalc.commands.tune_measure import check_measure_options
-
-        check_measure_options(measure=measure, measured=measured, save=save_measurements, json_out=json_out)
-        if save_measurements is not None:
-            check_writable(save_measurements, "--save-measurements")
-        if output is not None:  # checked before the work, like every other argument
-            check_writable(output, "--output")
-        if plot is not None:
-            check_writable(plot, "--plot")
-            from decodecalc.plot import plot_available
-
-            if not plot_available():
-                from decodecalc.errors import DecodecalcError
-
-                raise DecodecalcError(f"--plot needs the 'plot' extra: {install_hint('plot')} (matplotlib)")
-        inputs = tune_inputs(
-            model, tp=tp, gpu=gpu, sms=sms, bandwidth=bandwidth, dtype=plain(dtype),
-            kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, batch_invariant=batch_invariant,
-            cuda_graph=cuda_graph, cudagraph_mode=plain(cudagraph_mode), max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
-            model_runner=plain(model_runner), max_kv_splits=max_kv_splits, static_kv_splits=static_kv_splits,
-            vllm_version=plain(vllm_version), cubins=plain(cubins), max_model_len=max_model_len,
-        )
+        request = TuneRequest(
+            traffic=TuneTraffic(steps=steps, requests=requests, workload=workload, metrics=metrics,
+                                trace_format=trace_format, columns=columns, tokenizer=tokenizer,
+                                max_requests=max_requests, rate=rate, metrics_model=metrics_model,
+                                concurrency=concurrency, draft_acceptance_rate=draft_acceptance_rate),
+            serving=ServingOptions(
+                model=model, tp=tp, gpu=gpu, sms=sms, bandwidth=bandwidth, dtype=plain(dtype),
+                kv_cache_dtype=plain(kv_cache_dtype), block_size=block_size, batch_invariant=batch_invariant,
+                cuda_graph=cuda_graph, cudagraph_mode=plain(cudagraph_mode), max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens, num_speculative_tokens=num_speculative_tokens,
+                model_runner=plain(model_runner), max_kv_splits=max_kv_splits, static_kv_splits=static_kv_splits,
+                vllm_version=plain(vllm_version), cubins=plain(cubins), max_model_len=max_model_len),
+            search=SearchOptions(objective=objective, max_regression=max_regression, engine=engine,
+                                 heuristics=heuristics, rule=rule, profile=profile, regime=regime,
+                                 max_shapes=max_shapes, exact=exact),
+            measure=MeasureOptions(measure=measure, steps=measure_steps, leading=measure_leading,
+                                   save=save_measurements, measured=measured),
+            json_out=json_out, output=output, plot=plot)
+        plan = prepare(request)
         with progress_on_stderr(enabled=not json_out) as report:
-            report("reading the workload")
-            trace = load_workload(steps=steps, requests=requests, workload=workload, metrics=metrics,
-                                  concurrency=concurrency, max_num_seqs=max_num_seqs,
-                                  max_num_batched_tokens=max_num_batched_tokens,
-                                  num_speculative_tokens=num_speculative_tokens,
-                                  draft_acceptance_rate=draft_acceptance_rate, trace_format=trace_format,
-                                  columns=columns, tokenizer=str(tokenizer) if tokenizer else None,
-                                  model_hint=inputs.work.model.hf_id, max_requests=max_requests, arrival_rate=rate,
-                                  metrics_model=metrics_model, progress=report,
-                                  context_len=inputs.max_model_len or inputs.work.model.context_length)
-            result = tune_for(inputs, trace, objective=objective, max_regression=max_regression,
-                              heuristics=heuristics, rule=rule, engine=engine, profile=profile,
-                              max_shapes=max_shapes, exact=exact, progress=report, regime=regime)
-            measured_tune = None
-            if measure or measured is not None:
-                from decodecalc.commands.tune_measure import measure as run_measure
-
-                measured_tune = run_measure(result, steps=measure_steps, leading=measure_leading,
-                                            save=save_measurements, measured=measured,
-                                            source=workload or str(requests or steps or metrics), report=report)
-        data = result.to_dict()
-        if measured_tune is not None:
-            data["measured"] = measured_tune.to_dict()
-        text = to_json(data)
-        files: list = []  # all or nothing: a failed plot leaves no JSON and no temp file
-        if output is not None:
-            files.append((output, text + "\n"))
-        if plot is not None:
-            from decodecalc.render.tune import tune_png_writer
-
-            files.append((plot, tune_png_writer(result)))
-        write_files(files)
+            run = run_tune(plan, progress=report)
+        text = to_json(run.to_dict())
+        write_outputs(request, run, text)
         if json_out:
             typer.echo(text)
         else:
             from decodecalc.render.tune import print_tune
 
-            print_tune(result)
-            if measured_tune is not None:
+            print_tune(run.result)
+            if run.measured is not None:
                 from decodecalc.render.tune_measure import print_measured
 
-                print_measured(measured_tune)
+                print_measured(run.measured)

@@ -33,12 +33,9 @@ MeasuredOpt = Annotated[Optional[Path], typer.Option("--measured", help="No GPU:
                                                      rich_help_panel=MEASURE)]
 
 
-def check_measure_options(*, measure: bool, measured: Path | None, save: Path | None, json_out: bool) -> None:
-    """The option conflicts, before any work."""
-    if measure and measured is not None:
-        raise ConfigError("--measure with --measured: either time on this GPU or read saved timings")
-    if save is not None and not measure:
-        raise ConfigError("--save-measurements applies to --measure")
+def check_measured_file(measured: Path | None) -> None:
+    """--measured names a file, before any work (its conflicts with the other options are the request's:
+    decodecalc/reports/tune_request.py)."""
     if measured is not None and not measured.is_file():
         raise ConfigError(f"--measured {measured}: no such file")
 
