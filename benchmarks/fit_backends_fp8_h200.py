@@ -90,18 +90,20 @@ def fp8_ratios(ms: list[Measurement]) -> dict[str, float]:
     return {k: round(statistics.median(v), 3) for k, v in sorted(out.items())}
 
 
-def start_profile(train: list[Measurement]) -> Any:
-    """The shipped profile with each fp8 family set to its bf16 family's numbers (FAMILY_FALLBACKS) and the HBM
-    ceiling its fp8 training rows reached: the fit's start and the ``before`` model."""
-    base = packaged_profile("h200")
+def start_profile(train: list[Measurement], base: Any = None) -> Any:
+    """``base`` (default: the shipped profile) with each fp8 family set to its bf16 family's numbers (FAMILY_FALLBACKS)
+    and the HBM ceiling its fp8 training rows reached: the fit's start and the ``before`` model. The fp8 families
+    ``base`` has are not read."""
+    base = base if base is not None else packaged_profile("h200")
     assert base is not None
     return fp8_start(base, train)
 
 
-def fit_families(fit_rows: list[Measurement], max_evals: int) -> tuple[Any, Any, dict[str, dict[str, Any]]]:
+def fit_families(fit_rows: list[Measurement], max_evals: int,
+                 base: Any = None) -> tuple[Any, Any, dict[str, dict[str, Any]]]:
     """(start profile, fitted profile, per family its kernel, rows and loss): each fp8 family fitted alone on its
-    own rows of ``fit_rows``."""
-    before = start_profile(fit_rows)
+    own rows of ``fit_rows``, from ``base``'s bf16 families (default: the shipped profile's)."""
+    before = start_profile(fit_rows, base)
     prof = before
     fitted: dict[str, dict[str, Any]] = {}
     for kernel, fams in FP8_FAMILIES.items():
@@ -115,7 +117,9 @@ def fit_families(fit_rows: list[Measurement], max_evals: int) -> tuple[Any, Any,
     return before, prof, fitted
 
 
-def run(max_evals: int = 1500) -> tuple[dict[str, Any], Any]:
+def run(max_evals: int = 1500, base: Any = None) -> tuple[dict[str, Any], Any]:
+    """The fit and its record: (record, fitted profile). ``base``: the profile whose bf16 families the fp8 ones start
+    from (default: the shipped one; benchmarks/fit_backends_h200.py's rebuild passes the bf16 families it rebuilt)."""
     ms = measurements_from(DATA)
     short = [m for m in measurements_from(SHORT_DATA) if m.shape.kv_bytes_per_element == 1]
     fp8 = [m for m in ms if m.shape.kv_bytes_per_element == 1]
@@ -123,8 +127,8 @@ def run(max_evals: int = 1500) -> tuple[dict[str, Any], Any]:
     fit_rows = [m for m in fp8 if layout_of(m) in FIT_LAYOUTS]
     unseen_rows = [m for m in fp8 if layout_of(m) in UNSEEN_LAYOUTS]
     # first without the short steps: how families fitted on 512-32,768-token shapes predict chat-like steps
-    _, long_only, _ = fit_families(fit_rows, max_evals)
-    before, prof, fitted = fit_families(fit_rows + short, max_evals)
+    _, long_only, _ = fit_families(fit_rows, max_evals, base)
+    before, prof, fitted = fit_families(fit_rows + short, max_evals, base)
     per_family: dict[str, Any] = {}
     uncal: list[str] = []
     for fam, rec in fitted.items():
