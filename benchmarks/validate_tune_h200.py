@@ -175,7 +175,7 @@ def plan_entries(ctx: Any, result: Any, scores: dict[str, Any], top: int) -> lis
                 for i in range(n):
                     sp = plan_sglang(step_work(ctx, i), ctx.gpu, st)
                     specs.append(sglang_spec(sp.num_kv_splits, sp.max_kv_splits, sp.mode == "adaptive"))
-            entries.append({"engine": engine, "name": c.label, "kind": kind, "setting": dict(c.setting),
+            entries.append({"engine": engine, "name": c.label, "kind": kind, "setting": c.setting.to_dict(),
                             "specs": specs, "predicted": list(c.times)})
     # heuristics (their launches rebuilt from the same functions the scores used)
     for name, s in scores.items():

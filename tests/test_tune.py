@@ -114,10 +114,10 @@ def test_default_candidate_is_the_engine_default_and_best_is_the_minimum(setup):
         assert e.best.score.mean_step_s >= e.best.stats.mean_step_s * 0.5
     # the vLLM range: both constants, segments to the longest sequence's tiles (20,000 tokens: 2,048 segments of
     # 16-token tiles), thresholds 0 to max_num_seqs (1,024 sequences: grid 8,192 at 8 KV heads)
-    settings = {tuple(c.setting.values()) for c in res.engines["vllm"].candidates}
+    settings = {(c.setting.segments, c.setting.min_grid) for c in res.engines["vllm"].candidates}
     assert (16, 128) in settings and (2048, 0) in settings and (2, 8192) in settings
     assert not any(s > 2048 for s, _ in settings)
-    splits = {tuple(c.setting.values()) for c in res.engines["sglang"].candidates}
+    splits = {(c.setting.max_kv_splits, c.setting.static) for c in res.engines["sglang"].candidates}
     assert (8, False) in splits and (1024, True) in splits and (1, True) not in splits
 
 
@@ -385,7 +385,7 @@ def test_speculative_decoding_falls_to_2d_on_vllm():
     e = default(4)
     assert e.default.steps_2d == 3
     assert e.best.steps_2d == 0  # a higher 2D threshold keeps it on the split (3D) path
-    assert e.best.setting["MIN_LAUNCH_GRID_SIZE_2D"] > 128 and e.best.stats.total_s < e.default.stats.total_s
+    assert e.best.setting.min_grid > 128 and e.best.stats.total_s < e.default.stats.total_s
 
 
 def test_apply_commands_edit_the_upstream_file(tmp_path):
@@ -409,7 +409,7 @@ def test_apply_commands_edit_the_upstream_file(tmp_path):
     assert len(cmds) == 2 and all(len(c) + 4 <= 80 for c in e.apply_commands)
     subprocess.run(["bash", "-c", f'F="{copy}"\n' + "\n".join(cmds)], check=True)
     text = copy.read_text()
-    s, m = e.best.setting["NUM_PAR_SOFTMAX_SEGMENTS"], e.best.setting["MIN_LAUNCH_GRID_SIZE_2D"]
+    s, m = e.best.setting.segments, e.best.setting.min_grid
     assert f"\nNUM_PAR_SOFTMAX_SEGMENTS = {s}  #" in text and f"\nMIN_LAUNCH_GRID_SIZE_2D = {m}  #" in text
     assert text.count("\n") == src.read_text().count("\n")
 

@@ -11,7 +11,7 @@ import pytest
 
 from decodecalc.reports.tune import make_context, tune
 from decodecalc.reports.tune_search import _best
-from decodecalc.reports.tune_space import Option
+from decodecalc.reports.tune_space import Option, VllmCandidate
 from decodecalc.reports.tune_types import TIE_FRACTION, Guard
 from decodecalc.specs.gpus import resolve_gpu
 from decodecalc.specs.models import resolve_model
@@ -105,8 +105,8 @@ def _synthetic_ctx(n: int):
 
 
 def _option(label: str, times: np.ndarray, scratch: int, knob: int = 1) -> Option:
-    return Option(setting={"knob": knob}, label=label, times=times, score=times, scratch_bytes=scratch,
-                  exact=np.ones(len(times), dtype=bool))
+    return Option(setting=VllmCandidate(segments=knob, min_grid=0), label=label, times=times, score=times,
+                  scratch_bytes=scratch, exact=np.ones(len(times), dtype=bool))
 
 
 def test_ties_go_to_less_scratch_then_fewer_programs():

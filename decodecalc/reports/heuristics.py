@@ -116,7 +116,7 @@ def _setting_times(ctx: TuneContext, result: TuneOutcome, engine: str, which: st
     cand = e.default if which == "default" else e.best
     if ctx is result.ctx:
         return cand.times
-    return option_like(ctx, engine, dict(cand.setting)).times
+    return option_like(ctx, engine, cand.setting).times
 
 
 def _vllm_default(ctx: TuneContext, result: TuneOutcome) -> FloatArray:

@@ -30,7 +30,9 @@ from decodecalc.reports.tune_stats import Stats
 from decodecalc.reports.tune_search import evaluate_candidates, leading_candidates, measure_all
 from decodecalc.reports.tune_space import (
     SPACES,
+    EngineCandidate,
     Option,
+    candidate_of,
     option_like,
     sglang_setting,
     too_big,
@@ -199,14 +201,14 @@ def _default_option(ctx: TuneContext, engine: str) -> Option:
 
 def _edge_note(engine: str, best: Candidate, options: Sequence[Option], why: str) -> str:
     knob = SPACES[engine].knob
-    top = max(int(o.setting[knob]) for o in options)
-    if int(best.setting[knob]) < top:
+    top = max(o.setting.knob for o in options)
+    if best.setting.knob < top:
         return ""
     return f"the best {knob} ({top}) is the largest searched: {why}"
 
 
 def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regression: float | None = 0.05,
-                only: Sequence[Mapping[str, Any]] | None = None) -> EngineTune:
+                only: Sequence[EngineCandidate | Mapping[str, Any]] | None = None) -> EngineTune:
     """The engine's best setting over its whole range (``only``: among these settings, the default always included).
     On a large workload every candidate is first timed on a small sample of its steps (``ctx.sample``), then every
     one again on the measuring steps (every step, or a large stratified sample whose totals are estimated over every
@@ -220,7 +222,8 @@ def tune_engine(ctx: TuneContext, engine: str, objective: str = "mean", max_regr
         options, why = _options(small, engine)
     else:
         first = _default_option(small, engine)
-        options = [first] + [option_like(small, engine, x) for x in map(dict, only) if x != first.setting]
+        given = [candidate_of(engine, x) for x in only]
+        options = [first] + [option_like(small, engine, x) for x in given if x != first.setting]
         why = "the settings given"
     dropped = too_big(options[1:], ctx.gpu.memory_bytes)
     options = [o for o in options if o not in dropped]

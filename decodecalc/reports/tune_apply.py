@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
+
+from decodecalc.reports.tune_space import EngineCandidate, SglangCandidate, VllmCandidate
 
 #: (in words; the shell lines or flags to copy)
 Applied = tuple[tuple[str, ...], tuple[str, ...]]
@@ -11,10 +13,11 @@ Applied = tuple[tuple[str, ...], tuple[str, ...]]
 TRITON_ATTN_MODULE = "vllm.v1.attention.backends.triton_attn"  # vLLM 0.33.0: the two constants at L58-59
 
 
-def vllm_apply(best: Mapping[str, Any], default: Mapping[str, Any], ctx: Any) -> Applied:
+def vllm_apply(best: EngineCandidate, default: EngineCandidate, ctx: Any) -> Applied:
     """vLLM: the two constants of the installed triton_attn.py, edited in place."""
-    s, m = best["NUM_PAR_SOFTMAX_SEGMENTS"], best["MIN_LAUNCH_GRID_SIZE_2D"]
-    d_s, d_m = default["NUM_PAR_SOFTMAX_SEGMENTS"], default["MIN_LAUNCH_GRID_SIZE_2D"]
+    assert isinstance(best, VllmCandidate) and isinstance(default, VllmCandidate)
+    s, m = best.segments, best.min_grid
+    d_s, d_m = default.segments, default.min_grid
     t = max(0, m // ctx.work.num_kv_heads)
     words = (f"edit the two constants of vllm/v1/attention/backends/triton_attn.py (vLLM 0.33.0, L58-59) in the "
              f"installed package: NUM_PAR_SOFTMAX_SEGMENTS {d_s} -> {s}, MIN_LAUNCH_GRID_SIZE_2D {d_m} -> {m}",
@@ -29,9 +32,10 @@ def vllm_apply(best: Mapping[str, Any], default: Mapping[str, Any], ctx: Any) ->
     return words, cmds
 
 
-def sglang_apply(best: Mapping[str, Any], default: Mapping[str, Any], ctx: Any) -> Applied:
+def sglang_apply(best: EngineCandidate, default: EngineCandidate, ctx: Any) -> Applied:
     """SGLang: the server's flag (and the static-splits environment variable) on its whole launch line."""
-    m, static = best["triton_attention_num_kv_splits"], best["static_kv_splits"]
+    assert isinstance(best, SglangCandidate)
+    m, static = best.max_kv_splits, best.static
     launch = _sglang_launch_line(ctx, m)
     if static:
         return ((f"launch the server (python -m sglang.launch_server) with --triton-attention-num-kv-splits {m} and "
@@ -51,6 +55,6 @@ def _sglang_launch_line(ctx: Any, max_kv_splits: int) -> tuple[str, str]:
             f"  --tp {ctx.work.tp} --attention-backend triton --triton-attention-num-kv-splits {max_kv_splits}")
 
 
-#: the engines' apply functions, by name (the settings are the Option.setting mappings of reports/tune_space.py)
-APPLY: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any], Any], Applied]] = {"vllm": vllm_apply,
-                                                                                     "sglang": sglang_apply}
+#: the engines' apply functions, by name (the settings are reports/tune_space.py's candidate records)
+APPLY: dict[str, Callable[[EngineCandidate, EngineCandidate, Any], Applied]] = {"vllm": vllm_apply,
+                                                                                "sglang": sglang_apply}

@@ -35,6 +35,7 @@ from decodecalc.timemodel.step_rows import WorkloadSample
 
 if TYPE_CHECKING:
     from decodecalc.reports.tune import TuneResult
+    from decodecalc.reports.tune_space import EngineCandidate
 
 #: sampled steps by default: 16 give a ratio's 95% interval of a few per cent on the presets (the spread of
 #: measured / predicted over steps is 2-6%; t(15) = 2.13)
@@ -59,11 +60,11 @@ def _item_steps(ctx: Any, times: Any, idx: Sequence[int]) -> tuple[float, ...]:
     return tuple(float(times[i]) for i in idx)
 
 
-def _triton_predictions(ctx: Any, engine: str, setting: Mapping[str, Any], idx: Sequence[int]) -> tuple[float, ...]:
+def _triton_predictions(ctx: Any, engine: str, setting: EngineCandidate, idx: Sequence[int]) -> tuple[float, ...]:
     """The scalar model's time of ``setting`` at steps ``idx`` (tune's own estimates made exact there)."""
     from decodecalc.reports.tune_space import option_like
 
-    opt = option_like(ctx, engine, dict(setting))
+    opt = option_like(ctx, engine, setting)
     ctx.timer.refine_many(opt.recipes, idx)
     return _item_steps(ctx, opt.refreshed().times, idx)
 

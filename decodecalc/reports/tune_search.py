@@ -104,7 +104,7 @@ def _best(ctx: TuneContext, engine: str, d_opt: Option, others: Sequence[Option]
     # scores within TIE_FRACTION of the best are a tie: the default, then the least split-K scratch, then the fewest
     # programs (the smallest knob values: fewer segments or splits, fewer steps on the split path)
     tied = [c for c in ok if rank[id(c)] <= rank[id(top)] * (1.0 + TIE_FRACTION)]
-    best = min(tied, key=lambda c: (c is not default, c.scratch_bytes, tuple(int(v) for v in c.setting.values()),
+    best = min(tied, key=lambda c: (c is not default, c.scratch_bytes, c.setting.key(),
                                     rank[id(c)]))
     if best is not top and best is not default:
         why = (f"tied with {top.label} (predicted {objective} within {TIE_FRACTION:.1%}): less split-K scratch"

@@ -20,9 +20,9 @@ says where the best candidate sits on the edge of the range and why the range en
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 from decodecalc.derived import cdiv, next_power_of_2
 from decodecalc.errors import UnsupportedError
@@ -34,11 +34,82 @@ if TYPE_CHECKING:
     from decodecalc.batch.arrays import FloatArray
 
 
+@dataclass(frozen=True, kw_only=True)
+class VllmCandidate:
+    """One vLLM setting tune tries: the two constants of vLLM 0.33.0's ``triton_attn.py`` (L58-59)."""
+
+    engine: ClassVar[str] = "vllm"
+    segments: int  # NUM_PAR_SOFTMAX_SEGMENTS: the 3D kernel's KV segments
+    min_grid: int  # MIN_LAUNCH_GRID_SIZE_2D: seq_threshold_3D = min_grid // num_kv_heads
+
+    @property
+    def knob(self) -> int:
+        """The value of the knob whose range is searched (:attr:`EngineSpace.knob`)."""
+        return self.segments
+
+    def key(self) -> tuple[int, ...]:
+        """Smaller is fewer programs: the last tie-break between candidates."""
+        return self.segments, self.min_grid
+
+    def to_dict(self) -> dict[str, Any]:
+        """The setting as the JSON shows it, keyed by the upstream constants' names."""
+        return {"NUM_PAR_SOFTMAX_SEGMENTS": self.segments, "MIN_LAUNCH_GRID_SIZE_2D": self.min_grid}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> VllmCandidate:
+        return cls(segments=int(d["NUM_PAR_SOFTMAX_SEGMENTS"]), min_grid=int(d["MIN_LAUNCH_GRID_SIZE_2D"]))
+
+    def settings(self, base: vtb.VllmSettings) -> vtb.VllmSettings:
+        """``base`` (the context's engine settings) with this candidate's constants."""
+        return dataclasses.replace(base, num_par_softmax_segments=self.segments, min_launch_grid_size_2d=self.min_grid)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SglangCandidate:
+    """One SGLang setting tune tries: the server's ``--triton-attention-num-kv-splits`` (0.5.23) and whether
+    SGLANG_TRITON_DECODE_ATTN_STATIC_KV_SPLITS fixes every sequence's split count at it."""
+
+    engine: ClassVar[str] = "sglang"
+    max_kv_splits: int
+    static: bool
+
+    @property
+    def knob(self) -> int:
+        return self.max_kv_splits
+
+    def key(self) -> tuple[int, ...]:
+        return self.max_kv_splits, int(self.static)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"triton_attention_num_kv_splits": self.max_kv_splits, "static_kv_splits": self.static}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SglangCandidate:
+        return cls(max_kv_splits=int(d["triton_attention_num_kv_splits"]), static=bool(d["static_kv_splits"]))
+
+    def settings(self, base: sg.SglangSettings) -> sg.SglangSettings:
+        return dataclasses.replace(base, max_kv_splits=self.max_kv_splits, static_kv_splits=self.static)
+
+
+#: a candidate setting of either engine
+EngineCandidate = Union[VllmCandidate, SglangCandidate]
+CANDIDATES: dict[str, type[VllmCandidate] | type[SglangCandidate]] = {"vllm": VllmCandidate, "sglang": SglangCandidate}
+
+
+def candidate_of(engine: str, setting: EngineCandidate | Mapping[str, Any]) -> EngineCandidate:
+    """``setting`` as ``engine``'s record: a record as it is, a mapping as the JSON (or saved timings) shows it."""
+    if isinstance(setting, (VllmCandidate, SglangCandidate)):
+        if setting.engine != engine:
+            raise ValueError(f"a {setting.engine} setting given for {engine}")
+        return setting
+    return CANDIDATES[engine].from_dict(setting)
+
+
 @dataclass(frozen=True, eq=False)
 class Option:
     """One candidate setting and its per-step times (arrays over the workload's steps)."""
 
-    setting: dict[str, Any]
+    setting: EngineCandidate
     label: str
     times: FloatArray  # seconds per step, one layer
     score: FloatArray  # the ranking score per step (timemodel.robust_time_s)
@@ -53,22 +124,21 @@ class Option:
         return self.refresh() if self.refresh is not None else self
 
 
-def vllm_setting(segments: int, min_grid: int) -> dict[str, int]:
-    return {"NUM_PAR_SOFTMAX_SEGMENTS": segments, "MIN_LAUNCH_GRID_SIZE_2D": min_grid}
+def vllm_setting(segments: int, min_grid: int) -> VllmCandidate:
+    return VllmCandidate(segments=segments, min_grid=min_grid)
 
 
-def sglang_setting(max_kv_splits: int, static: bool) -> dict[str, Any]:
-    return {"triton_attention_num_kv_splits": max_kv_splits, "static_kv_splits": static}
+def sglang_setting(max_kv_splits: int, static: bool) -> SglangCandidate:
+    return SglangCandidate(max_kv_splits=max_kv_splits, static=static)
 
 
-def engine_settings(ctx: Any, engine: str, setting: dict[str, Any]) -> Any:
-    """The engine settings of one candidate ``setting`` (:func:`vllm_setting`, :func:`sglang_setting`: as the JSON
-    shows it) over the context's."""
-    if engine == "vllm":
-        return dataclasses.replace(ctx.vllm, num_par_softmax_segments=int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]),
-                                   min_launch_grid_size_2d=int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
-    return dataclasses.replace(ctx.sglang, max_kv_splits=int(setting["triton_attention_num_kv_splits"]),
-                               static_kv_splits=bool(setting["static_kv_splits"]))
+def engine_settings(ctx: Any, engine: str, setting: EngineCandidate | Mapping[str, Any]) -> Any:
+    """The engine settings of one candidate ``setting`` (a record, or a mapping as the JSON shows it) over the
+    context's."""
+    cand = candidate_of(engine, setting)
+    if isinstance(cand, VllmCandidate):
+        return cand.settings(ctx.vllm)
+    return cand.settings(ctx.sglang)
 
 
 def powers_of_two(upto: int) -> list[int]:
@@ -196,12 +266,14 @@ def sglang_option(ctx: Any, max_kv_splits: int, static: bool) -> Option:
     return rebuild()
 
 
-def _vllm_setting_option(ctx: Any, setting: dict[str, Any]) -> Option:
-    return vllm_option(ctx, int(setting["NUM_PAR_SOFTMAX_SEGMENTS"]), int(setting["MIN_LAUNCH_GRID_SIZE_2D"]))
+def _vllm_setting_option(ctx: Any, setting: EngineCandidate) -> Option:
+    assert isinstance(setting, VllmCandidate)
+    return vllm_option(ctx, setting.segments, setting.min_grid)
 
 
-def _sglang_setting_option(ctx: Any, setting: dict[str, Any]) -> Option:
-    return sglang_option(ctx, int(setting["triton_attention_num_kv_splits"]), bool(setting["static_kv_splits"]))
+def _sglang_setting_option(ctx: Any, setting: EngineCandidate) -> Option:
+    assert isinstance(setting, SglangCandidate)
+    return sglang_option(ctx, setting.max_kv_splits, setting.static)
 
 
 def _vllm_refusals(ctx: Any) -> None:
@@ -227,8 +299,8 @@ class EngineSpace:
     name: str
     knob: str
     options: Callable[[Any], tuple[list[Option], str]]
-    default_setting: Callable[[Any], dict[str, Any]]
-    option_of: Callable[[Any, dict[str, Any]], Option]
+    default_setting: Callable[[Any], EngineCandidate]
+    option_of: Callable[[Any, EngineCandidate], Option]
     refuses: Callable[[Any], None]
 
 
@@ -241,14 +313,14 @@ SPACES: dict[str, EngineSpace] = {
 }
 
 
-def default_setting(ctx: Any, engine: str) -> dict[str, Any]:
-    """The engine's default setting (as an Option's ``setting`` holds it)."""
+def default_setting(ctx: Any, engine: str) -> EngineCandidate:
+    """The engine's default setting."""
     return SPACES[engine].default_setting(ctx)
 
 
-def option_like(ctx: Any, engine: str, setting: dict[str, Any]) -> Option:
-    """The option of ``setting`` (as an Option's ``setting`` holds it) over ``ctx``'s steps."""
-    return SPACES[engine].option_of(ctx, setting)
+def option_like(ctx: Any, engine: str, setting: EngineCandidate | Mapping[str, Any]) -> Option:
+    """The option of ``setting`` (a record, or a mapping as the JSON shows it) over ``ctx``'s steps."""
+    return SPACES[engine].option_of(ctx, candidate_of(engine, setting))
 
 
 def too_big(options: Sequence[Option], memory_bytes: int) -> list[Option]:

@@ -3,14 +3,13 @@ context (steps, timer, population), and the small parsers of the options that na
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from decodecalc.errors import ConfigError
 from decodecalc.launchers.sglang_triton import SglangSettings
 from decodecalc.launchers.vllm_unified import VllmSettings
-from decodecalc.reports.tune_space import Option
+from decodecalc.reports.tune_space import EngineCandidate, Option
 from decodecalc.reports.tune_stats import Stats, stats
 from decodecalc.specs.gpus import GPUSpec
 from decodecalc.timemodel import TimeProfile
@@ -101,7 +100,7 @@ class Guard:
 @dataclass(frozen=True, slots=True)
 class Candidate:
     engine: str
-    setting: Mapping[str, Any]  # the knobs, as the JSON shows them
+    setting: EngineCandidate  # the knobs (to_dict(): as the JSON shows them)
     label: str
     times: FloatArray  # per step, one layer, seconds
     stats: Stats
@@ -123,7 +122,7 @@ class Candidate:
     tie_break: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"setting": dict(self.setting), "label": self.label, **self.stats.to_dict(),
+        d = {"setting": self.setting.to_dict(), "label": self.label, **self.stats.to_dict(),
              "worst_step_vs_default": self.worst_ratio, "within_guard": self.allowed,
              "scratch_bytes": self.scratch_bytes, "total_rel_se": self.rel_se, "sampled": self.sampled,
              "step_ratio_quantile": self.ratio_quantile, "share_steps_over_tolerance": self.share_over}
