@@ -4,6 +4,8 @@ the tests named in benchmarks/tables.py)."""
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,9 @@ def test_a_stale_an_unknown_or_an_unclosed_table_is_named(tmp_path):
 def test_benchmarks_md_is_a_short_document_of_claims():
     text = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 400
-    assert "Test suite:" in text
+    # the suite's time, measured, under the 8 minutes of issue 44
+    suite = re.search(r"## The test suite\n\n.*? in (\d+) s on", text, re.S)
+    assert suite and int(suite.group(1)) <= 480, "BENCHMARKS.md states the test suite's measured time"
     # every lab note is indexed, and every note BENCHMARKS.md links to exists
     lab = ROOT / "docs" / "lab"
     index = (lab / "README.md").read_text(encoding="utf-8")
