@@ -40,7 +40,9 @@ What ships is not one run of this script from the neutral start but the chain of
 
 The held-out scores, the recommended-split quality and the domains are then recomputed from the data, and both records
 (timemodel-backends-h200.json, fit-backends-fp8-h200.json) rewritten from the same run. tests/test_profile_rebuild.py
-checks the bytes.
+checks the bytes. The plain run (no --rebuild) is step 1 for every kernel: what today's code fits from the neutral
+start, not what ships (it rewrites timemodel-backends-h200.json; --rebuild restores it). A new step (a ``--refit``, a
+new tile choice) goes into :func:`chain` too, or --check fails.
 """
 
 from __future__ import annotations
