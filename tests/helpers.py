@@ -88,3 +88,20 @@ def trace_error(path, **kw) -> str:
     msg = str(e.value)
     assert "\n" not in msg and str(path) in msg, msg
     return msg
+
+
+def vllm_scrape(le: str = "1000.0") -> str:
+    """A small vLLM /metrics exposition: prompt and output length histograms of 10 requests (the prompts' middle
+    bucket edge ``le``) and 8 running."""
+    return ('# TYPE vllm:request_prompt_tokens histogram\n'
+            'vllm:request_prompt_tokens_bucket{le="100.0",model_name="m"} 5.0\n'
+            f'vllm:request_prompt_tokens_bucket{{le="{le}",model_name="m"}} 10.0\n'
+            'vllm:request_prompt_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
+            'vllm:request_prompt_tokens_count{model_name="m"} 10.0\n'
+            'vllm:request_prompt_tokens_sum{model_name="m"} 3000.0\n'
+            '# TYPE vllm:request_generation_tokens histogram\n'
+            'vllm:request_generation_tokens_bucket{le="100.0",model_name="m"} 10.0\n'
+            'vllm:request_generation_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
+            'vllm:request_generation_tokens_count{model_name="m"} 10.0\n'
+            'vllm:request_generation_tokens_sum{model_name="m"} 300.0\n'
+            '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 8.0\n')

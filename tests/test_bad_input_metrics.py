@@ -10,20 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers import vllm_scrape
 from test_hostile_inputs import run
 
-BASE = ('# TYPE vllm:request_prompt_tokens histogram\n'
-        'vllm:request_prompt_tokens_bucket{le="100.0",model_name="m"} 5.0\n'
-        'vllm:request_prompt_tokens_bucket{le="1000.0",model_name="m"} 10.0\n'
-        'vllm:request_prompt_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
-        'vllm:request_prompt_tokens_count{model_name="m"} 10.0\n'
-        'vllm:request_prompt_tokens_sum{model_name="m"} 3000.0\n'
-        '# TYPE vllm:request_generation_tokens histogram\n'
-        'vllm:request_generation_tokens_bucket{le="100.0",model_name="m"} 10.0\n'
-        'vllm:request_generation_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
-        'vllm:request_generation_tokens_count{model_name="m"} 10.0\n'
-        'vllm:request_generation_tokens_sum{model_name="m"} 300.0\n'
-        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 8.0\n')
+BASE = vllm_scrape()
 SUM = 'vllm:request_prompt_tokens_sum{model_name="m"} 3000.0\n'
 EDGE = 'vllm:request_prompt_tokens_bucket{le="1000.0",model_name="m"} 10.0\n'
 PROMPT_SERIES = "".join(BASE.splitlines(True)[1:6])

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from helpers import vllm_scrape
 from decodecalc import limits
 from decodecalc.cli import app
 from decodecalc.workload import _divisors
@@ -649,18 +650,7 @@ def test_request_traces_arriving_too_late(tmp_path: Path, name: str, content: st
     assert r.exit_code == 1 and message in r.stderr, r.stderr
 
 
-_SCRAPE = ('# TYPE vllm:request_prompt_tokens histogram\n'
-           'vllm:request_prompt_tokens_bucket{le="100.0",model_name="m"} 5.0\n'
-           'vllm:request_prompt_tokens_bucket{le="LE",model_name="m"} 10.0\n'
-           'vllm:request_prompt_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
-           'vllm:request_prompt_tokens_count{model_name="m"} 10.0\n'
-           'vllm:request_prompt_tokens_sum{model_name="m"} 3000.0\n'
-           '# TYPE vllm:request_generation_tokens histogram\n'
-           'vllm:request_generation_tokens_bucket{le="100.0",model_name="m"} 10.0\n'
-           'vllm:request_generation_tokens_bucket{le="+Inf",model_name="m"} 10.0\n'
-           'vllm:request_generation_tokens_count{model_name="m"} 10.0\n'
-           'vllm:request_generation_tokens_sum{model_name="m"} 300.0\n'
-           '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 8.0\n')
+_SCRAPE = vllm_scrape("LE")
 
 
 @pytest.mark.parametrize("edge, code", [("NaN", 1), ("1e300", 1), ("2147483649", 1), ("1000.0", 0)])
