@@ -18,6 +18,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 
 def parse_layouts(text: str) -> list[tuple[int, int, int]]:
@@ -28,25 +29,32 @@ def parse_layouts(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def run_and_write(gpu: Any, backends: list[str], plan: list[Any], path: Path, *, budget_s: float | None) -> list[dict]:
+    """``calibrate --backends``' GPU half over ``plan`` (a progress line every 50 runs), its records written to
+    ``path`` as gzip'd JSON Lines (what ``calibrate --from-measurements`` and ``--score`` read)."""
+    from decodecalc.verify.backend_calibration import run_backend_calibration
+
+    records = run_backend_calibration(gpu, backends, plan=plan, budget_s=budget_s,
+                                      progress=lambda k, n, what: print(f"{k}/{n} {what}", flush=True)
+                                      if k % 50 == 0 else None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+    return records
+
+
 def measure(args: argparse.Namespace) -> None:
     import torch
 
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.timemodel.backend_fit import backend_plan
-    from decodecalc.verify.backend_calibration import run_backend_calibration
-
     gpu = resolve_gpu(torch.cuda.get_device_name(0))
     backends = [b for b in args.backends.split(",") if b]
     plan = backend_plan(backends, parse_layouts(args.layouts), tag="layouts")
     t0 = time.monotonic()
-    records = run_backend_calibration(gpu, backends, plan=plan, budget_s=args.budget_s,
-                                      progress=lambda k, n, what: print(f"{k}/{n} {what}", flush=True)
-                                      if k % 50 == 0 else None)
-    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"layouts-{gpu.name}.jsonl.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r) + "\n")
+    records = run_and_write(gpu, backends, plan, path, budget_s=args.budget_s)
     ok = sum(1 for r in records if r.get("match"))
     print(f"{len(records)} runs in {time.monotonic() - t0:.0f} s, {ok} matched their plan; wrote {path}")
 

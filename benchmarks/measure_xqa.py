@@ -13,8 +13,6 @@ Needs torch with CUDA and flashinfer-python 0.7.2.post1 (its XQA JIT-builds with
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import time
 from pathlib import Path
 
@@ -30,7 +28,8 @@ def main() -> None:
 
     from decodecalc.specs.gpus import resolve_gpu
     from decodecalc.timemodel.backend_fit import xqa_plan
-    from decodecalc.verify.backend_calibration import run_backend_calibration, warm_xqa
+    from benchmarks.measure_backend_layouts import run_and_write
+    from decodecalc.verify.backend_calibration import warm_xqa
 
     gpu = resolve_gpu(torch.cuda.get_device_name(0))
     i, n = (int(x) for x in args.shard.split("/"))
@@ -39,14 +38,8 @@ def main() -> None:
     failed = warm_xqa(plan)
     print(f"{gpu.name}: {len(plan)} runs; XQA modules built in {time.monotonic() - t0:.0f} s"
           + (f"; {len(failed)} failed: {failed[:3]}" if failed else ""), flush=True)
-    records = run_backend_calibration(gpu, [], plan=plan, budget_s=args.budget_s,
-                                      progress=lambda k, total, what: print(f"{k}/{total} {what}", flush=True)
-                                      if k % 50 == 0 else None)
-    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"xqa-{gpu.name}-{i}of{n}.jsonl.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r) + "\n")
+    records = run_and_write(gpu, [], plan, path, budget_s=args.budget_s)
     ok = sum(1 for r in records if r.get("match"))
     errors = [r["error"] for r in records if r.get("error")]
     by = {}

@@ -392,7 +392,8 @@ def _request_file(path: Path, limits: Any, trace_format: str | None, columns: st
     ``rate`` (or, without arrival times, at the rate that keeps max_num_seqs busy), batched into decode steps."""
     from decodecalc.batch.intervals import request_steps
     from decodecalc.limits import check_int
-    from decodecalc.traffic.requests import arrivals_of, batching_notes
+    from decodecalc.traffic.arrivals import arrivals_of
+    from decodecalc.traffic.requests import batching_notes
     from decodecalc.traffic.traces import read_requests
 
     check_int(max_requests, "--max-requests", 1 << 40)

@@ -13,14 +13,8 @@ import pytest
 from decodecalc.api import load_workload
 from decodecalc.batch.intervals import IntervalSteps
 from decodecalc.errors import ConfigError
-from decodecalc.traffic.requests import (
-    RATE_SEED,
-    BatchingLimits,
-    arrivals_of,
-    batching_intervals,
-    busy_rate,
-    poisson_arrivals,
-)
+from decodecalc.traffic.arrivals import RATE_SEED, arrivals_of, busy_rate, poisson_arrivals
+from decodecalc.traffic.requests import BatchingLimits, batching_intervals
 
 SHAREGPT = "examples/traces/sharegpt.json"
 

@@ -191,6 +191,16 @@ class EngineDefaultTotal:
         return d
 
 
+def fa3_cap_options(ctx: Any, cap: int) -> tuple[PolicyOptions, str]:
+    """The workload's engine options with vLLM's FA3 split cap under CUDA graphs set to ``cap``, and the timer's name
+    for that setting ("" at vLLM's default of 32: the engine default's own recipe)."""
+    import dataclasses
+
+    opts = ctx.policy_options()
+    o = dataclasses.replace(opts, vllm=dataclasses.replace(ctx.vllm, flash_attn_max_num_splits_for_cuda_graph=cap))
+    return o, "" if cap == 32 else f"cap{cap}"
+
+
 def _timed_total(ctx: Any, backend: Backend, engine: Engine, opts: PolicyOptions,
                  variant: str = "") -> tuple[Stats | None, str]:
     """``backend``'s total over the workload as ``engine`` drives it (``variant``: names a setting in ``opts``), or
@@ -214,7 +224,6 @@ def engine_default_totals(ctx: Any, engines: Iterable[str]) -> tuple[EngineDefau
     """Per engine: its default backend for the workload's model on the GPU, and that backend's total over the workload
     where the time model has it (an engine whose default is its Triton kernel: the tuned engine's default setting
     holds that total, and ``stats`` stays None here)."""
-    import dataclasses
 
     from decodecalc.errors import DecodecalcError
     from decodecalc.launchers.engine_defaults import VLLM_VERSIONS, default_backend
@@ -240,9 +249,8 @@ def engine_default_totals(ctx: Any, engines: Iterable[str]) -> tuple[EngineDefau
         caps: list[tuple[int, Stats]] = []
         if stats is not None and e is Engine.VLLM and sel.backend is Backend.FA3:
             for cap in FA3_CAPS:
-                o = dataclasses.replace(opts, vllm=dataclasses.replace(
-                    ctx.vllm, flash_attn_max_num_splits_for_cuda_graph=cap))
-                st, _ = _timed_total(ctx, sel.backend, e, o, variant="" if cap == 32 else f"cap{cap}")
+                o, variant = fa3_cap_options(ctx, cap)
+                st, _ = _timed_total(ctx, sel.backend, e, o, variant=variant)
                 if st is not None:
                     caps.append((cap, st))
         out.append(EngineDefaultTotal(

@@ -24,7 +24,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from decodecalc.errors import ConfigError, UnsupportedError
 from decodecalc.launchers.names import Backend, Engine
@@ -54,6 +54,20 @@ def t95(dof: int) -> float:
     if dof < 1:
         raise ValueError("a t quantile needs one degree of freedom or more")
     return _T95[dof - 1] if dof <= len(_T95) else 1.96
+
+
+class _Compared(NamedTuple):
+    """A backend the plan times: the engine and its name for it, the kernels, the roles, tune's total (None where
+    tune does not compare it), the engine options and the timer's name of that setting, and the stated error."""
+
+    engine: str
+    label: str
+    backend: Backend
+    roles: tuple[str, ...]
+    stats: Any
+    opts: Any
+    variant: str
+    expected_error: Any
 
 
 def _item_steps(ctx: Any, times: Any, idx: Sequence[int]) -> tuple[float, ...]:
@@ -96,7 +110,7 @@ def plan_measurement(result: TuneResult, *, steps: int = DEFAULT_MEASURE_STEPS,
     """What to time for ``result`` (a TuneResult): ``steps`` evenly spaced steps under the launches of each engine's
     default, pick and ``leading`` best other candidates, and of the backends tune compared (the engines' defaults
     first)."""
-    from decodecalc.reports.tune_backends import engine_planner
+    from decodecalc.reports.tune_backends import engine_planner, fa3_cap_options
 
     if not 2 <= steps <= MAX_MEASURE_STEPS:
         raise ConfigError(f"--measure-steps {steps}: give 2 to {MAX_MEASURE_STEPS} (a total's interval needs two "
@@ -130,26 +144,24 @@ def plan_measurement(result: TuneResult, *, steps: int = DEFAULT_MEASURE_STEPS,
                             num_steps=int(ctx.steps.num_steps), launches=launches)
     # the backends: each engine's default (where it is not its Triton kernel), then the levers tune compared
     opts = ctx.policy_options()
-    backends: list[tuple[str, str, Backend, tuple[str, ...], Any, str, Any]] = []
+    backends: list[_Compared] = []
     for d in result.defaults:
         if d.triton or d.selection is None or d.selection.backend is None:
             continue
-        backends.append((d.engine, d.selection.name, d.selection.backend, ("engine default",),
-                         d.stats, "", d.expected_error))
+        backends.append(_Compared(d.engine, d.selection.name, d.selection.backend, ("engine default",), d.stats,
+                                  opts, "", d.expected_error))
         best = d.best_cap
         if best is not None and best[0] != ctx.vllm.flash_attn_max_num_splits_for_cuda_graph:
-            backends.append((d.engine, f"{d.selection.name} cap {best[0]}", d.selection.backend, ("backend",),
-                             best[1], f"cap{best[0]}", d.expected_error))
+            o, variant = fa3_cap_options(ctx, best[0])
+            backends.append(_Compared(d.engine, f"{d.selection.name} cap {best[0]}", d.selection.backend,
+                                      ("backend",), best[1], o, variant, d.expected_error))
     for b in result.backends:
         if not b.kernel:  # the engine cannot run it for this model (the note says why)
             continue
-        backends.append((b.engine, b.backend, Backend(b.kernel), ("backend",), b.stats, "", b.expected_error))
+        backends.append(_Compared(b.engine, b.backend, Backend(b.kernel), ("backend",), b.stats, opts, "",
+                                  b.expected_error))
     runs: dict[tuple, BackendRun] = {}
-    for engine, label, backend, roles, st, variant, ee in backends:
-        o = opts
-        if variant.startswith("cap"):
-            o = dataclasses.replace(opts, vllm=dataclasses.replace(
-                ctx.vllm, flash_attn_max_num_splits_for_cuda_graph=int(variant[3:])))
+    for engine, label, backend, roles, st, o, variant, ee in backends:
         planner = engine_planner(backend, Engine(engine), o)
         try:
             pred = _backend_predictions(ctx, backend.value, engine, planner, idx, variant)

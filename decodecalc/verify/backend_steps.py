@@ -64,6 +64,16 @@ def _copies(w: Workload, copies: int | None) -> int:
     return copies if copies is not None else copies_for(_kv_bytes(w))
 
 
+def _paged(w: Workload, seed: int) -> tuple[Any, Any, int, list[int], int]:
+    """What a paged-cache runner starts from: (the KV dtype, a seeded CUDA generator, the page size, pages per
+    sequence, pages in all)."""
+    import torch
+
+    page = w.block_size
+    pages = _pages(w, page)
+    return kv_torch_dtype(w), torch.Generator(device="cuda").manual_seed(seed), page, pages, sum(pages)
+
+
 def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False, copies: int | None = None,
                     seed: int = 0, fixed_split_size: int | None = None, disable_split_kv: bool = False,
                     workspace_bytes: int = 256 << 20) -> Step:
@@ -74,11 +84,8 @@ def flashinfer_step(w: Workload, *, tensor_cores: bool, cuda_graph: bool = False
     import torch
 
     dev, dt = "cuda", torch.bfloat16
-    kv_dt = kv_torch_dtype(w)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    page, B = w.block_size, w.batch
-    pages = _pages(w, page)
-    n_pages = sum(pages)
+    kv_dt, g, page, pages, n_pages = _paged(w, seed)
+    B = w.batch
     c = _copies(w, copies)
     caches = [_random_cache((n_pages, 2, page, w.num_kv_heads, w.head_size), kv_dt, g) for _ in range(c)]
     indptr = torch.tensor([0, *itertools_acc(pages)], dtype=torch.int32, device=dev)
@@ -187,11 +194,8 @@ def xqa_step(w: Workload, *, max_seq_len: int, sm_count: int | None = None, copi
     xqa_fn = importlib.import_module("flashinfer.xqa").xqa  # the package's own ``xqa`` attribute is this function
 
     dev, dt = "cuda", torch.bfloat16
-    kv_dt = kv_torch_dtype(w)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    page, B = w.block_size, w.batch
-    pages = _pages(w, page)
-    n_pages = sum(pages)
+    kv_dt, g, page, pages, n_pages = _paged(w, seed)
+    B = w.batch
     width = -(-max_seq_len // page)
     if width < max(pages):
         raise UnsupportedError(f"xqa: a block table of {max_seq_len} tokens cannot hold {w.max_seqlen_k}")
